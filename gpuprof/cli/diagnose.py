@@ -1,0 +1,1 @@
+"""Placeholder: the diagnose verb is registered here."""

@@ -1,0 +1,1 @@
+"""Placeholder: the disk verb is registered here."""

@@ -1,0 +1,1 @@
+"""Placeholder: the recommend verb is registered here."""

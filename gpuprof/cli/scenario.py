@@ -1,0 +1,1 @@
+"""Placeholder: the scenario verb is registered here."""

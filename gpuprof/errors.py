@@ -1,0 +1,19 @@
+"""Errors a user can cause. The CLI turns each into one line on stderr and an exit code."""
+
+
+class GpuprofError(Exception):
+    """Bad input or an environment problem the user can fix. Exit code 2."""
+
+    exit_code = 2
+
+
+class ScriptFailed(GpuprofError):
+    """The profiled script raised; a partial profile may still have been written. Exit code 1."""
+
+    exit_code = 1
+
+
+class ScenarioMismatch(GpuprofError):
+    """A scenario's diagnosis did not match its expectation. Exit code 1."""
+
+    exit_code = 1
