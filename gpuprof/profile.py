@@ -1,0 +1,237 @@
+"""The Profile: plain data, versioned JSON, atomic save, validated load.
+
+Stable keys (documented in README): schema_version, tool, environment, run.config,
+steps[], summary.step_s, summary.tokens_per_s, summary.phases.<name>.seconds/.share,
+findings[] (id, title, saving_s, saving_share, ...). Optional measurement sections go under
+`measurements.<name>` (mfu, nvml, host, script, disk, ...), each owned by its producer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuprof import __version__
+from gpuprof.errors import GpuprofError
+from gpuprof.measure.timer import PHASES, StepRecord
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Profile:
+    run: dict  # mode, command, config{...}, rank, world_size
+    steps: list[StepRecord]
+    environment: dict = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+    measurements: dict = field(default_factory=dict)
+    findings: list[dict] = field(default_factory=list)
+    warmup_steps: list[StepRecord] = field(default_factory=list)
+    tool: dict = field(default_factory=lambda: {"name": "gpuprof", "version": __version__})
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def config(self) -> dict:
+        return self.run.setdefault("config", {})
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": self.schema_version,
+            "tool": self.tool,
+            "environment": self.environment,
+            "run": self.run,
+            "summary": self.summary,
+            "steps": [s.to_dict() for s in self.steps],
+            "warmup_steps": [s.to_dict() for s in self.warmup_steps],
+            "measurements": self.measurements,
+            "findings": self.findings,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Profile":
+        return cls(
+            schema_version=d["schema_version"],
+            tool=d.get("tool", {}),
+            environment=d.get("environment", {}),
+            run=d.get("run", {}),
+            summary=d.get("summary", {}),
+            steps=[StepRecord.from_dict(s) for s in d.get("steps", [])],
+            warmup_steps=[StepRecord.from_dict(s) for s in d.get("warmup_steps", [])],
+            measurements=d.get("measurements", {}),
+            findings=d.get("findings", []),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(steps: list[StepRecord]) -> dict:
+    """Summary of measured steps.
+
+    step_s is the median step time: on CUDA the step's span on the GPU timeline (what the GPU
+    experiences, immune to host run-ahead), otherwise host wall time. Phase seconds are the mean
+    per step of each phase on that same timeline; shares divide by the sum of phase means, so
+    they add up to 1 and never count an interval twice."""
+    if not steps:
+        return {}
+    on_gpu = all(s.gpu_s is not None and s.gpu_phases is not None for s in steps)
+    times = [s.gpu_s if on_gpu else s.wall_s for s in steps]
+    n = len(steps)
+    phase_mean = {}
+    for p in PHASES:
+        vals = [((s.gpu_phases if on_gpu else s.phases) or {}).get(p, 0.0) for s in steps]
+        if any(vals) or p != "eval":
+            phase_mean[p] = sum(vals) / n
+    total = sum(phase_mean.values()) or 1.0
+    phases = {}
+    for p, sec in phase_mean.items():
+        entry = {
+            "seconds": sec,
+            "share": sec / total,
+            "host_seconds": sum(s.phases.get(p, 0.0) for s in steps) / n,
+        }
+        if on_gpu:
+            entry["gpu_seconds"] = sec
+            entry["idle_exposed_s"] = (
+                sum((s.idle_exposed or {}).get(p, 0.0) for s in steps) / n
+            )
+        phases[p] = entry
+    step_s = _median(times)
+    tokens = _median([float(s.tokens) for s in steps])
+    micro = _median([float(s.micro_steps) for s in steps])
+    return {
+        "timeline": "gpu" if on_gpu else "host",
+        "n_steps": n,
+        "step_s": step_s,
+        "step_s_p10": _quantile(times, 0.1),
+        "step_s_p90": _quantile(times, 0.9),
+        "step_s_min": min(times),
+        "step_s_max": max(times),
+        "spread": (_quantile(times, 0.9) - _quantile(times, 0.1)) / step_s if step_s else 0.0,
+        "host_step_s": _median([s.wall_s for s in steps]),
+        "tokens_per_step": int(tokens),
+        "micro_steps": int(micro),
+        "tokens_per_s": tokens / step_s if step_s else 0.0,
+        "phases": phases,
+    }
+
+
+def save(profile: Profile, path: str | os.PathLike) -> None:
+    """Write the profile atomically: a temp file in the same folder, then rename."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise GpuprofError(f"cannot write {path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(profile.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def load(path: str | os.PathLike) -> Profile:
+    """Read and validate a profile. Every user-causable problem is a one-line GpuprofError."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise GpuprofError(f"{path}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise GpuprofError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GpuprofError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    return from_data(data, str(path))
+
+
+def from_data(data, where: str = "profile") -> Profile:
+    if not isinstance(data, dict) or "schema_version" not in data or (
+        data.get("tool", {}).get("name") != "gpuprof"
+    ):
+        raise GpuprofError(f"{where}: not a gpuprof profile (no schema_version/tool)")
+    version = data["schema_version"]
+    if not isinstance(version, int):
+        raise GpuprofError(f"{where}: schema_version must be an integer")
+    if version > SCHEMA_VERSION:
+        raise GpuprofError(
+            f"{where}: schema version {version} is newer than this gpuprof understands "
+            f"({SCHEMA_VERSION}); upgrade gpuprof"
+        )
+    try:
+        return Profile.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise GpuprofError(f"{where}: malformed gpuprof profile ({exc!r})") from None
+
+
+def environment(device: str | None = None) -> dict:
+    """What the run ran on: CPU, cores, RAM, OS, Python, torch, CUDA/driver, device name."""
+    import psutil
+    import torch
+
+    env = {
+        "cpu_model": _cpu_model(),
+        "cpu_cores_logical": psutil.cpu_count(logical=True),
+        "cpu_cores_physical": psutil.cpu_count(logical=False),
+        "ram_bytes": psutil.virtual_memory().total,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "driver": None,
+        "device": device,
+        "device_name": platform.processor() or platform.machine(),
+    }
+    if device and str(device).startswith("cuda") and torch.cuda.is_available():
+        idx = torch.device(device).index or 0
+        env["device_name"] = torch.cuda.get_device_name(idx)
+        env["device_memory_bytes"] = torch.cuda.get_device_properties(idx).total_memory
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            env["driver"] = pynvml.nvmlSystemGetDriverVersion()
+            pynvml.nvmlShutdown()
+        except Exception:  # NVML missing or failing: the driver stays "not measured"
+            pass
+    elif device:
+        env["device_name"] = f"CPU ({env['cpu_model']})"
+    return env
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -1,0 +1,247 @@
+"""The built-in training loop: nanoGPT's step, our code, under measured phases.
+
+Per optimizer step, as in nanoGPT's train.py: for each micro-step, forward under autocast and
+`loss /= accum`; fetch the NEXT batch while the GPU runs the forward; backward (scaled for
+fp16). Then unscale, clip the grad norm at 1.0, step, update the scaler, zero_grad. The first
+batch is fetched before the loop. No synchronization is added inside a step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Protocol
+
+import torch
+
+from gpuprof.errors import GpuprofError
+from gpuprof.measure.timer import NullTimer, PhaseTimer
+from gpuprof.profile import Profile, environment, summarize
+from gpuprof.runners.data import LoaderFaults, MemmapLoader, generated_dataset
+from gpuprof.runners.gpt import GPT, GPTConfig, param_count, preset_config
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class LoopFaults:
+    """Conditions injected into the loop by scenarios and tests (never a user option)."""
+
+    loader: LoaderFaults = field(default_factory=LoaderFaults)
+    sync_every_micro: bool = False  # loss.item() after every forward: a host-device sync
+    eval_every_step: int = 0  # run this many eval batches (no_grad) inside every step
+
+
+@dataclass
+class LoopConfig:
+    model: str = "tiny"
+    n_layer: int | None = None
+    n_head: int | None = None
+    n_embd: int | None = None
+    vocab_size: int | None = None
+    batch_size: int = 8
+    block_size: int = 256
+    grad_accum: int = 4
+    dtype: str = "fp32"
+    compile: bool = False
+    device: str = "cpu"
+    pin_memory: bool = True
+    data: str | None = None
+    steps: int = 10
+    warmup: int = 2
+    seed: int = 1337
+    learning_rate: float = 6e-4
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+
+    def validate(self) -> None:
+        for key in ("batch_size", "block_size", "grad_accum", "steps"):
+            if getattr(self, key) <= 0:
+                raise GpuprofError(f"--{key.replace('_', '-')} must be positive, got {getattr(self, key)}")
+        if self.warmup < 0:
+            raise GpuprofError(f"--warmup must be zero or positive, got {self.warmup}")
+        if self.dtype not in DTYPES:
+            raise GpuprofError(f"unknown dtype {self.dtype!r}; choose one of: {', '.join(DTYPES)}")
+        dev = str(self.device)
+        if dev.startswith("cuda") and not torch.cuda.is_available():
+            raise GpuprofError(f"device {dev!r} requested but CUDA is not available here")
+        if not (dev == "cpu" or dev.startswith("cuda") or dev == "mps"):
+            raise GpuprofError(f"unknown device {dev!r}; use cpu, cuda or cuda:N")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.block_size * self.grad_accum
+
+
+class Instrument(Protocol):
+    """Something measured alongside the run (samplers, FLOP counting, probes).
+
+    start() is called before the first step; stop() after the last, and returns the section
+    stored at profile.measurements[name] (or None)."""
+
+    name: str
+
+    def start(self, ctx: "RunContext") -> None: ...
+
+    def stop(self, ctx: "RunContext") -> dict | None: ...
+
+
+@dataclass
+class RunContext:
+    """What instruments may look at. They must not change the model or the loop."""
+
+    config: LoopConfig
+    gpt_config: GPTConfig
+    model: torch.nn.Module  # the eager module (not the compiled wrapper)
+    example: tuple  # one (x, y) micro-batch on the device
+    device: str
+    timer: PhaseTimer
+    autocast_dtype: torch.dtype | None
+    profile: Profile | None = None
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | None = None,
+                faults: LoopFaults | None = None, timing: bool = True) -> Profile:
+    """Run warmup + measured steps of the built-in GPT loop and return the Profile."""
+    cfg.validate()
+    faults = faults or LoopFaults()
+    gcfg = preset_config(cfg.model, block_size=cfg.block_size, n_layer=cfg.n_layer,
+                         n_head=cfg.n_head, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size)
+    device = cfg.device
+    is_cuda = device.startswith("cuda")
+    if cfg.dtype == "bf16" and is_cuda and not torch.cuda.is_bf16_supported():
+        raise GpuprofError("bf16 is not supported on this GPU; use --dtype fp16 or fp32")
+
+    data_path = cfg.data or str(generated_dataset(gcfg.vocab_size))
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    timer = PhaseTimer.for_device(device) if timing else NullTimer()
+    loader = MemmapLoader(data_path, cfg.batch_size, cfg.block_size, device,
+                          pin_memory=cfg.pin_memory, faults=faults.loader, generator=gen,
+                          timer=timer if timing else None)
+    _check_tokens_fit_vocab(data_path, gcfg.vocab_size)
+
+    model = GPT(gcfg).to(device)
+    ptdtype = DTYPES[cfg.dtype]
+    device_type = "cuda" if is_cuda else "cpu"
+    autocast_dtype = ptdtype if ptdtype != torch.float32 else None
+    ctx = (torch.autocast(device_type=device_type, dtype=ptdtype) if autocast_dtype
+           else contextlib.nullcontext())
+    # GradScaler only matters for fp16; disabled it is a no-op, as in nanoGPT.
+    scaler = torch.amp.GradScaler(device_type, enabled=(cfg.dtype == "fp16" and is_cuda))
+    optimizer = _adamw(model, cfg, is_cuda)
+    step_model = torch.compile(model) if cfg.compile else model
+
+    X, Y = loader.get_batch()  # first batch before the loop, as nanoGPT
+    run_ctx = RunContext(cfg, gcfg, model, (X, Y), device, timer, autocast_dtype)
+    for inst in instruments:
+        inst.start(run_ctx)
+
+    total = cfg.warmup + cfg.steps
+    accum = cfg.grad_accum
+    tokens = cfg.tokens_per_step
+    losses = []
+    run_t0 = time.perf_counter()
+    for it in range(total):
+        timer.start_step()
+        for micro in range(accum):
+            with timer.phase("forward"):
+                with ctx:
+                    _, loss = step_model(X, Y)
+                    loss = loss / accum
+            if faults.sync_every_micro:
+                loss.item()  # a CPU-GPU sync point, as a print(loss.item()) would be
+            with timer.phase("data"):
+                X, Y = loader.get_batch()  # prefetch the next batch while the GPU computes
+            with timer.phase("backward"):
+                scaler.scale(loss).backward()
+        if faults.eval_every_step:
+            with timer.phase("eval"):
+                _eval(step_model, loader, ctx, faults.eval_every_step)
+        with timer.phase("optimizer"):
+            if cfg.grad_clip:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+        timer.end_step(tokens=tokens, micro_steps=accum)
+        losses.append(loss.detach())
+        if on_step is not None:
+            on_step(it + 1, total)
+    run_wall = time.perf_counter() - run_t0
+
+    records = timer.steps()  # waits for the GPU to finish and resolves CUDA events
+    warm, measured = records[: cfg.warmup], records[cfg.warmup :]
+    run = {
+        "mode": "builtin",
+        "command": None,
+        "rank": 0,
+        "world_size": 1,
+        "data_path": data_path,
+        "data_generated": cfg.data is None,
+        "run_wall_s": run_wall,
+        "timing": timing,
+        "config": {
+            **{k: v for k, v in asdict(cfg).items() if k not in ("n_layer", "n_head", "n_embd", "vocab_size")},
+            "model_dims": gcfg.to_dict(),
+            "param_count": param_count(gcfg),
+            "tokens_per_step": tokens,
+            "autocast_dtype": str(autocast_dtype).replace("torch.", "") if autocast_dtype else None,
+            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32) if is_cuda else False,
+            "fused_adamw": bool(getattr(optimizer, "defaults", {}).get("fused")),
+            "faults": asdict(faults) if (faults.loader.any() or faults.sync_every_micro or faults.eval_every_step) else None,
+        },
+        "losses": [float(x) * accum for x in torch.stack(losses).cpu().tolist()] if losses else [],
+    }
+    profile = Profile(run=run, steps=measured, warmup_steps=warm,
+                      environment=environment(device), summary=summarize(measured))
+    run_ctx.profile = profile
+    for inst in instruments:
+        section = inst.stop(run_ctx)
+        if section is not None:
+            profile.measurements[inst.name] = section
+    return profile
+
+
+def _adamw(model: torch.nn.Module, cfg: LoopConfig, is_cuda: bool) -> torch.optim.Optimizer:
+    # nanoGPT's grouping: weight decay on 2-D tensors (matmuls, embeddings), none on biases/norms.
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    extra = {}
+    if is_cuda and "fused" in inspect.signature(torch.optim.AdamW).parameters:
+        extra["fused"] = True
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, 0.95), **extra)
+
+
+@torch.no_grad()
+def _eval(model, loader: MemmapLoader, ctx, iters: int) -> None:
+    model.eval()
+    for _ in range(iters):
+        x, y = loader.get_batch()
+        with ctx:
+            _, loss = model(x, y)
+        loss.item()
+    model.train()
+
+
+def _check_tokens_fit_vocab(path: str, vocab_size: int) -> None:
+    import numpy as np
+
+    data = np.memmap(path, dtype=np.uint16, mode="r")
+    head = data[: min(len(data), 1 << 20)]
+    mx = int(head.max()) if len(head) else 0
+    if mx >= vocab_size:
+        raise GpuprofError(
+            f"data file {path} has token id {mx} but the model's vocab_size is {vocab_size}; "
+            f"pass --vocab-size {mx + 1} or larger (e.g. 50304 for GPT-2 tokens)"
+        )
