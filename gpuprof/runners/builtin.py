@@ -92,10 +92,11 @@ class Instrument(Protocol):
 class RunContext:
     """What instruments may look at. They must not change the model or the loop."""
 
-    config: LoopConfig
-    gpt_config: GPTConfig
-    model: torch.nn.Module  # the eager module (not the compiled wrapper)
-    example: tuple  # one (x, y) micro-batch on the device
+    config: LoopConfig | dict
+    gpt_config: GPTConfig | None
+    model: torch.nn.Module | None  # the eager module (not the compiled wrapper)
+    example_args: tuple  # one micro-batch's forward arguments, on the device
+    example_kwargs: dict
     device: str
     timer: PhaseTimer
     autocast_dtype: torch.dtype | None
@@ -139,7 +140,7 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
     step_model = torch.compile(model) if cfg.compile else model
 
     X, Y = loader.get_batch()  # first batch before the loop, as nanoGPT
-    run_ctx = RunContext(cfg, gcfg, model, (X, Y), device, timer, autocast_dtype)
+    run_ctx = RunContext(cfg, gcfg, model, (X, Y), {}, device, timer, autocast_dtype)
     for inst in instruments:
         inst.start(run_ctx)
 
