@@ -1,1 +1,187 @@
-"""Placeholder: the diagnose verb is registered here."""
+"""`gpuprof diagnose` and `gpuprof analyze`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from gpuprof import profile as profile_io
+from gpuprof.cli.app import app, guarded
+from gpuprof.errors import GpuprofError
+
+# Per-device defaults for the built-in loop: small enough that the default run finishes in
+# well under a minute on a 2-core CPU; nanoGPT's GPT-2 settings on a GPU.
+CPU_DEFAULTS = dict(model="tiny", batch_size=8, block_size=256, grad_accum=4, dtype="fp32")
+CUDA_DEFAULTS = dict(model="gpt2", batch_size=16, block_size=1024, grad_accum=4, dtype="bf16")
+
+
+def _progress(console: Console):
+    return Progress(TextColumn("[bold]measuring[/bold] {task.description}"), BarColumn(),
+                    MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
+
+
+def _instruments(device: str, data_path: Optional[str], samplers: bool) -> list:
+    try:  # TODO(integration): measure.instruments lands with issue #4
+        from gpuprof.measure.instruments import default_instruments
+    except ImportError:
+        return []
+
+    return default_instruments(device, data_path, nvml_interval_s=0.1, host_interval_s=0.1,
+                               probe=samplers, flops=True) if samplers else \
+        default_instruments(device, data_path, probe=False, flops=True, nvml_interval_s=0,
+                            host_interval_s=0)
+
+
+def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Console) -> None:
+    """Write the profile (--out), then print JSON (--json) or the terminal report."""
+    from gpuprof.render.terminal import render_diagnosis
+
+    if out is not None:
+        profile_io.save(profile, out)
+    if as_json:
+        sys.stdout.write(profile.to_json() + "\n")
+        return
+    extra = []
+    try:
+        from gpuprof.render.mfu import mfu_panel, samplers_panel
+
+        if profile.summary.get("mfu"):
+            extra.append(mfu_panel(profile.summary["mfu"]))
+        if profile.measurements:
+            panel = samplers_panel(profile.measurements)
+            if panel is not None:
+                extra.append(panel)
+    except ImportError:
+        pass
+    render_diagnosis(profile, findings, console, extra)
+    if out is not None:
+        console.print(f"profile written to {out}")
+
+
+@app.command(
+    "diagnose",
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+)
+@guarded
+def diagnose(
+    script: Optional[str] = typer.Argument(None, help="A training script to profile unmodified; omit for the built-in GPT loop."),
+    script_args: Optional[List[str]] = typer.Argument(None, help="Arguments passed to the script untouched."),
+    model: Optional[str] = typer.Option(None, help="Preset: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl (default tiny on CPU, gpt2 on CUDA)."),
+    n_layer: Optional[int] = typer.Option(None, help="Override the preset's layer count."),
+    n_head: Optional[int] = typer.Option(None, help="Override the preset's head count."),
+    n_embd: Optional[int] = typer.Option(None, help="Override the preset's embedding width."),
+    vocab_size: Optional[int] = typer.Option(None, help="Override the preset's vocabulary size."),
+    batch_size: Optional[int] = typer.Option(None, help="Micro-batch size (sequences)."),
+    block_size: Optional[int] = typer.Option(None, help="Sequence length."),
+    grad_accum: Optional[int] = typer.Option(None, help="Gradient accumulation steps per optimizer step."),
+    dtype: Optional[str] = typer.Option(None, help="bf16, fp16 or fp32 (autocast dtype)."),
+    compile: bool = typer.Option(False, "--compile/--no-compile", help="torch.compile the model."),
+    device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda if available)."),
+    pin_memory: bool = typer.Option(True, "--pin-memory/--no-pin-memory", help="Pinned host buffers + non_blocking copies (CUDA)."),
+    data: Optional[Path] = typer.Option(None, help="A uint16 token file (nanoGPT train.bin); default: a generated one."),
+    steps: int = typer.Option(10, help="Measured optimizer steps."),
+    warmup: int = typer.Option(2, help="Steps run before measuring (compile, allocator warm-up)."),
+    stop: bool = typer.Option(True, "--stop/--no-stop", help="Script mode: stop the script after warmup+steps optimizer steps."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the profile JSON here (atomic)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the profile JSON instead of the report."),
+    gpu: Optional[str] = typer.Option(None, help="GPU name or key for the peak (overrides detection), e.g. h200."),
+    peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s to compute MFU against (overrides the table)."),
+    reported_mfu: Optional[float] = typer.Option(None, help="An MFU %% your script printed, to check against the true one."),
+    samplers: bool = typer.Option(True, "--samplers/--no-samplers", help="NVML/host sampling and the matmul ceiling probe."),
+):
+    """Run a training loop under measured phases and explain where the step's time goes."""
+    import torch
+
+    from gpuprof.analysis.pipeline import analyze_profile
+
+    err = Console(stderr=True)
+    if steps <= 0:
+        raise GpuprofError(f"--steps must be positive, got {steps}")
+    if warmup < 0:
+        raise GpuprofError(f"--warmup must be zero or positive, got {warmup}")
+    if script is not None:
+        from gpuprof.cli.script_mode import diagnose_script
+
+        diagnose_script(script, list(script_args or []), steps=steps, warmup=warmup, stop=stop,
+                        out=out, as_json=as_json, gpu=gpu, peak_tflops=peak_tflops,
+                        reported_mfu=reported_mfu, samplers=samplers, err=err)
+        return
+
+    from gpuprof.runners.builtin import LoopConfig, default_device, run_builtin
+
+    dev = device or default_device()
+    defaults = CUDA_DEFAULTS if dev.startswith("cuda") else CPU_DEFAULTS
+    if dev.startswith("cuda") and torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+        defaults = dict(defaults, dtype="fp16")
+    cfg = LoopConfig(
+        model=model or defaults["model"], n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+        vocab_size=vocab_size, batch_size=batch_size or defaults["batch_size"],
+        block_size=block_size or defaults["block_size"],
+        grad_accum=grad_accum or defaults["grad_accum"], dtype=(dtype or defaults["dtype"]).lower(),
+        compile=compile, device=dev, pin_memory=pin_memory, data=str(data) if data else None,
+        steps=steps, warmup=warmup,
+    )
+    for key, val in (("batch-size", batch_size), ("block-size", block_size), ("grad-accum", grad_accum)):
+        if val is not None and val <= 0:
+            raise GpuprofError(f"--{key} must be positive, got {val}")
+    cfg.validate()
+    instruments = _instruments(dev, cfg.data, samplers)
+    with _progress(err) as progress:
+        task = progress.add_task(f"{cfg.model} on {dev}", total=cfg.warmup + cfg.steps)
+        profile = run_builtin(cfg, instruments=instruments,
+                              on_step=lambda i, n: progress.update(task, completed=i))
+    findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu)
+    emit(profile, findings, out=out, as_json=as_json, console=Console())
+
+
+@app.command("analyze")
+@guarded
+def analyze(
+    file: Optional[Path] = typer.Argument(None, help="A saved profile (gpuprof diagnose --out)."),
+    log: Optional[Path] = typer.Option(None, help="A nanoGPT training log to analyse without running anything."),
+    gpu: Optional[str] = typer.Option(None, help="GPU name or key for the peak, e.g. h200."),
+    peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s (overrides the table)."),
+    reported_mfu: Optional[float] = typer.Option(None, help="An MFU %% the script printed."),
+    batch_size: Optional[int] = typer.Option(None, help="Log mode: the run's batch_size."),
+    block_size: Optional[int] = typer.Option(None, help="Log mode: the run's block_size."),
+    grad_accum: Optional[int] = typer.Option(None, help="Log mode: gradient_accumulation_steps."),
+    n_layer: Optional[int] = typer.Option(None, help="Log mode: model layers."),
+    n_head: Optional[int] = typer.Option(None, help="Log mode: model heads."),
+    n_embd: Optional[int] = typer.Option(None, help="Log mode: model width."),
+    vocab_size: Optional[int] = typer.Option(None, help="Log mode: vocabulary size."),
+    world_size: Optional[int] = typer.Option(None, help="Log mode: data-parallel ranks."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the report."),
+):
+    """Re-render a saved profile (nothing is rerun), or analyse a nanoGPT log (--log)."""
+    from gpuprof.analysis.pipeline import analyze_profile
+
+    if log is not None:
+        _analyze_log(log, gpu, peak_tflops, dict(
+            batch_size=batch_size, block_size=block_size, gradient_accumulation_steps=grad_accum,
+            n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,
+            world_size=world_size), as_json)
+        return
+    if file is None:
+        raise GpuprofError("give a profile file (gpuprof analyze run.gpuprof.json) or --log train.log")
+    prof = profile_io.load(file)
+    findings = analyze_profile(prof, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu)
+    emit(prof, findings, out=None, as_json=as_json, console=Console())
+
+
+def _analyze_log(log: Path, gpu, peak_tflops, config: dict, as_json: bool) -> None:
+    import json
+
+    from gpuprof.analysis.logs import analyze_log
+    from gpuprof.render.mfu import log_analysis_panel
+
+    result = analyze_log(log, gpu=gpu, peak_tflops=peak_tflops,
+                         config={k: v for k, v in config.items() if v is not None})
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        Console().print(log_analysis_panel(result))

@@ -1,0 +1,149 @@
+"""The terminal report (rich). Only renderers print; this one prints to the console it is given."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from gpuprof.analysis.engine import Finding
+from gpuprof.measure.timer import PHASES
+from gpuprof.profile import Profile
+from gpuprof.render.format import count, pct, seconds, tokens
+
+
+def run_header(profile: Profile) -> Table:
+    cfg = profile.run.get("config", {})
+    env = profile.environment
+    dims = cfg.get("model_dims") or {}
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    mode = profile.run.get("mode", "?")
+    if mode == "script":
+        t.add_row("script", " ".join(profile.run.get("command") or []))
+    t.add_row("device", f"{env.get('device_name') or 'not measured'} ({cfg.get('device', env.get('device', '?'))})")
+    model = cfg.get("model") or "?"
+    if dims:
+        model += (f"  L={dims.get('n_layer')} H={dims.get('n_head')} d={dims.get('n_embd')}"
+                  f" V={dims.get('vocab_size')}")
+    if cfg.get("param_count"):
+        model += f"  {count(cfg['param_count'])} params"
+    t.add_row("model", model)
+    parts = []
+    for key, label in (("batch_size", "batch"), ("block_size", "block"), ("grad_accum", "accum")):
+        if cfg.get(key) is not None:
+            parts.append(f"{label} {cfg[key]}")
+    tps = cfg.get("tokens_per_step") or profile.summary.get("tokens_per_step")
+    if tps:
+        parts.append(f"= {tokens(tps)} tokens/step")
+    t.add_row("step", " × ".join(parts[:3]) + (" " + parts[3] if len(parts) > 3 else ""))
+    extra = []
+    for key in ("dtype", "compile", "pin_memory"):
+        if key in cfg:
+            extra.append(f"{key}={cfg[key]}")
+    if extra:
+        t.add_row("settings", "  ".join(extra))
+    if profile.run.get("data_path"):
+        gen = " (generated)" if profile.run.get("data_generated") else ""
+        t.add_row("data", f"{profile.run['data_path']}{gen}")
+    return t
+
+
+def phase_table(profile: Profile) -> Table:
+    s = profile.summary
+    on_gpu = s.get("timeline") == "gpu"
+    t = Table(title=f"Where a step's time goes ({'GPU timeline' if on_gpu else 'host wall time'}, "
+                    f"mean of {s.get('n_steps', 0)} steps)", title_justify="left")
+    t.add_column("phase")
+    t.add_column("per step", justify="right")
+    t.add_column("share", justify="right")
+    t.add_column("", justify="left")
+    if on_gpu:
+        t.add_column("host time", justify="right")
+        t.add_column("GPU idle exposed", justify="right")
+    phases = s.get("phases", {})
+    for name in PHASES:
+        if name not in phases:
+            continue
+        e = phases[name]
+        bar = "█" * int(round(e["share"] * 30))
+        row = [name, seconds(e["seconds"]), pct(e["share"]), Text(bar, style="cyan")]
+        if on_gpu:
+            idle = e.get("idle_exposed_s")
+            row += [seconds(e.get("host_seconds")), seconds(idle) if name in ("data", "other") else "-"]
+        t.add_row(*row)
+    return t
+
+
+def step_line(profile: Profile) -> Text:
+    s = profile.summary
+    text = Text()
+    text.append("step ", style="bold")
+    text.append(f"{seconds(s.get('step_s'))} median", style="bold green")
+    text.append(f"  (p10 {seconds(s.get('step_s_p10'))}, p90 {seconds(s.get('step_s_p90'))}, "
+                f"spread {pct(s.get('spread'), 0)})")
+    text.append("   throughput ", style="bold")
+    text.append(f"{s.get('tokens_per_s', 0):,.0f} tokens/s", style="bold green")
+    if s.get("micro_steps"):
+        text.append(f"   {s['micro_steps']} micro-steps/step")
+    return text
+
+
+def findings_table(findings: list[Finding | dict]) -> Table:
+    t = Table(title="Findings (ranked by time saved per step)", title_justify="left", show_lines=False)
+    t.add_column("#", justify="right")
+    t.add_column("finding")
+    t.add_column("saves/step", justify="right")
+    t.add_column("share", justify="right")
+    for i, f in enumerate(findings, 1):
+        d = f.to_dict() if isinstance(f, Finding) else f
+        body = Text(d["title"], style="bold")
+        ev = d.get("evidence") or {}
+        if ev:
+            body.append("\n  evidence: " + _evidence_line(ev), style="dim")
+        if d.get("fix"):
+            body.append("\n  fix: " + d["fix"])
+        if d.get("note"):
+            body.append("\n  note: " + d["note"], style="yellow")
+        if d.get("kind") == "info":
+            saving, share = "info", ""
+        elif d.get("saving_s") is None:
+            saving, share = "cannot estimate", ""
+        else:
+            saving, share = seconds(d["saving_s"]), pct(d.get("saving_share"))
+        t.add_row(str(i), body, saving, share)
+    return t
+
+
+def _evidence_line(ev: dict) -> str:
+    parts = []
+    for k, v in ev.items():
+        if isinstance(v, float):
+            if k.endswith("share") or k.endswith("_pct_frac"):
+                parts.append(f"{k}={v:.1%}")
+            elif k.endswith("_s"):
+                parts.append(f"{k}={seconds(v)}")
+            else:
+                parts.append(f"{k}={v:.4g}")
+        elif isinstance(v, (dict, list)):
+            continue
+        else:
+            parts.append(f"{k}={v}")
+    return ", ".join(parts)
+
+
+def render_diagnosis(profile: Profile, findings: list, console: Console, extra: list | None = None) -> None:
+    """Print the full report: run, phases, step time, extra panels (MFU, samplers), findings."""
+    title = "gpuprof diagnosis" + (" (partial)" if profile.run.get("partial") else "")
+    console.print(Panel(run_header(profile), title=title, title_align="left"))
+    if not profile.steps:
+        console.print("[yellow]no complete measured step: nothing to report[/yellow]")
+        return
+    console.print(phase_table(profile))
+    console.print(step_line(profile))
+    for renderable in extra or []:
+        console.print(renderable)
+    if findings:
+        console.print(findings_table(findings))
