@@ -1,0 +1,84 @@
+"""The built-in loop: nanoGPT semantics, phases that add up, an injected delay recovered."""
+
+import numpy as np
+import pytest
+
+from gpuprof.errors import GpuprofError
+from gpuprof.runners.builtin import LoopConfig, LoopFaults, run_builtin
+from gpuprof.runners.data import LoaderFaults, MemmapLoader, generated_dataset
+
+SMALL = dict(model="tiny", n_layer=1, n_embd=64, n_head=2, batch_size=4, block_size=64, grad_accum=3,
+             steps=4, warmup=1, device="cpu")
+
+
+def test_phases_add_up_to_the_step_and_count_everything():
+    prof = run_builtin(LoopConfig(**SMALL))
+    assert len(prof.steps) == 4 and len(prof.warmup_steps) == 1
+    for step in prof.steps:
+        assert abs(sum(step.phases.values()) - step.wall_s) <= 0.01 * step.wall_s
+        assert step.micro_steps == 3 and step.tokens == 4 * 64 * 3
+    s = prof.summary
+    assert set(s["phases"]) == {"data", "h2d", "forward", "backward", "optimizer", "other"}
+    assert s["tokens_per_s"] == pytest.approx(4 * 64 * 3 / s["step_s"])
+    assert s["phases"]["forward"]["share"] + s["phases"]["backward"]["share"] > 0.5
+    cfg = prof.run["config"]
+    assert cfg["param_count"] > 0 and cfg["tokens_per_step"] == 768 and cfg["model_dims"]["n_layer"] == 1
+    assert prof.environment["python"] and prof.environment["torch"]
+
+
+def test_injected_data_delay_appears_as_the_data_share():
+    delay = 0.03
+    prof = run_builtin(LoopConfig(**SMALL), faults=LoopFaults(loader=LoaderFaults(batch_delay_s=delay)))
+    s = prof.summary
+    truth = SMALL["grad_accum"] * delay / s["step_s"]
+    assert truth > 0.3  # the injection is a large part of the step
+    assert abs(s["phases"]["data"]["share"] - truth) < 0.03
+
+
+def test_eval_fault_is_its_own_phase():
+    prof = run_builtin(LoopConfig(**SMALL), faults=LoopFaults(eval_every_step=2))
+    assert prof.summary["phases"]["eval"]["seconds"] > 0
+
+
+def test_loader_reads_like_nanogpt(tmp_path):
+    path = tmp_path / "train.bin"
+    np.arange(1000, dtype=np.uint16).tofile(path)
+    import torch
+
+    loader = MemmapLoader(path, batch_size=3, block_size=8, device="cpu", generator=torch.Generator().manual_seed(0))
+    x, y = loader.get_batch()
+    assert x.shape == (3, 8) and x.dtype == torch.int64
+    assert torch.equal(y, x + 1)  # targets are the next tokens
+
+
+def test_generated_dataset_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    p1 = generated_dataset(100, n_tokens=5000)
+    mtime = p1.stat().st_mtime_ns
+    p2 = generated_dataset(100, n_tokens=5000)
+    assert p1 == p2 and p2.stat().st_mtime_ns == mtime
+    assert str(p1).startswith(str(tmp_path / "gpuprof"))
+    assert np.fromfile(p1, dtype=np.uint16).max() < 100
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(steps=0), "--steps must be positive"),
+        (dict(batch_size=-1), "--batch-size must be positive"),
+        (dict(dtype="fp12"), "unknown dtype"),
+        (dict(model="gpt5"), "unknown model preset"),
+        (dict(device="cuda"), "CUDA is not available"),
+        (dict(n_head=3, n_embd=64), "divisible"),
+    ],
+)
+def test_bad_config(change, message):
+    with pytest.raises(GpuprofError, match=message):
+        run_builtin(LoopConfig(**{**SMALL, **change}))
+
+
+def test_short_data_file(tmp_path):
+    path = tmp_path / "short.bin"
+    np.arange(10, dtype=np.uint16).tofile(path)
+    with pytest.raises(GpuprofError, match="needs at least 65"):
+        run_builtin(LoopConfig(**SMALL, data=str(path)))
