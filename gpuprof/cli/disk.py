@@ -1,1 +1,71 @@
-"""Placeholder: the disk verb is registered here."""
+"""`gpuprof bench-disk PATH`: can this storage feed the training loop?
+
+Parses options, resolves the loop's demand, runs gpuprof.disk.suite, hands the result to
+gpuprof.render.disk. Bad input raises GpuprofError (one line, exit 2) via `guarded`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from gpuprof.cli.app import app, guarded
+from gpuprof.disk.requirement import DEFAULT_BLOCK_SIZE, assess, resolve_need
+from gpuprof.disk.suite import BenchConfig, run_bench
+from gpuprof.disk.units import parse_bytes
+from gpuprof.render.disk import print_report, progress_bar, to_json
+
+
+@app.command("bench-disk")
+@guarded
+def bench_disk(
+    path: str = typer.Argument(..., help="A directory (a temporary test file is written "
+                               "there) or an existing dataset file (read-only)."),
+    size: str = typer.Option("256M", "--size", help="Test file size in a directory; for a "
+                             "dataset file, how much of it the warm runs read (K/M/G = 1024^n)."),
+    duration: float = typer.Option(0.5, "--duration", help="Seconds per cold run (warm runs "
+                                   "take half)."),
+    repeats: int = typer.Option(2, "--repeats", help="Runs per measurement (≥ 2): median and "
+                                "spread."),
+    readers: int = typer.Option(8, "--readers", help="Parallel readers (threads, one read in "
+                                "flight each)."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per sample "
+                                             f"(default {DEFAULT_BLOCK_SIZE}, or the profile's)."),
+    sample_bytes: Optional[str] = typer.Option(None, "--sample-bytes", help="Random read size "
+                                               "for the loader pattern (default block_size × 2)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Samples per batch "
+                                             "(loader test, default 12; and the requirement)."),
+    grad_accum: Optional[int] = typer.Option(None, "--grad-accum", help="Micro-steps per "
+                                             "optimizer step (requirement)."),
+    step_s: Optional[float] = typer.Option(None, "--step-s", help="Seconds per optimizer step "
+                                           "(requirement, with --batch-size)."),
+    tokens_per_sec: Optional[float] = typer.Option(None, "--tokens-per-sec",
+                                                   help="Tokens/s the training loop runs at."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="A gpuprof profile JSON to "
+                                          "take tokens/s and the batch shape from."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed the random offsets."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Can this storage feed the training loop? Cold/warm reads, nanoGPT's loader, headroom."""
+    need = resolve_need(tokens_per_sec=tokens_per_sec, batch_size=batch_size,
+                        block_size=block_size, grad_accum=grad_accum, step_s=step_s,
+                        profile=profile)
+    cfg = BenchConfig(
+        size_bytes=parse_bytes(size, "--size"),
+        duration_s=duration,
+        repeats=repeats,
+        readers=readers,
+        block_size=need.block_size if need else (block_size or DEFAULT_BLOCK_SIZE),
+        sample_bytes=parse_bytes(sample_bytes, "--sample-bytes") if sample_bytes else None,
+        batch_size=batch_size or 12,
+        seed=seed,
+    )
+    with progress_bar() as progress:
+        result = run_bench(path, cfg, progress=progress)
+    result["requirement"] = assess(need, result) if need else None
+    if as_json:
+        typer.echo(to_json(result))
+    else:
+        print_report(result, Console())
