@@ -7,6 +7,7 @@ during the syscall, so N threads keep N reads in flight (fio's numjobs=N, psync 
 
 from __future__ import annotations
 
+import mmap
 import os
 import resource
 import threading
@@ -223,6 +224,11 @@ def read_loader(path: str, span: int, block_size: int, batch_size: int, duration
         for i in ix:
             if before_sample is not None:
                 p0 = clock()
+                mm = getattr(data, "_mmap", None)
+                if mm is not None and hasattr(mm, "madvise"):
+                    # Unmap what earlier samples mapped: mapped pages (whole large folios)
+                    # cannot be evicted, and would make this sample a hit.
+                    mm.madvise(mmap.MADV_DONTNEED)
                 before_sample()
                 paused += clock() - p0
             s0 = clock()

@@ -151,8 +151,8 @@ def _status(headroom: float) -> str:
 
 
 def _n(x: float) -> str:
-    """1050.3 -> '1,050'; 2.13 -> '2.1'; 0.042 -> '0.042' (prose numbers)."""
-    if x >= 100:
+    """1050.3 -> '1,050'; 36.2 -> '36'; 2.13 -> '2.1'; 0.042 -> '0.042' (prose numbers)."""
+    if x >= 10:
         return f"{x:,.0f}"
     if x >= 1:
         return f"{x:.1f}"

@@ -1,0 +1,144 @@
+"""Nothing lost: other files untouched, dataset files never opened for writing, the test
+file removed on success, on error and on Ctrl-C, and O_EXCL never clobbers a file."""
+
+import builtins
+import hashlib
+import os
+
+import pytest
+
+from gpuprof.disk import bench, fs, suite, target
+from gpuprof.disk.units import MiB
+from gpuprof.errors import GpuprofError
+
+TINY = dict(size_bytes=2 * MiB, duration_s=0.01, repeats=2, readers=2, block_size=64,
+            batch_size=2, seed=0)
+
+
+def _snapshot(d):
+    out = {}
+    for name in sorted(os.listdir(d)):
+        p = os.path.join(d, name)
+        st = os.stat(p)
+        with open(p, "rb") as f:
+            out[name] = (hashlib.sha256(f.read()).hexdigest(), st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture
+def populated(tmp_path):
+    for name, size in (("train.bin", 3 * MiB), ("val.bin", 100_000), ("notes.txt", 12)):
+        (tmp_path / name).write_bytes(os.urandom(size))
+    return tmp_path
+
+
+def test_directory_run_leaves_other_files_and_no_test_file(populated):
+    before = _snapshot(populated)
+    r = suite.run_bench(str(populated), suite.BenchConfig(**TINY))
+    assert r["mode"] == "directory" and r["measured_file_bytes"] == 2 * MiB
+    assert _snapshot(populated) == before  # same names, checksums, sizes, mtimes
+
+
+def test_dataset_file_is_never_opened_for_writing(populated, monkeypatch):
+    data = str(populated / "train.bin")
+    before = _snapshot(populated)
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    opened = []
+    real_os_open, real_open = os.open, builtins.open
+
+    def spy_os_open(path, flags, *a, **k):
+        opened.append((str(path), flags))
+        return real_os_open(path, flags, *a, **k)
+
+    def spy_open(file, mode="r", *a, **k):
+        if isinstance(file, (str, os.PathLike)):
+            opened.append((str(file), mode))
+        return real_open(file, mode, *a, **k)
+
+    monkeypatch.setattr(os, "open", spy_os_open)
+    monkeypatch.setattr(builtins, "open", spy_open)
+    r = suite.run_bench(data, suite.BenchConfig(**TINY))
+    monkeypatch.undo()
+    assert r["mode"] == "file" and r["file"]["size_bytes"] == 3 * MiB
+    mine = [(p, f) for p, f in opened if os.path.abspath(p) == os.path.abspath(data)]
+    assert mine, "the dataset file was not read at all?"
+    for _, f in mine:
+        if isinstance(f, int):
+            assert f & write_flags == 0
+        else:
+            assert not set(f) & set("wax+")
+    assert _snapshot(populated) == before
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("injected fault"), KeyboardInterrupt()])
+def test_no_leftover_after_fault_mid_run(populated, monkeypatch, exc):
+    before = _snapshot(populated)
+    real = bench.read_random
+    calls = []
+
+    def flaky(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:  # the test file exists and has been read once
+            assert any(n.startswith(target.TEST_FILE_PREFIX) for n in os.listdir(populated))
+            raise exc
+        return real(*a, **k)
+
+    monkeypatch.setattr(bench, "read_random", flaky)
+    with pytest.raises(type(exc)):
+        suite.run_bench(str(populated), suite.BenchConfig(**TINY))
+    assert _snapshot(populated) == before
+
+
+def test_no_leftover_when_filling_fails(populated, monkeypatch):
+    before = _snapshot(populated)
+
+    def full_disk(fd, size, seed):
+        os.write(fd, b"x" * 1000)
+        raise GpuprofError("writing the test file failed (No space left on device)")
+
+    monkeypatch.setattr(target, "_fill", full_disk)
+    with pytest.raises(GpuprofError, match="No space"):
+        suite.run_bench(str(populated), suite.BenchConfig(**TINY))
+    assert _snapshot(populated) == before
+
+
+def test_refused_when_free_space_under_twice_size(populated, monkeypatch):
+    before = _snapshot(populated)
+    real = fs.filesystem_info
+
+    def nearly_full(path):
+        info = real(path)
+        info.free_bytes = 3 * MiB  # < 2 x 2 MiB
+        return info
+
+    monkeypatch.setattr(fs, "filesystem_info", nearly_full)
+    with pytest.raises(GpuprofError, match="needs twice that"):
+        suite.run_bench(str(populated), suite.BenchConfig(**TINY))
+    assert _snapshot(populated) == before
+
+
+def test_o_excl_never_clobbers_an_existing_file(populated, monkeypatch):
+    monkeypatch.setattr(target.secrets, "token_hex", lambda n: "fixed")
+    name = f"{target.TEST_FILE_PREFIX}{os.getpid()}-fixed.tmp"
+    (populated / name).write_bytes(b"precious")
+    before = _snapshot(populated)
+    with pytest.raises(GpuprofError, match="cannot create a test file"):
+        suite.run_bench(str(populated), suite.BenchConfig(**TINY))
+    assert _snapshot(populated) == before
+
+
+def test_removal_spares_a_file_that_replaced_ours(tmp_path):
+    p = tmp_path / "ours"
+    p.write_bytes(b"a")
+    st = os.stat(p)
+    (tmp_path / "theirs").write_bytes(b"someone else's")  # allocated while ours exists
+    os.replace(tmp_path / "theirs", p)  # same name, another inode
+    target._remove_if_ours(str(p), (st.st_dev, st.st_ino))
+    assert p.read_bytes() == b"someone else's"
+
+
+def test_file_too_small_for_pattern(tmp_path):
+    small = tmp_path / "tiny.bin"
+    small.write_bytes(b"\0" * 4096)
+    with pytest.raises(GpuprofError, match="too small"):
+        suite.run_bench(str(small), suite.BenchConfig(**TINY))
