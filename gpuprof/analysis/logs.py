@@ -1,9 +1,12 @@
-"""Parsing nanoGPT-style training logs (the lines train.py prints)."""
+"""nanoGPT training logs: parsing the lines train.py prints, and what a log alone implies."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+
+from gpuprof.errors import GpuprofError
 
 # iter 10: loss 4.2345, time 21000.12ms, mfu 104.33%
 ITER_RE = re.compile(
@@ -53,3 +56,203 @@ def parse_lines(lines) -> tuple[list[IterLine], list[EvalLine]]:
         elif isinstance(rec, EvalLine):
             evals.append(rec)
     return iters, evals
+
+
+# ------------------------------------------------------------------------------ log analysis
+# What a nanoGPT log alone says: nanoGPT prints mfu = FLOPs per step / (dt × 312 TFLOP/s), so
+# FLOPs per step = mfu × 312e12 × dt, whatever GPU it ran on. From that: the model size it
+# implies, the true MFU on the real GPU's peak, and the floor no step can beat there.
+
+STEP_VERDICTS = (  # (upper bound of step time / floor, id, text); floor = FLOPs ÷ peak
+    (1.0, "impossible", "faster than the FLOP floor: the timing is not synchronized, or the GPU, "
+                        "dtype or config is not what was given"),
+    (1 / 0.8, "suspicious", "above the ~80% MFU the best dense matmuls reach: check the GPU and "
+                            "the tokens per step"),
+    (1 / 0.4, "healthy", "40-80% MFU: compute-bound and plausible for this model; a faster step "
+                         "needs fewer FLOPs (smaller model or fewer tokens), not I/O fixes"),
+    (1 / 0.25, "fair", "25-40% MFU: some headroom; profile the step to see where it goes"),
+    (float("inf"), "slow", "below 25% MFU: the step is far from what the GPU can do; profile it "
+                           "(data loading, syncs, small micro-batches) with `gpuprof diagnose`"),
+)
+
+
+def _config_int(config: dict, *keys, default=None):
+    for k in keys:
+        if config.get(k) is not None:
+            try:
+                return int(float(config[k]))
+            except (TypeError, ValueError):
+                raise GpuprofError(f"config value {k}={config[k]!r} is not a number") from None
+    return default
+
+
+def _tokens_per_gpu(config: dict) -> tuple[int | None, int]:
+    """Tokens per optimizer step per GPU (what nanoGPT's estimate_mfu counts), and world size.
+
+    gradient_accumulation_steps is the config value, before nanoGPT divides it by world_size."""
+    world = _config_int(config, "world_size", "ddp_world_size", default=1) or 1
+    if config.get("tokens_per_step") is not None:
+        return _config_int(config, "tokens_per_step") // world, world
+    b = _config_int(config, "batch_size")
+    t = _config_int(config, "block_size")
+    ga = _config_int(config, "gradient_accumulation_steps", "grad_accum", default=1)
+    if b and t:
+        return b * t * max(1, ga // world), world
+    return None, world
+
+
+def _median(xs):
+    import statistics
+
+    return statistics.median(xs) if xs else None
+
+
+def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = None,
+                config: dict | None = None) -> dict:
+    """Analyse a nanoGPT training log without running anything.
+
+    config: nanoGPT config keys (batch_size, block_size, gradient_accumulation_steps, n_layer,
+    n_head, n_embd, vocab_size, dtype, world_size or tokens_per_step). Raises GpuprofError when
+    the file cannot be read or holds no iteration lines."""
+    from pathlib import Path
+
+    from gpuprof.analysis.mfu import BEST_ACHIEVABLE_MFU, EXPECTED_MFU, NANOGPT_A100_TFLOPS
+    from gpuprof.hardware import find_gpu, peak_for
+    from gpuprof.measure.flops import (GPT2_SIZES, attention_flops_per_token, gpt_flops_per_token,
+                                       gpt_param_count)
+
+    config = dict(config or {})
+    p = Path(path)
+    try:
+        text = p.read_text(errors="replace")
+    except FileNotFoundError:
+        raise GpuprofError(f"{p}: no such file") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise GpuprofError(f"{p}: cannot read ({exc.__class__.__name__})") from None
+    iters, evals = parse_lines(text.splitlines())
+    if not iters:
+        raise GpuprofError(f"{p}: no nanoGPT iteration lines ('iter N: loss L, time T ms, mfu M%')")
+
+    warnings: list[str] = []
+    # iter 0 holds the first eval and compilation; nanoGPT prints mfu -100% until iter 5.
+    steady = [r for r in iters if r.iter > 0] or iters
+    step_s = _median([r.time_ms / 1e3 for r in steady])
+    mfus = [r.mfu_pct for r in steady if r.mfu_pct is not None and r.mfu_pct > -100.0]
+    reported = _median(mfus)
+    tokens, world = _tokens_per_gpu(config)
+    block = _config_int(config, "block_size", default=1024)
+
+    # The GPU and the dtype that sets its peak (nanoGPT: bf16 when supported, TF32 allowed).
+    dtype = str(config.get("dtype") or "bf16")
+    spec = find_gpu(gpu) if gpu else None
+    if gpu and spec is None and peak_tflops is None:
+        warnings.append(f"--gpu {gpu!r} is not in the GPU table: pass --peak-tflops X")
+    used_dtype, peak = peak_for(spec, dtype, tf32_allowed=True)
+    peak_source = f"datasheet ({spec.source})" if peak else None
+    if peak_tflops is not None:
+        peak, peak_source = float(peak_tflops), "--peak-tflops"
+    if peak is None and not (gpu and spec is None):
+        warnings.append("no GPU given (--gpu NAME or --peak-tflops X): true MFU and floor not computed")
+
+    # FLOPs per step: from the printed MFU (nanoGPT's formula and A100 constant), else the config.
+    dims_keys = ("n_layer", "n_head", "n_embd")
+    have_dims = all(config.get(k) is not None for k in dims_keys)
+    dims = None
+    cfg_per_token = None
+    if have_dims:
+        dims = {k: _config_int(config, k) for k in dims_keys}
+        dims.update(block_size=block, vocab_size=_config_int(config, "vocab_size", default=50304),
+                    bias=bool(config.get("bias", True)))
+        cfg_per_token = gpt_flops_per_token(dims)
+    flops_step = flops_source = None
+    if reported is not None and step_s:
+        flops_step = reported / 100 * NANOGPT_A100_TFLOPS * 1e12 * step_s
+        flops_source = "printed mfu × 312 TFLOP/s × step time (nanoGPT's estimate_mfu inverted)"
+    elif cfg_per_token and tokens:
+        flops_step = cfg_per_token * tokens
+        flops_source = "config (analytic 6N + 12·L·H·Q·T)"
+    else:
+        warnings.append("no printed MFU and no model dims + tokens per step in the config: FLOPs unknown")
+
+    per_token = flops_step / tokens if flops_step and tokens else None
+    implied = method = nearest = None
+    if per_token:
+        if have_dims:
+            implied = (per_token - attention_flops_per_token(dims["n_layer"], dims["n_embd"], block)) / 6
+            method = "config n_layer/n_embd"
+        else:
+            def fpt(name):
+                return gpt_flops_per_token(dict(GPT2_SIZES[name], block_size=block))
+
+            nearest = min(GPT2_SIZES, key=lambda n: abs(math.log(fpt(n) / per_token)))
+            d = GPT2_SIZES[nearest]
+            implied = (per_token - attention_flops_per_token(d["n_layer"], d["n_embd"], block)) / 6
+            method = f"attention term of the nearest GPT-2 shape ({nearest})"
+    elif flops_step and not tokens:
+        warnings.append("tokens per step unknown (give batch_size, block_size, "
+                        "gradient_accumulation_steps): model size not inferred")
+
+    floor = flops_step / (peak * 1e12) if flops_step and peak else None
+    true_mfu = flops_step / (step_s * peak * 1e12) if flops_step and peak and step_s else None
+    ratio = step_s / floor if floor and step_s else None
+    verdict = None
+    if ratio is not None:
+        for bound, vid, vtext in STEP_VERDICTS:
+            if ratio < bound:
+                verdict = {"id": vid, "text": vtext}
+                break
+
+    misreport: list[dict] = []
+    if reported is not None and peak:
+        true_pct = reported * NANOGPT_A100_TFLOPS / peak
+        if abs(peak / NANOGPT_A100_TFLOPS - 1) > 0.05:
+            misreport.append({"cause": "a100_constant",
+                              "text": f"nanoGPT divides by the A100's {NANOGPT_A100_TFLOPS:g} TFLOP/s; on a "
+                                      f"{peak:g} TFLOP/s peak the true MFU is {reported:.1f}% × "
+                                      f"{NANOGPT_A100_TFLOPS:g}/{peak:g} = {true_pct:.1f}%",
+                              "evidence": {"reported_pct": reported, "true_pct": true_pct, "peak_tflops": peak}})
+        if reported > 100:
+            misreport.append({"cause": "impossible",
+                              "text": f"{reported:.1f}% MFU is impossible: it is measured against the A100's "
+                                      f"312 TFLOP/s, not this GPU's peak" if peak != NANOGPT_A100_TFLOPS else
+                                      f"{reported:.1f}% MFU is impossible: the step time or FLOP count is wrong",
+                              "evidence": {"reported_pct": reported}})
+    consistency = None
+    if cfg_per_token and per_token and flops_source and flops_source.startswith("printed"):
+        consistency = per_token / cfg_per_token
+        if abs(consistency - 1) > 0.1:
+            warnings.append(f"the printed MFU implies {per_token / 1e9:.2f} GFLOPs/token but the config's "
+                            f"model has {cfg_per_token / 1e9:.2f}: tokens per step or world_size differ")
+
+    size_table = []
+    if tokens and peak:
+        for name, d in GPT2_SIZES.items():
+            f_tok = gpt_flops_per_token(dict(d, block_size=block))
+            f_step = f_tok * tokens
+            size_table.append({
+                "model": name, "params": gpt_param_count(**d),
+                "flops_per_token": f_tok, "floor_s": f_step / (peak * 1e12),
+                "true_mfu_at_step": f_step / (step_s * peak * 1e12) if step_s else None,
+                "nanogpt_mfu_at_step": f_step / (step_s * NANOGPT_A100_TFLOPS * 1e12) if step_s else None,
+            })
+    steps_sorted = sorted(r.time_ms / 1e3 for r in steady)
+    return {
+        "path": str(p), "iter_lines": len(iters), "eval_lines": len(evals), "steady_lines": len(steady),
+        "first_iter": iters[0].iter, "last_iter": iters[-1].iter,
+        "step_s_median": step_s,
+        "step_s_p10": steps_sorted[int(0.1 * (len(steps_sorted) - 1))],
+        "step_s_p90": steps_sorted[int(0.9 * (len(steps_sorted) - 1))],
+        "reported_mfu_pct": reported, "reported_mfu_lines": len(mfus),
+        "last_loss": iters[-1].loss,
+        "tokens_per_step": tokens, "world_size": world,
+        "gpu_key": spec.key if spec else None, "gpu_name": spec.name if spec else gpu,
+        "dtype": used_dtype, "peak_tflops": peak, "peak_source": peak_source,
+        "flops_per_step": flops_step, "flops_source": flops_source, "flops_per_token": per_token,
+        "flops_per_token_config": cfg_per_token, "config_consistency": consistency,
+        "implied_params": implied, "implied_params_method": method, "nearest_gpt2": nearest,
+        "true_mfu": true_mfu, "floor_s": floor,
+        "expected_step_s": {f"{m:.0%}": floor / m for m in EXPECTED_MFU} if floor else None,
+        "best_achievable_step_s": floor / BEST_ACHIEVABLE_MFU if floor else None,
+        "step_over_floor": ratio, "verdict": verdict,
+        "misreport": misreport, "size_table": size_table, "warnings": warnings,
+    }

@@ -1,0 +1,221 @@
+"""True MFU: model FLOPs per step over (median step time × the peak of the dtype in use).
+
+Two denominators: the datasheet's dense peak for the GPU and dtype (hardware.py), and the
+measured matmul ceiling of this device (measure/probe.py). Also the step-time floor (FLOPs ÷
+peak: the fastest this step can ever run here), the step time expected at 40% and 60% MFU, and,
+when the script printed an MFU, why it differs from the true one. Pure: reads a Profile, returns
+a dict, prints nothing.
+"""
+
+from __future__ import annotations
+
+from gpuprof.hardware import find_gpu, normalize_dtype, peak_for
+from gpuprof.measure.flops import gpt_flops_per_token
+
+NANOGPT_A100_TFLOPS = 312.0  # nanoGPT's estimate_mfu `flops_promised`, whatever the GPU
+EXPECTED_MFU = (0.4, 0.6)  # what a well-tuned GPT step reaches (llm.c: ~40-46% on H100)
+BEST_ACHIEVABLE_MFU = 0.8  # the best dense matmul reaches ~80% of the datasheet
+MATCH_TOLERANCE = 0.15  # a cause explains a misreport when it predicts the ratio within ±15%
+
+
+def compute_dtype(config: dict) -> tuple[str, bool]:
+    """(dtype the matmuls run in, tf32 allowed) from a run config.
+
+    autocast dtype wins; else `dtype` (fp32 by default), with TF32 per `tf32_matmul`."""
+    ac = config.get("autocast_dtype")
+    tf32 = bool(config.get("tf32_matmul") or config.get("allow_tf32"))
+    if ac:
+        return normalize_dtype(ac), tf32
+    try:
+        return normalize_dtype(config.get("dtype") or "fp32"), tf32
+    except ValueError:
+        return "fp32", tf32
+
+
+def flops_per_step(profile) -> tuple[float | None, str | None, dict]:
+    """(FLOPs per optimizer step, method, detail) from measurements['flops'], else the config."""
+    fl = (profile.measurements or {}).get("flops") or {}
+    detail = {"analytic_per_step": fl.get("analytic_per_step"), "counted_per_step": fl.get("counted_per_step"),
+              "agreement": fl.get("agreement")}
+    if fl.get("used") == "analytic" and fl.get("analytic_per_step"):
+        return float(fl["analytic_per_step"]), "analytic", detail
+    if fl.get("used") == "counted" and fl.get("counted_per_step"):
+        return float(fl["counted_per_step"]), "counted", detail
+    cfg = profile.run.get("config", {}) if profile.run else {}
+    dims = cfg.get("model_dims")
+    tokens = cfg.get("tokens_per_step") or (profile.summary or {}).get("tokens_per_step")
+    if dims and tokens:
+        per_tok = gpt_flops_per_token(dims, cfg.get("param_count"))
+        detail["analytic_per_step"] = per_tok * tokens
+        return per_tok * tokens, "analytic", detail
+    return None, None, detail
+
+
+def resolve_peak(device: str | None, device_name: str | None, dtype: str, tf32: bool, *,
+                 gpu: str | None = None, peak_tflops: float | None = None) -> dict:
+    """The peak to divide by: --peak-tflops, else --gpu, else the reported device name."""
+    dev = str(device or "")
+    is_cpu = gpu is None and (dev.startswith(("cpu", "mps")) or (
+        not dev and str(device_name or "").upper().startswith("CPU")))
+    used_dtype, _ = peak_for(None, dtype, tf32 and not is_cpu)
+    out = {"gpu_key": None, "gpu_name": None, "dtype": used_dtype, "peak_tflops": None,
+           "peak_source": None, "warnings": []}
+    if peak_tflops is not None:
+        out.update(peak_tflops=float(peak_tflops), peak_source="--peak-tflops")
+        spec = find_gpu(gpu or device_name)
+        if spec is not None:
+            out.update(gpu_key=spec.key, gpu_name=spec.name)
+        return out
+    if is_cpu:
+        out["warnings"].append("CPU run: no datasheet peak; MFU is against the measured matmul ceiling only")
+        return out
+    spec = find_gpu(gpu or device_name)
+    if spec is None:
+        what = f"--gpu {gpu!r}" if gpu else f"GPU {device_name!r}"
+        out["warnings"].append(
+            f"{what} is not in the GPU table: no datasheet peak (gpuprof never borrows another GPU's); "
+            "MFU is against the measured ceiling only. Pass --gpu NAME or --peak-tflops X to set it")
+        return out
+    used_dtype, peak = peak_for(spec, dtype, tf32)
+    out.update(gpu_key=spec.key, gpu_name=spec.name, dtype=used_dtype, peak_tflops=peak,
+               peak_source=f"datasheet ({spec.source})", bandwidth_tb_s=spec.hbm_tb_s)
+    if gpu and device_name and find_gpu(device_name) not in (None, spec):
+        out["warnings"].append(f"--gpu {gpu} overrides the reported {device_name!r}")
+    if peak is None:
+        out["warnings"].append(f"{spec.name} has no {used_dtype} tensor-core peak in its datasheet")
+    return out
+
+
+def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = None,
+                reported_mfu_pct: float | None = None) -> dict:
+    """MFU vs the datasheet peak and vs the measured ceiling, the step-time floor, and the
+    explanation of a misreported MFU. Fractions (0.31), not percentages, except reported_mfu_pct."""
+    env = profile.environment or {}
+    cfg = (profile.run or {}).get("config", {}) or {}
+    summary = profile.summary or {}
+    meas = profile.measurements or {}
+    dtype, tf32 = compute_dtype(cfg)
+    peak = resolve_peak(env.get("device"), env.get("device_name"), dtype, tf32, gpu=gpu, peak_tflops=peak_tflops)
+    warnings = list(peak.pop("warnings"))
+    flops, method, fdetail = flops_per_step(profile)
+    step_s = summary.get("step_s") or None
+    if flops is None:
+        warnings.append("FLOPs per step unknown (no model dimensions and no FLOP count): MFU not computed")
+    if not step_s:
+        warnings.append("no measured steps: MFU not computed")
+
+    achieved = flops / step_s / 1e12 if flops and step_s else None
+    p = peak["peak_tflops"]
+    probe = meas.get("probe") or {}
+    ceiling = probe.get("tflops")
+    if probe.get("error"):
+        warnings.append(f"matmul probe failed: {probe['error']}")
+    out = {
+        "device": env.get("device"), "device_name": env.get("device_name"),
+        **peak,
+        "flops_per_step": flops, "flops_method": method,
+        "flops_analytic_per_step": fdetail.get("analytic_per_step"),
+        "flops_counted_per_step": fdetail.get("counted_per_step"),
+        "flops_agreement": fdetail.get("agreement"),
+        "tokens_per_step": cfg.get("tokens_per_step") or summary.get("tokens_per_step"),
+        "step_s": step_s, "timeline": summary.get("timeline"),
+        "achieved_tflops": achieved,
+        "mfu": achieved / p if achieved and p else None,
+        "ceiling_tflops": ceiling, "ceiling_method": probe.get("method"), "ceiling_dtype": probe.get("dtype"),
+        "ceiling_share_of_peak": ceiling / p if ceiling and p else None,
+        "mfu_vs_ceiling": achieved / ceiling if achieved and ceiling else None,
+        "floor_s": flops / (p * 1e12) if flops and p else None,
+        "floor_s_ceiling": flops / (ceiling * 1e12) if flops and ceiling else None,
+        "expected_step_s": {f"{m:.0%}": flops / (p * 1e12 * m) for m in EXPECTED_MFU} if flops and p else None,
+        "step_over_floor": (step_s / (flops / (p * 1e12))) if flops and p and step_s else None,
+        "warnings": warnings,
+    }
+    if ceiling is None and not probe:
+        out["warnings"].append("no matmul ceiling measured")
+    if out["mfu"] is not None and out["mfu"] > 1.0:
+        out["warnings"].append("measured MFU above 100%: the FLOP count or the peak is wrong")
+
+    script = (meas.get("script") or {}).get("reported") or {}
+    rep, rep_src = reported_mfu_pct, "--reported-mfu"
+    if rep is None and script.get("mfu_pct_median") is not None:
+        rep, rep_src = script["mfu_pct_median"], "script output"
+    out["reported_mfu_pct"] = rep
+    out["reported_source"] = rep_src if rep is not None else None
+    out["reported_step_s"] = script["step_ms_median"] / 1e3 if script.get("step_ms_median") else None
+    out["misreport"] = explain_misreport(out, rep) if rep is not None else []
+    out["reported_impossible"] = bool(rep is not None and rep > 100.0)
+    return out
+
+
+def explain_misreport(m: dict, reported_pct: float) -> list[dict]:
+    """Why a printed MFU differs from the true one. Each entry: cause, text, evidence.
+
+    Causes: nanoGPT's A100 constant (true = reported × 312/peak), timing without
+    synchronization (the script's step time is shorter than the GPU's), a sparse peak
+    (reported = true/2), and anything above 100% flagged as impossible with the cause that fits."""
+    out: list[dict] = []
+    true = m.get("mfu")
+    peak = m.get("peak_tflops")
+    name = m.get("gpu_name") or m.get("device_name") or "this GPU"
+    if true is None or not peak:
+        out.append({"cause": "cannot_check",
+                    "text": "no true MFU to compare with (no datasheet peak or no FLOP count); "
+                            f"pass --gpu or --peak-tflops. Printed: {reported_pct:.1f}%",
+                    "evidence": {"reported_pct": reported_pct}})
+        if reported_pct > 100:
+            out.append(_impossible(reported_pct, None))
+        return out
+    true_pct = true * 100
+    ratio = reported_pct / true_pct if true_pct else None
+    ev = {"reported_pct": reported_pct, "true_pct": true_pct, "ratio": ratio, "peak_tflops": peak}
+    candidates = []
+    a100 = peak / NANOGPT_A100_TFLOPS
+    candidates.append(("a100_constant", a100,
+                       f"nanoGPT divides by the A100's {NANOGPT_A100_TFLOPS:g} TFLOP/s on every GPU; the "
+                       f"{m.get('dtype')} peak of {name} is {peak:g} TFLOP/s, so the true MFU is "
+                       f"{reported_pct:.1f}% × {NANOGPT_A100_TFLOPS:g}/{peak:g} = "
+                       f"{reported_pct * NANOGPT_A100_TFLOPS / peak:.1f}%"))
+    rs, ms = m.get("reported_step_s"), m.get("step_s")
+    if rs and ms and ms > rs * (1 + MATCH_TOLERANCE):
+        unsync = ms / rs
+        candidates.append(("unsynchronized_timing", unsync,
+                           f"the script timed {rs * 1e3:.1f} ms per step but the GPU timeline says "
+                           f"{ms * 1e3:.1f} ms: its timer does not wait for the GPU (no synchronize), "
+                           f"which inflates its MFU {unsync:.2f}×"))
+        candidates.append(("a100_constant+unsynchronized_timing", a100 * unsync,
+                           "both: the A100 constant and unsynchronized timing"))
+    candidates.append(("sparse_peak", 0.5,
+                       f"the script divides by a 2:4-sparse peak ({2 * peak:g} TFLOP/s), twice the dense "
+                       f"{peak:g}: its MFU reads half the true one"))
+    if ratio is not None and abs(ratio - 1) <= MATCH_TOLERANCE:
+        out.append({"cause": "agrees", "text": f"the printed {reported_pct:.1f}% agrees with the true "
+                                               f"{true_pct:.1f}%", "evidence": ev})
+    else:
+        matched = [c for c in candidates if ratio and abs(ratio / c[1] - 1) <= MATCH_TOLERANCE]
+        for cause, predicted, text in matched:
+            out.append({"cause": cause, "text": text, "evidence": dict(ev, predicted_ratio=predicted)})
+        if not matched:
+            out.append({"cause": "unexplained",
+                        "text": f"the printed MFU is {ratio:.2f}× the true one; no known cause predicts that "
+                                "(a different FLOP formula, tokens per step, or timing window)",
+                        "evidence": ev})
+            # The A100 constant still applies to any nanoGPT-derived script: say so when it does.
+            if abs(a100 - 1) > MATCH_TOLERANCE:
+                out.append({"cause": "a100_constant_possible", "text": candidates[0][2],
+                            "evidence": dict(ev, predicted_ratio=a100)})
+    if reported_pct > 100:
+        out.append(_impossible(reported_pct, [e["cause"] for e in out]))
+    return out
+
+
+def _impossible(reported_pct: float, causes: list[str] | None) -> dict:
+    why = {
+        "a100_constant": "it is measured against the A100's 312 TFLOP/s, not this GPU's peak",
+        "a100_constant+unsynchronized_timing": "it uses the A100's peak and an unsynchronized step time",
+        "unsynchronized_timing": "its step time is shorter than the GPU actually took",
+    }
+    reason = next((why[c] for c in (causes or []) if c in why),
+                  "the step time or the FLOP count it uses is wrong")
+    return {"cause": "impossible",
+            "text": f"{reported_pct:.1f}% MFU is impossible (above 100% of the peak): {reason}",
+            "evidence": {"reported_pct": reported_pct}}

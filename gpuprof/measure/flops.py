@@ -1,0 +1,181 @@
+"""Model FLOPs per step, two ways: the analytic GPT formula and a count on the eager module.
+
+Analytic (nanoGPT / PaLM appendix B): 6·N + 12·L·H·Q·T training FLOPs per token, N the
+parameter count without position embeddings. Counted: `torch.utils.flop_counter.FlopCounterMode`
+over one micro-batch forward of the eager module (never the compiled wrapper: the counter does
+not see inside compiled graphs), training = 3 × forward (backward = 2 × forward). The count runs
+once after the measured steps, under no_grad, with the RNG state saved and restored, so it
+changes neither the measured steps nor the model's gradients or random stream.
+
+The analytic helpers are pure (no torch import) so analysis code can use them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+# Published GPT-2 shapes (Radford et al. 2019, as in nanoGPT's from_pretrained): used to name the
+# model size a FLOP count implies. vocab 50304 = 50257 padded to a multiple of 64, as nanoGPT.
+GPT2_SIZES: dict[str, dict] = {
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304),
+    "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024, vocab_size=50304),
+    "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280, vocab_size=50304),
+    "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600, vocab_size=50304),
+}
+
+# Backward costs two forwards (grad wrt inputs + grad wrt weights): training = 3 × forward.
+TRAIN_OVER_FORWARD = 3
+
+
+def gpt_param_count(n_layer: int, n_embd: int, vocab_size: int, bias: bool = True, **_) -> int:
+    """nanoGPT GPT parameters without position embeddings (head tied to wte)."""
+    d, b = n_embd, (1 if bias else 0)
+    per_layer = 2 * (d + b * d) + 3 * d * d + b * 3 * d + d * d + b * d + 4 * d * d + b * 4 * d + 4 * d * d + b * d
+    return vocab_size * d + n_layer * per_layer + (d + b * d)
+
+
+def gpt_flops_per_token(dims: dict, n_params: int | None = None) -> float:
+    """6N + 12·L·H·Q·T for a dict with n_layer, n_head, n_embd, block_size (+ vocab_size, bias
+    when n_params is not given). Q·H = n_embd."""
+    n = n_params if n_params is not None else gpt_param_count(**dims)
+    return 6 * n + 12 * dims["n_layer"] * dims["n_embd"] * dims["block_size"]
+
+
+def attention_flops_per_token(n_layer: int, n_embd: int, block_size: int) -> float:
+    """The 12·L·H·Q·T part of the formula (attention scores and weighted sum, fwd + bwd)."""
+    return 12 * n_layer * n_embd * block_size
+
+
+def count_flops(model, args: tuple = (), kwargs: dict | None = None, *, autocast_dtype=None) -> dict:
+    """Count one forward of `model(*args, **kwargs)` with FlopCounterMode.
+
+    A compiled model is unwrapped to its `_orig_mod`. Runs under no_grad (no graph, no .grad
+    change), with the CPU and CUDA RNG states restored afterwards (dropout draws nothing from
+    the training stream). Returns forward / training FLOPs for that batch and per op."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    kwargs = kwargs or {}
+    eager = getattr(model, "_orig_mod", model)
+    device_type = _device_type(args, kwargs, eager)
+    cpu_state = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    t0 = time.perf_counter()
+    counter = FlopCounterMode(display=False, custom_mapping=_extra_formulas())
+    try:
+        autocast = (torch.autocast(device_type=device_type, dtype=autocast_dtype)
+                    if autocast_dtype is not None else contextlib.nullcontext())
+        with torch.no_grad(), autocast, counter:
+            eager(*args, **kwargs)
+    finally:
+        torch.set_rng_state(cpu_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+    forward = float(counter.get_total_flops())
+    by_op = {str(k): float(v) for k, v in counter.get_flop_counts().get("Global", {}).items()}
+    return {
+        "forward": forward,
+        "train": forward * TRAIN_OVER_FORWARD,
+        "by_op": by_op,
+        "compiled": eager is not model,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+class FlopsInstrument:
+    """Analytic and counted model FLOPs per optimizer step → profile.measurements['flops'].
+
+    Counting happens in stop(), after the measured steps, so it cannot disturb them."""
+
+    name = "flops"
+
+    def __init__(self, count: bool = True):
+        self.count = count
+
+    def start(self, ctx) -> None:  # nothing to do during the run
+        return None
+
+    def stop(self, ctx) -> dict | None:
+        summary = (ctx.profile.summary if ctx.profile is not None else {}) or {}
+        cfg = _as_dict(ctx.config)
+        micro = summary.get("micro_steps") or cfg.get("grad_accum") or 1
+        tokens = summary.get("tokens_per_step") or _tokens_per_step(cfg)
+        out: dict = {"micro_steps_per_step": int(micro), "tokens_per_step": int(tokens) if tokens else None,
+                     "analytic_per_token": None, "analytic_per_step": None,
+                     "counted_forward_per_micro": None, "counted_per_step": None, "counted_per_token": None,
+                     "counted_by_op": None, "agreement": None, "used": None, "errors": []}
+        gcfg = ctx.gpt_config
+        if gcfg is not None:
+            dims = gcfg.to_dict() if hasattr(gcfg, "to_dict") else dict(gcfg)
+            out["analytic_per_token"] = gpt_flops_per_token(dims)
+            if tokens:
+                out["analytic_per_step"] = out["analytic_per_token"] * tokens
+        if self.count and ctx.model is not None:
+            try:
+                c = count_flops(ctx.model, tuple(ctx.example_args or ()), dict(ctx.example_kwargs or {}),
+                                autocast_dtype=ctx.autocast_dtype)
+                out["counted_forward_per_micro"] = c["forward"]
+                out["counted_per_step"] = c["train"] * micro
+                out["counted_by_op"] = c["by_op"]
+                out["count_seconds"] = c["seconds"]
+                out["compiled_model_unwrapped"] = c["compiled"]
+                if tokens:
+                    out["counted_per_token"] = out["counted_per_step"] / tokens
+            except Exception as exc:  # a model the counter cannot run: keep the analytic figure
+                out["errors"].append(f"FlopCounterMode failed: {exc.__class__.__name__}: {exc}")
+        elif ctx.model is None:
+            out["errors"].append("no eager model to count on")
+        a, c = out["analytic_per_step"], out["counted_per_step"]
+        if a and c:
+            out["agreement"] = c / a
+        # Analytic is the standard MFU numerator (PaLM, nanoGPT, llm.c): use it when the model is
+        # a known GPT; otherwise the count is all there is.
+        out["used"] = "analytic" if a else ("counted" if c else None)
+        return out
+
+
+def _tokens_per_step(cfg: dict) -> int | None:
+    if cfg.get("tokens_per_step"):
+        return int(cfg["tokens_per_step"])
+    try:
+        return int(cfg["batch_size"]) * int(cfg["block_size"]) * int(cfg.get("grad_accum", 1))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _as_dict(cfg) -> dict:
+    if cfg is None:
+        return {}
+    if isinstance(cfg, dict):
+        return cfg
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(cfg) if is_dataclass(cfg) else dict(vars(cfg))
+
+
+def _device_type(args, kwargs, model) -> str:
+    import torch
+
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            return a.device.type
+    for p in model.parameters():
+        return p.device.type
+    return "cpu"
+
+
+def _extra_formulas() -> dict:
+    """FLOP formulas FlopCounterMode lacks: the CPU fused attention kernel (torch ≤ 2.13 counts
+    only the CUDA flash/efficient/cudnn kernels, so CPU attention would count as zero)."""
+    import torch
+    from torch.utils import flop_counter as fc
+
+    extra = {}
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if op is not None and op not in fc.flop_registry and hasattr(fc, "sdpa_flop_count"):
+        def _sdpa_cpu(q, k, v, *args, out_shape=None, **kwargs):
+            return fc.sdpa_flop_count(q, k, v)
+
+        extra[op] = _sdpa_cpu
+    return extra

@@ -1,0 +1,252 @@
+"""Rich renderables for MFU, the samplers and a log analysis. Builds, never prints.
+
+Every figure comes from the dict passed in; a missing one reads "not measured".
+"""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+NM = "not measured"
+
+
+def _num(x, fmt: str = "{:.3g}", unit: str = "") -> str:
+    return NM if x is None else fmt.format(x) + unit
+
+
+def _pct(x, digits: int = 1) -> str:
+    return NM if x is None else f"{x * 100:.{digits}f}%"
+
+
+def _secs(x) -> str:
+    if x is None:
+        return NM
+    if x >= 100:
+        return f"{x:.0f} s"
+    if x >= 1:
+        return f"{x:.2f} s"
+    if x >= 1e-3:
+        return f"{x * 1e3:.1f} ms"
+    return f"{x * 1e6:.0f} µs"
+
+
+def _flops(x) -> str:
+    return NM if x is None else f"{x:.3g} FLOP"
+
+
+def _tflops(x) -> str:
+    if x is None:
+        return NM
+    return f"{x:.1f} TFLOP/s" if x >= 1 else f"{x * 1e3:.1f} GFLOP/s"
+
+
+def _bytes_s(x) -> str:
+    if x is None:
+        return NM
+    for unit, div in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.1f} {unit}"
+    return f"{x:.0f} B/s"
+
+
+def _bytes(x) -> str:
+    if x is None:
+        return NM
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def _kv_table() -> Table:
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    return t
+
+
+def _notes(items: list[str], style: str = "yellow") -> list[Text]:
+    return [Text(f"! {w}", style=style) for w in items or []]
+
+
+# ----------------------------------------------------------------------------------------- MFU
+def mfu_panel(mfu: dict) -> Panel:
+    """The MFU section of a report: FLOPs, peak, both MFUs, the floor, a misreport explained."""
+    t = _kv_table()
+    fm = mfu.get("flops_method")
+    extra = ""
+    if mfu.get("flops_analytic_per_step") is not None or mfu.get("flops_counted_per_step") is not None:
+        extra = (f"  (analytic {_flops(mfu.get('flops_analytic_per_step'))}, counted "
+                 f"{_flops(mfu.get('flops_counted_per_step'))}, counted/analytic "
+                 f"{_pct(mfu.get('flops_agreement'))})")
+    t.add_row("Model FLOPs / step", f"{_flops(mfu.get('flops_per_step'))}"
+              + (f" [dim]MFU uses {fm}[/dim]" if fm else "") + extra)
+    timeline = mfu.get("timeline")
+    t.add_row("Step time (median)", _secs(mfu.get("step_s")) + (f" [dim]{timeline} timeline[/dim]" if timeline else ""))
+    t.add_row("Achieved", _tflops(mfu.get("achieved_tflops")))
+    dtype = mfu.get("dtype") or "?"
+    peak = mfu.get("peak_tflops")
+    gpu = mfu.get("gpu_name") or mfu.get("device_name") or "device"
+    t.add_row(f"Peak ({dtype}, {gpu})",
+              (_tflops(peak) + f" [dim]{mfu.get('peak_source')}[/dim]") if peak else "no datasheet peak")
+    t.add_row("MFU vs datasheet", _pct(mfu.get("mfu")) if peak else "not applicable")
+    ceil = mfu.get("ceiling_tflops")
+    ceil_txt = _tflops(ceil)
+    if ceil is not None:
+        ceil_txt += f" [dim]{mfu.get('ceiling_method')}, {mfu.get('ceiling_dtype')} matmul[/dim]"
+        if mfu.get("ceiling_share_of_peak") is not None:
+            ceil_txt += f" = {_pct(mfu['ceiling_share_of_peak'])} of datasheet"
+    t.add_row("Measured ceiling", ceil_txt)
+    t.add_row("MFU vs ceiling", _pct(mfu.get("mfu_vs_ceiling")))
+    floor = mfu.get("floor_s")
+    if floor is not None:
+        exp = mfu.get("expected_step_s") or {}
+        t.add_row("Step-time floor", f"{_secs(floor)} at 100% of peak; expected "
+                  + ", ".join(f"{_secs(v)} at {k}" for k, v in exp.items())
+                  + f"; measured {_secs(mfu.get('step_s'))}"
+                  + (f" = {mfu['step_over_floor']:.2f}× the floor" if mfu.get("step_over_floor") else ""))
+    else:
+        t.add_row("Step-time floor", NM if peak else "not applicable (no datasheet peak)")
+    if mfu.get("floor_s_ceiling") is not None:
+        t.add_row("Floor at ceiling", _secs(mfu["floor_s_ceiling"]))
+    parts: list = [t]
+    if mfu.get("reported_mfu_pct") is not None:
+        parts.append(Text(f"Printed MFU {mfu['reported_mfu_pct']:.1f}% ({mfu.get('reported_source')}):",
+                          style="bold"))
+        for m in mfu.get("misreport") or []:
+            style = "red" if m.get("cause") == "impossible" else ""
+            parts.append(Text(f"  - {m['text']}", style=style))
+    parts += _notes(mfu.get("warnings"))
+    return Panel(Group(*parts), title="Model FLOPs utilization", expand=False)
+
+
+# ------------------------------------------------------------------------------------ samplers
+_NVML_COLS = [("gpu_util_pct", "GPU util", lambda v: _num(v, "{:.0f}", "%")),
+              ("sm_clock_share", "SM clock/max", _pct),
+              ("power_share", "power/limit", _pct),
+              ("mem_used_bytes", "mem used", _bytes),
+              ("temp_c", "temp", lambda v: _num(v, "{:.0f}", " °C")),
+              ("pcie_rx_bytes_s", "PCIe rx", _bytes_s),
+              ("pcie_tx_bytes_s", "PCIe tx", _bytes_s)]
+_HOST_COLS = [("cpu_pct", "CPU (all cores)", lambda v: _num(v, "{:.0f}", "%")),
+              ("cpu_pct_max_core", "busiest core", lambda v: _num(v, "{:.0f}", "%")),
+              ("proc_cpu_pct", "process CPU", lambda v: _num(v, "{:.0f}", "%")),
+              ("rss_bytes", "RSS", _bytes),
+              ("read_bytes_s", "process reads", _bytes_s),
+              ("major_faults_s", "major faults", lambda v: _num(v, "{:.1f}", "/s")),
+              ("disk_read_bytes_s", "disk reads", _bytes_s)]
+_PHASE_ORDER = ["data", "h2d", "forward", "backward", "optimizer", "eval", "other", "warmup", "outside"]
+
+
+def _phase_table(section: dict, cols) -> Table:
+    t = Table(show_edge=False, pad_edge=False)
+    t.add_column("phase")
+    t.add_column("samples", justify="right")
+    for _, label, _ in cols:
+        t.add_column(label, justify="right")
+    phases = section.get("phases") or {}
+    overall = section.get("summary") or {}
+    t.add_row("[bold]measured steps[/bold]", str(sum(p.get("samples", 0) for k, p in phases.items()
+                                                     if k not in ("warmup", "outside"))),
+              *[fmt((overall.get(key) or {}).get("mean")) for key, _, fmt in cols])
+    for ph in sorted(phases, key=lambda p: _PHASE_ORDER.index(p) if p in _PHASE_ORDER else 99):
+        row = phases[ph]
+        t.add_row(ph, str(row.get("samples", 0)), *[fmt(row.get(key)) for key, _, fmt in cols])
+    return t
+
+
+def _quality(section: dict) -> str:
+    cost = section.get("cost") or {}
+    share = cost.get("share_of_one_core")
+    return (f"samples {section.get('samples', 0)} every {section.get('interval_s')} s, "
+            f"late {section.get('late_ticks', 0)}, errors {section.get('errors', 0)}; "
+            f"cost {_num(cost.get('thread_cpu_s'), '{:.3f}', ' s')} CPU"
+            + (f" ({share * 100:.2f}% of one core)" if share is not None else ""))
+
+
+def samplers_panel(measurements: dict) -> Panel:
+    """GPU (NVML) and host (psutil) samples, overall and per phase, with each sampler's quality."""
+    parts: list = []
+    nv = (measurements or {}).get("nvml")
+    parts.append(Text("GPU (NVML)", style="bold underline"))
+    if not nv:
+        parts.append(Text(f"  {NM}"))
+    elif not nv.get("available"):
+        parts.append(Text(f"  {NM}: {nv.get('reason')}"))
+    else:
+        g = (nv.get("gpus") or [{}])[0]
+        parts.append(Text(f"  {g.get('name') or 'GPU'}  {_quality(nv)}", style="dim"))
+        parts.append(_phase_table(nv, _NVML_COLS))
+        thr = nv.get("throttle_share")
+        if thr:
+            parts.append(Text("  clock-event reasons: " + ", ".join(
+                f"{k} {v * 100:.0f}% of samples" for k, v in sorted(thr.items(), key=lambda kv: -kv[1]))))
+        if nv.get("unreadable"):
+            parts += _notes([f"could not read {k}: {v}" for k, v in nv["unreadable"].items()])
+    hs = (measurements or {}).get("host")
+    parts.append(Text("Host (psutil)", style="bold underline"))
+    if not hs:
+        parts.append(Text(f"  {NM}"))
+    elif not hs.get("available"):
+        parts.append(Text(f"  {NM}: {hs.get('reason')}"))
+    else:
+        disk = hs.get("disk") or NM
+        parts.append(Text(f"  {_quality(hs)}; data disk {disk}", style="dim"))
+        parts.append(_phase_table(hs, _HOST_COLS))
+        if hs.get("disk_reason"):
+            parts += _notes([f"data disk: {hs['disk_reason']}"])
+        if hs.get("unreadable"):
+            parts += _notes([f"could not read {k}: {v}" for k, v in hs["unreadable"].items()])
+    return Panel(Group(*parts), title="What the machine did", expand=False)
+
+
+# ---------------------------------------------------------------------------------------- logs
+def log_analysis_panel(result: dict) -> Panel:
+    """What a nanoGPT log implies: FLOPs, model size, true MFU, the floor, the verdict."""
+    r = result
+    t = _kv_table()
+    t.add_row("Log", f"{r.get('path')}: {r.get('iter_lines')} iteration lines "
+              f"(iters {r.get('first_iter')}-{r.get('last_iter')}), {r.get('eval_lines')} eval lines")
+    t.add_row("Step time (median)", f"{_secs(r.get('step_s_median'))} "
+              f"[dim](p10 {_secs(r.get('step_s_p10'))}, p90 {_secs(r.get('step_s_p90'))})[/dim]")
+    rep = r.get("reported_mfu_pct")
+    t.add_row("Printed MFU (median)", NM if rep is None else f"{rep:.1f}%")
+    t.add_row("Tokens / step / GPU", NM if r.get("tokens_per_step") is None else f"{r['tokens_per_step']:,}")
+    t.add_row("FLOPs / step", _flops(r.get("flops_per_step"))
+              + (f" [dim]{r['flops_source']}[/dim]" if r.get("flops_source") else ""))
+    t.add_row("FLOPs / token", _num(r.get("flops_per_token") and r["flops_per_token"] / 1e9, "{:.2f}", " G"))
+    imp = r.get("implied_params")
+    t.add_row("Implied model size", NM if imp is None else
+              f"{imp / 1e6:,.0f}M parameters [dim]({r.get('implied_params_method')})[/dim]")
+    peak = r.get("peak_tflops")
+    t.add_row(f"Peak ({r.get('dtype')}, {r.get('gpu_name') or 'no GPU given'})",
+              (_tflops(peak) + f" [dim]{r.get('peak_source')}[/dim]") if peak else NM)
+    t.add_row("True MFU", _pct(r.get("true_mfu")))
+    floor = r.get("floor_s")
+    if floor is not None:
+        exp = r.get("expected_step_s") or {}
+        t.add_row("Step-time floor", f"{_secs(floor)} at 100% of peak; expected "
+                  + ", ".join(f"{_secs(v)} at {k}" for k, v in exp.items())
+                  + (f"; logged {r['step_over_floor']:.2f}× the floor" if r.get("step_over_floor") else ""))
+    else:
+        t.add_row("Step-time floor", NM)
+    parts: list = [t]
+    v = r.get("verdict")
+    if v:
+        style = {"impossible": "red", "suspicious": "yellow", "healthy": "green", "slow": "red"}.get(v["id"], "")
+        parts.append(Text(f"Verdict: {v['id']}: {v['text']}", style=style))
+    for m in r.get("misreport") or []:
+        parts.append(Text(f"  - {m['text']}", style="red" if m.get("cause") == "impossible" else ""))
+    if r.get("size_table"):
+        st = Table(title="If the model were…", show_edge=False)
+        for col in ("model", "params", "floor", "true MFU at logged step", "nanoGPT would print"):
+            st.add_column(col, justify="right")
+        for row in r["size_table"]:
+            st.add_row(row["model"], f"{row['params'] / 1e6:,.0f}M", _secs(row.get("floor_s")),
+                       _pct(row.get("true_mfu_at_step")), _pct(row.get("nanogpt_mfu_at_step")))
+        parts.append(st)
+    parts += _notes(r.get("warnings"))
+    return Panel(Group(*parts), title="nanoGPT log analysis", expand=False)
