@@ -23,8 +23,12 @@ class Finding:
     confidence: str = "medium"  # high | medium | low
     fix: str = ""  # the concrete change
     config_overrides: dict = field(default_factory=dict)  # nanoGPT config keys when a config fix
-    kind: str = "fix"  # fix | info
+    kind: str = "fix"  # fix | verdict | info
     note: str = ""  # e.g. why the saving cannot be estimated, or the constraint on the fix
+    # Seconds per step of each phase this finding's saving comes out of. The engine caps
+    # overlapping claims so that two findings never save the same interval twice.
+    claims: dict = field(default_factory=dict)
+    overlaps: list = field(default_factory=list)  # ids of higher-ranked findings sharing an interval
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -58,11 +62,46 @@ class Context:
 Rule = Callable[[Context], list[Finding]]
 
 
-def rank(findings: list[Finding]) -> list[Finding]:
-    def key(f: Finding):
-        return (f.kind != "fix", f.saving_s is None, -(f.saving_s or 0.0), f.id)
+_KIND_ORDER = {"fix": 0, "verdict": 1, "info": 2}
 
-    return sorted(findings, key=key)
+
+def rank(findings: list[Finding], summary: dict | None = None) -> list[Finding]:
+    """Sort fixes by saving (largest first), then fixes that cannot estimate, verdicts, info.
+
+    Savings that claim the same phase interval are capped: a lower-ranked finding keeps only
+    what the higher-ranked ones left of that interval, so savings never add up to more than
+    the step."""
+
+    def key(f: Finding):
+        return (_KIND_ORDER.get(f.kind, 3), f.saving_s is None, -(f.saving_s or 0.0), f.id)
+
+    summary = summary or {}
+    step_s = summary.get("step_s")
+    ordered = sorted(findings, key=key)
+    budget = {p: e.get("seconds", 0.0) for p, e in (summary.get("phases") or {}).items()}
+    owners: dict[str, list[str]] = {}
+    for f in ordered:
+        if f.saving_s is None or not f.claims:
+            continue
+        capped = 0.0
+        for phase, sec in f.claims.items():
+            left = budget.setdefault(phase, sec)
+            if phase in owners:
+                f.overlaps.extend(o for o in owners[phase] if o not in f.overlaps)
+            take = min(sec, max(left, 0.0))
+            budget[phase] = left - take
+            owners.setdefault(phase, []).append(f.id)
+            capped += take
+        # Savings that are not pinned to a phase (e.g. faster kernels) stay as estimated.
+        unpinned = max(f.saving_s - sum(f.claims.values()), 0.0)
+        new = capped + unpinned
+        if new < f.saving_s - 1e-12:
+            f.note = (f.note + " " if f.note else "") + (
+                f"saving capped from {f.saving_s:.3g} s: it shares time with {', '.join(f.overlaps)}")
+            f.saving_s = new
+            if step_s:
+                f.saving_share = new / step_s
+    return sorted(ordered, key=key)
 
 
 def analyze(ctx: Context, rules: list[Rule] | None = None) -> list[Finding]:
@@ -76,4 +115,4 @@ def analyze(ctx: Context, rules: list[Rule] | None = None) -> list[Finding]:
     out: list[Finding] = []
     for rule in rules:
         out.extend(rule(ctx))
-    return rank(out)
+    return rank(out, ctx.summary)

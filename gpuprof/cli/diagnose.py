@@ -26,10 +26,18 @@ def _progress(console: Console):
 
 
 def _instruments(device: str, data_path: Optional[str], samplers: bool) -> list:
+    from gpuprof.measure.microbatch import MicroBatchProbe
+    from gpuprof.measure.syncs import SyncCounter
+
+    ours = [SyncCounter(), MicroBatchProbe()]
     try:  # TODO(integration): measure.instruments lands with issue #4
         from gpuprof.measure.instruments import default_instruments
     except ImportError:
-        return []
+        return ours
+    return ours + _theirs(default_instruments, device, data_path, samplers)
+
+
+def _theirs(default_instruments, device, data_path, samplers):
 
     return default_instruments(device, data_path, nvml_interval_s=0.1, host_interval_s=0.1,
                                probe=samplers, flops=True) if samplers else \

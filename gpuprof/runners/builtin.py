@@ -139,6 +139,8 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
     optimizer = _adamw(model, cfg, is_cuda)
     step_model = torch.compile(model) if cfg.compile else model
 
+    if is_cuda:
+        torch.cuda.reset_peak_memory_stats()
     X, Y = loader.get_batch()  # first batch before the loop, as nanoGPT
     run_ctx = RunContext(cfg, gcfg, model, (X, Y), {}, device, timer, autocast_dtype)
     for inst in instruments:
@@ -179,6 +181,12 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
     run_wall = time.perf_counter() - run_t0
 
     records = timer.steps()  # waits for the GPU to finish and resolves CUDA events
+    memory = None
+    if is_cuda:
+        free, total_mem = torch.cuda.mem_get_info()
+        memory = {"peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+                  "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+                  "capacity_bytes": total_mem, "method": "torch.cuda.max_memory_allocated"}
     warm, measured = records[: cfg.warmup], records[cfg.warmup :]
     run = {
         "mode": "builtin",
@@ -203,6 +211,8 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
     }
     profile = Profile(run=run, steps=measured, warmup_steps=warm,
                       environment=environment(device), summary=summarize(measured))
+    if memory:
+        profile.measurements["memory"] = memory
     run_ctx.profile = profile
     for inst in instruments:
         section = inst.stop(run_ctx)

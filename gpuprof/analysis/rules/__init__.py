@@ -1,5 +1,31 @@
-"""The registry of rules. Each module holds one family; each rule is `rule(ctx) -> [Finding]`."""
+"""The registry of rules. Each module holds one family; each rule is `rule(ctx) -> [Finding]`.
 
-from gpuprof.analysis.rules.phases import dominant_phase
+Finding ids are part of the JSON contract (documented in docs/rules.md)."""
 
-RULES = [dominant_phase]
+from gpuprof.analysis.rules.gpu import (
+    compile_findings,
+    h2d_pageable,
+    launch_bound,
+    no_tensor_cores,
+    optimizer_slow,
+    sync_in_step,
+)
+from gpuprof.analysis.rules.phases import (
+    compute_bound,
+    data_loading_exposed,
+    dominant_phase,
+    eval_in_measured_steps,
+)
+
+RULES = [
+    data_loading_exposed,
+    eval_in_measured_steps,
+    h2d_pageable,
+    optimizer_slow,
+    no_tensor_cores,
+    compile_findings,
+    launch_bound,
+    sync_in_step,
+    compute_bound,
+    dominant_phase,
+]

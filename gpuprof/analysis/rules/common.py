@@ -1,0 +1,34 @@
+"""Small helpers the rules share: exposure of a phase, device tests, config access."""
+
+from __future__ import annotations
+
+from gpuprof.analysis.engine import Context
+
+COMPUTE_PHASES = ("forward", "backward", "optimizer")
+
+
+def on_cuda(ctx: Context) -> bool:
+    return str(ctx.config.get("device") or ctx.profile.environment.get("device") or "").startswith("cuda")
+
+
+def exposed_s(ctx: Context, phase: str) -> float:
+    """Seconds per step that `phase` keeps the device from computing.
+
+    On the GPU timeline a host-only phase's span is the idle time it exposed; on a CPU run
+    the host is the device, so the phase's whole wall time is exposed."""
+    entry = ctx.summary.get("phases", {}).get(phase, {})
+    if ctx.summary.get("timeline") == "gpu" and "idle_exposed_s" in entry and phase in ("data", "other"):
+        return entry["idle_exposed_s"]
+    return entry.get("seconds", 0.0)
+
+
+def step_s(ctx: Context) -> float:
+    return ctx.summary.get("step_s") or 0.0
+
+
+def mode(ctx: Context) -> str:
+    return ctx.profile.run.get("mode", "builtin")
+
+
+def micro_steps(ctx: Context) -> int:
+    return int(ctx.summary.get("micro_steps") or ctx.config.get("grad_accum") or 1)

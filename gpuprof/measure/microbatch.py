@@ -1,0 +1,128 @@
+"""Micro-batch efficiency curve: forward+backward time at a few micro-batch sizes.
+
+After the measured steps, time one forward+backward of the eager model at sizes around the
+run's micro-batch B (1, B/2, B, 2B; larger ones only while they fit) and fit
+    t(b) = fixed + per_sample * b
+by a robust line fit (Theil-Sen). `fixed` is the cost every micro-step pays whatever its size (Python, kernel
+launches, small-op overhead); it is what fewer, larger micro-steps save. Runs after the loop,
+so it never disturbs the measured steps; gradients it creates are dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Theil-Sen (intercept, slope) of ys on xs: medians of pairwise slopes and of
+    intercepts, so one disturbed timing on a noisy machine cannot swing the fit."""
+    import statistics
+
+    pairs = [(i, j) for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
+    if not pairs:
+        raise ValueError("need at least two distinct sizes")
+    slope = statistics.median((ys[j] - ys[i]) / (xs[j] - xs[i]) for i, j in pairs)
+    intercept = statistics.median(y - slope * x for x, y in zip(xs, ys))
+    return intercept, slope
+
+
+def _sizes(batch: int, max_batch: int | None) -> list[int]:
+    sizes = sorted({1, max(1, batch // 2), batch, 2 * batch, 4 * batch})
+    if max_batch:
+        sizes = [s for s in sizes if s <= max_batch]
+    return sizes
+
+
+class MicroBatchProbe:
+    """Instrument: stop() measures t(b) and returns the fitted curve."""
+
+    name = "microbatch"
+
+    def __init__(self, reps: int = 2, budget_s: float = 4.0):
+        self.reps = reps
+        self.budget_s = budget_s
+
+    def start(self, ctx) -> None:
+        pass
+
+    def stop(self, ctx) -> dict | None:
+        if ctx.model is None or not ctx.example_args:
+            return None
+        x = ctx.example_args[0]
+        y = ctx.example_args[1] if len(ctx.example_args) > 1 else None
+        if not isinstance(x, torch.Tensor) or x.dim() < 1:
+            return None
+        return measure_curve(ctx.model, x, y, ctx.device, ctx.autocast_dtype, reps=self.reps,
+                             budget_s=self.budget_s)
+
+
+def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
+                  budget_s: float = 4.0, clock=time.perf_counter) -> dict:
+    is_cuda = str(device).startswith("cuda")
+    batch = x.shape[0]
+    ctx = (torch.autocast("cuda" if is_cuda else "cpu", dtype=autocast_dtype)
+           if autocast_dtype is not None else contextlib.nullcontext())
+    was_training = model.training
+    model.train()
+    points: list[tuple[int, float]] = []
+    stopped = None
+    t_start = clock()
+    for size in _sizes(batch, None):
+        reps_needed = 1 + reps
+        xb = _resize(x, size)
+        yb = _resize(y, size) if y is not None else None
+        try:
+            best = float("inf")
+            for r in range(reps_needed):
+                if is_cuda:
+                    torch.cuda.synchronize()
+                t0 = clock()
+                with ctx:
+                    out = model(xb, yb) if yb is not None else model(xb)
+                loss = out[1] if isinstance(out, tuple) else out
+                if loss is None or not isinstance(loss, torch.Tensor):
+                    return {"error": "model returned no loss tensor"}
+                loss = loss.float().mean()
+                loss.backward()
+                if is_cuda:
+                    torch.cuda.synchronize()
+                dt = clock() - t0
+                if r > 0:  # the first call at a new shape is a warm-up
+                    best = min(best, dt)
+            points.append((size, best))
+        except torch.cuda.OutOfMemoryError:
+            stopped = f"micro-batch {size} does not fit in GPU memory"
+            torch.cuda.empty_cache()
+            break
+        finally:
+            model.zero_grad(set_to_none=True)
+        if clock() - t_start > budget_s and size >= batch:
+            stopped = f"time budget {budget_s:.0f} s reached"
+            break
+    model.train(was_training)
+    result = {
+        "method": "min of %d timed forward+backward per size after one warm-up, %s" % (
+            reps, "CUDA-synchronized wall time" if is_cuda else "wall time"),
+        "batch_size": batch,
+        "points": [{"batch_size": b, "seconds": s} for b, s in points],
+        "stopped": stopped,
+    }
+    if len(points) >= 2:
+        fixed, per_sample = fit_line([float(b) for b, _ in points], [s for _, s in points])
+        result["fixed_s"] = max(fixed, 0.0)
+        result["per_sample_s"] = per_sample
+        at_b = dict(points).get(batch)
+        if at_b:
+            result["fixed_share_at_batch"] = max(fixed, 0.0) / at_b
+    return result
+
+
+def _resize(t: torch.Tensor, size: int) -> torch.Tensor:
+    """The first `size` rows of t, repeating rows when size exceeds t's batch."""
+    if size <= t.shape[0]:
+        return t[:size]
+    reps = -(-size // t.shape[0])
+    return t.repeat(reps, *([1] * (t.dim() - 1)))[:size]
