@@ -10,6 +10,7 @@ from gpuprof.analysis.rules.gpu import (
     optimizer_slow,
     sync_in_step,
 )
+from gpuprof.analysis.rules.machine import cpu_saturated, gpu_throttled, mfu_misreported
 from gpuprof.analysis.rules.phases import (
     compute_bound,
     data_loading_exposed,
@@ -26,6 +27,9 @@ RULES = [
     compile_findings,
     launch_bound,
     sync_in_step,
+    gpu_throttled,
+    cpu_saturated,
+    mfu_misreported,
     compute_bound,
     dominant_phase,
 ]

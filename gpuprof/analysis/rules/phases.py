@@ -74,11 +74,11 @@ def data_loading_exposed(ctx: Context) -> list[Finding]:
 
 
 def _host_busy_during(ctx: Context, phase: str) -> float | None:
+    """Mean system-wide CPU busy fraction while `phase` ran (host sampler), or None."""
     host = ctx.profile.measurements.get("host") or {}
-    per_phase = host.get("per_phase") or {}
-    entry = per_phase.get(phase) or {}
-    val = entry.get("cpu_busy_frac")
-    return float(val) if val is not None else None
+    entry = (host.get("phases") or {}).get(phase) or {}
+    val = entry.get("cpu_pct")
+    return float(val) / 100.0 if val is not None and entry.get("samples") else None
 
 
 def eval_in_measured_steps(ctx: Context) -> list[Finding]:

@@ -1,0 +1,92 @@
+"""Rules from what the samplers saw and what the script claimed: MFU, throttling, CPU load."""
+
+from __future__ import annotations
+
+from gpuprof.analysis.engine import Context, Finding
+from gpuprof.analysis.rules.common import COMPUTE_PHASES, on_cuda, step_s
+
+CPU_SATURATED = 0.90
+CLOCK_SHARE_MIN = 0.90
+THROTTLE_SHARE_MIN = 0.20
+# NVML throttle reasons that mean the GPU slowed itself (not idle, not app clocks).
+SLOWDOWN_REASONS = ("sw_power_cap", "hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown",
+                    "hw_power_brake_slowdown")
+
+
+def mfu_misreported(ctx: Context) -> list[Finding]:
+    """The MFU a script printed (or the user quoted) uses the wrong peak or is impossible."""
+    mfu = ctx.mfu or {}
+    reasons = mfu.get("misreport") or []
+    rep = mfu.get("reported_mfu_pct")
+    if rep is None or not reasons:
+        return []
+    causes = {r["cause"] for r in reasons}
+    if causes <= {"agrees"} or (causes <= {"cannot_check"} and rep <= 100):
+        return []
+    true = mfu.get("mfu")
+    title = f"the reported MFU {rep:.1f}% is wrong"
+    if true is not None:
+        title += f": the true MFU is {true * 100:.1f}%"
+    if rep > 100:
+        title += " (above 100% is impossible)"
+    ev = {"reported_pct": rep, "true_pct": true * 100 if true is not None else None,
+          "peak_tflops": mfu.get("peak_tflops"), "source": mfu.get("reported_source"),
+          "causes": ", ".join(r["cause"] for r in reasons)}
+    return [Finding(
+        id="mfu-misreported", title=title, saving_s=None, saving_share=None, evidence=ev,
+        confidence="high" if true is not None else "medium", kind="fix",
+        fix=(f"compute MFU against this GPU's {mfu.get('dtype') or ''} peak "
+             f"(flops_promised = {mfu['peak_tflops']:g}e12 in nanoGPT's estimate_mfu)"
+             if mfu.get("peak_tflops") else "compute MFU against this GPU's datasheet peak"),
+        note=" ".join(r["text"] for r in reasons if r["cause"] not in ("agrees",)),
+    )]
+
+
+def gpu_throttled(ctx: Context) -> list[Finding]:
+    """NVML saw slowdown reasons or SM clocks under max while the GPU computed."""
+    nvml = ctx.profile.measurements.get("nvml") or {}
+    if not nvml.get("available"):
+        return []
+    throttle = nvml.get("throttle_share") or {}
+    slow = {r: s for r, s in throttle.items() if r in SLOWDOWN_REASONS and s >= THROTTLE_SHARE_MIN}
+    phases = nvml.get("phases") or {}
+    shares = [phases[p]["sm_clock_share"] for p in COMPUTE_PHASES
+              if p in phases and phases[p].get("sm_clock_share") is not None]
+    clock = min(shares) if shares else None
+    if not slow and (clock is None or clock >= CLOCK_SHARE_MIN):
+        return []
+    compute = sum(ctx.seconds(p) for p in COMPUTE_PHASES)
+    total = step_s(ctx)
+    saving = compute * (1 - clock) if clock is not None and clock < 1 else None
+    return [Finding(
+        id="gpu-throttled",
+        title=("the GPU slowed itself: " + ", ".join(f"{r} {s:.0%} of samples" for r, s in slow.items())
+               if slow else f"SM clock at {clock:.0%} of max while computing"),
+        saving_s=saving, saving_share=saving / total if saving and total else None,
+        evidence={"throttle_share": throttle, "sm_clock_share_compute": clock, "compute_s": compute},
+        confidence="medium",
+        fix="check cooling and power limits (nvidia-smi -q -d PERFORMANCE,POWER); a power cap below the default slows every kernel",
+        note="saving assumes compute time scales with the SM clock (an upper bound for memory-bound kernels)",
+        claims={"forward": saving * 0.33, "backward": saving * 0.67} if saving else {},
+    )]
+
+
+def cpu_saturated(ctx: Context) -> list[Finding]:
+    """Every core was busy during the run: host work cannot overlap and the host is the limit."""
+    host = ctx.profile.measurements.get("host") or {}
+    summary = (host.get("summary") or {}).get("cpu_pct") or {}
+    mean = summary.get("mean")
+    if mean is None or mean / 100.0 < CPU_SATURATED:
+        return []
+    ev = {"cpu_busy_mean": mean / 100.0, "cores": host.get("cpu_count")}
+    if on_cuda(ctx):
+        fix = "free the host: fewer loader workers or threads elsewhere, torch.set_num_threads for the main process"
+        note = "on a GPU run a saturated host delays kernel launches and data loading"
+    else:
+        fix = "on a CPU run the model's compute uses every core: only more cores or a GPU make it faster"
+        note = "background loaders and extra workers would compete with compute for the same cores"
+    return [Finding(
+        id="cpu-saturated", title=f"the host's CPUs were {mean:.0f}% busy on average",
+        saving_s=None, saving_share=None, evidence=ev, confidence="medium",
+        kind="info" if not on_cuda(ctx) else "fix", fix=fix, note=note,
+    )]

@@ -1,0 +1,398 @@
+"""Phases of an unmodified training script, from torch's public hooks and a few wrappers.
+
+`TrainingHooks.install()` drives a PhaseTimer from the script's own calls:
+
+- forward: global module forward pre/post hooks, outermost call only (a depth counter), with
+  grad enabled. A forward under no_grad/inference_mode is `eval`, and stays `eval` until the
+  next training event (a grad-enabled forward, backward, optimizer work or grad-enabled data
+  call), so the loss.item() and batches of an evaluation loop are not training time either.
+  A torch.compile'd model counts once: its OptimizedModule fires the hooks eagerly, the inner
+  module's hooks run inside dynamo's trace, where they return at once (is_compiling()).
+- backward: a wrapper around torch.Tensor.backward and torch.autograd.backward.
+- optimizer: optimizer step pre/post hooks, plus Optimizer.zero_grad, clip_grad_norm_ and
+  GradScaler.unscale_/update, so the phase means what it means in the built-in loop.
+- step boundary: the post-hook of the first optimizer seen stepping. micro-steps = backwards.
+- h2d: Tensor.to/.cuda from a CPU tensor to an accelerator, and Tensor.pin_memory.
+- data: DataLoader.__iter__ / _BaseDataLoaderIter.__next__, and user functions the runner
+  wraps with `wrap_attr` (get_batch-like functions of the script).
+
+Every hook and wrapper is removed by `remove()`; a wrapper the script still holds a reference to
+afterwards just calls the original. Hooks ignore other threads, forked DataLoader workers, and
+calls made while `suspended` (an instrument running the model itself).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.nn.modules import module as nn_module
+from torch.optim import optimizer as optim_module
+
+from gpuprof.measure.timer import PhaseTimer
+
+try:
+    from torch.compiler import is_compiling as _is_compiling
+except ImportError:  # torch < 2.3
+    def _is_compiling() -> bool:
+        return False
+
+_get_ident = threading.get_ident
+_ACTIVE: "weakref.WeakSet[TrainingHooks]" = weakref.WeakSet()
+_FORK_HANDLER = False
+
+
+def _after_fork_in_child() -> None:
+    # A forked DataLoader worker inherits the patched functions; make them inert there.
+    for hooks in list(_ACTIVE):
+        hooks._off = True
+
+
+class StopScript(BaseException):
+    """Raised from the optimizer post-hook after the requested steps. A BaseException, so a
+    script's `except Exception:` cannot swallow it."""
+
+
+@dataclass
+class _StepCounts:
+    forwards: int = 0
+    eval_forwards: int = 0
+    backwards: int = 0
+    tokens: int = 0
+
+    def reset(self) -> None:
+        self.forwards = self.eval_forwards = self.backwards = self.tokens = 0
+
+
+def _first_tensor(args, kwargs):
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a
+    for a in kwargs.values():
+        if isinstance(a, torch.Tensor):
+            return a
+    return None
+
+
+def _tokens_of(args, kwargs) -> int:
+    """Tokens in one forward: the element count of its first tensor input when it holds integer
+    ids (a language model's idx); 0 when the first input is not token ids."""
+    t = _first_tensor(args, kwargs)
+    if t is None or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        return 0
+    return t.numel()
+
+
+def _is_accelerator(dev) -> bool:
+    if isinstance(dev, torch.device):
+        return dev.type not in ("cpu", "meta")
+    if isinstance(dev, str):
+        return not (dev.startswith("cpu") or dev.startswith("meta"))
+    if isinstance(dev, int) and not isinstance(dev, bool):
+        return True  # a bare index means cuda:N
+    return False
+
+
+def _to_target_is_accelerator(args, kwargs) -> bool:
+    dev = kwargs.get("device")
+    if dev is None and args:
+        a = args[0]
+        if isinstance(a, torch.Tensor):
+            dev = a.device
+        elif not isinstance(a, torch.dtype):
+            dev = a
+    return dev is not None and _is_accelerator(dev)
+
+
+class TrainingHooks:
+    """Installs the hooks; keeps the phase state and the counters of one script run.
+
+    on_first_forward(module, args, kwargs) -> PhaseTimer: called once, at the first outermost
+    forward (with hooks suspended); the returned timer is then driven by the hooks.
+    on_step(done): called after each closed step. stop_after: raise StopScript once that many
+    steps are closed (None: never).
+    """
+
+    def __init__(self, on_first_forward: Callable, on_step: Callable[[int], None] | None = None,
+                 stop_after: int | None = None):
+        self._on_first_forward = on_first_forward
+        self._on_step = on_step
+        self.stop_after = stop_after
+        self.timer: PhaseTimer | None = None
+        self.steps_done = 0
+        self.stopped = False
+        self.suspended = False
+        self._off = True
+        self._tid = _get_ident()
+        self._depth = 0
+        self._fwd_prev = "other"
+        self._opt_prev: list[str] = []
+        self._primary_opt = None
+        self._step = _StepCounts()
+        self._handles: list = []
+        self._undo: list[Callable[[], None]] = []  # restores patched attributes, newest last
+        self.counts = dict(forward=0, eval_forward=0, backward=0, optimizer_step=0,
+                           other_optimizer_step=0, h2d_copies=0, h2d_bytes=0, pin_memory=0,
+                           dataloader_iter=0, dataloader_next=0, data_calls=0, optimizer_aux=0)
+        self.wrapped: list[str] = []  # names of user functions wrapped as `data`
+        self.disqualified: set[str] = set()  # ... of those found running the model
+        self._in_data: list[str] = []
+
+    # -- install / remove --------------------------------------------------------------------
+
+    def install(self) -> None:
+        global _FORK_HANDLER
+        self._tid = _get_ident()
+        self._off = False
+        _ACTIVE.add(self)
+        if not _FORK_HANDLER and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _FORK_HANDLER = True
+        self._handles.append(nn_module.register_module_forward_pre_hook(self._fwd_pre, with_kwargs=True))
+        try:
+            post = nn_module.register_module_forward_hook(self._fwd_post, with_kwargs=True, always_call=True)
+        except TypeError:  # older torch: no always_call
+            post = nn_module.register_module_forward_hook(self._fwd_post, with_kwargs=True)
+        self._handles.append(post)
+        self._handles.append(optim_module.register_optimizer_step_pre_hook(self._opt_pre))
+        self._handles.append(optim_module.register_optimizer_step_post_hook(self._opt_post))
+
+        self._patch(torch.Tensor, "backward", self._wrap(torch.Tensor.backward, "backward", "backward"))
+        self._patch(torch.autograd, "backward", self._wrap(torch.autograd.backward, "backward", "backward"))
+        self._patch(torch.optim.Optimizer, "zero_grad",
+                    self._wrap(torch.optim.Optimizer.zero_grad, "optimizer", "optimizer_aux"))
+        clip = self._wrap(torch.nn.utils.clip_grad_norm_, "optimizer", "optimizer_aux")
+        self._patch(torch.nn.utils, "clip_grad_norm_", clip)
+        if hasattr(torch.nn.utils, "clip_grad"):
+            self._patch(torch.nn.utils.clip_grad, "clip_grad_norm_", clip)
+        for name in ("unscale_", "update"):
+            self._patch(torch.amp.GradScaler, name, self._wrap(getattr(torch.amp.GradScaler, name),
+                                                               "optimizer", "optimizer_aux"))
+        self._patch(torch.Tensor, "to", self._wrap_copy(torch.Tensor.to, always=False))
+        self._patch(torch.Tensor, "cuda", self._wrap_copy(torch.Tensor.cuda, always=True))
+        self._patch(torch.Tensor, "pin_memory", self._wrap(torch.Tensor.pin_memory, "h2d", "pin_memory"))
+        from torch.utils.data import dataloader as dl
+
+        self._patch(dl.DataLoader, "__iter__", self._wrap(dl.DataLoader.__iter__, "data", "dataloader_iter"))
+        self._patch(dl._BaseDataLoaderIter, "__next__",
+                    self._wrap(dl._BaseDataLoaderIter.__next__, "data", "dataloader_next"))
+
+    def remove(self) -> None:
+        """Remove every hook and restore every patched attribute (idempotent)."""
+        self._off = True
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        while self._undo:
+            self._undo.pop()()
+        _ACTIVE.discard(self)
+
+    def wrap_attr(self, owner, attr: str, label: str) -> None:
+        """Wrap owner.attr (a user function or method) so its calls are the `data` phase."""
+        fn = owner[attr] if isinstance(owner, dict) else getattr(owner, attr)
+        if getattr(fn, "__gpuprof_wrapped__", None) is not None:
+            return
+        wrapped = self._wrap_user_data(fn, label)
+        if isinstance(owner, dict):
+            owner[attr] = wrapped
+            self._undo.append(lambda: owner.__setitem__(attr, fn))
+        else:
+            self._patch(owner, attr, wrapped)
+        self.wrapped.append(label)
+
+    def _patch(self, owner, attr: str, wrapper) -> None:
+        if attr in vars(owner):  # restore exactly what the owner itself held
+            original = vars(owner)[attr]
+            self._undo.append(lambda: setattr(owner, attr, original))
+        else:  # inherited (e.g. Tensor.to from the C base): delete ours to uncover it again
+            self._undo.append(lambda: delattr(owner, attr))
+        setattr(owner, attr, wrapper)
+
+    # -- phase switching ---------------------------------------------------------------------
+
+    def _active(self) -> bool:
+        return not self._off and not self.suspended and self.timer is not None and _get_ident() == self._tid
+
+    def _enter(self, name: str) -> str | None:
+        """Switch to `name`; returns the label to restore, or None when nothing was switched.
+
+        Data and h2d under no_grad inside eval mode stay `eval`; any other event ends eval mode
+        (the label it returns to is then `other`)."""
+        t = self.timer
+        if t.current == "eval" and name in ("data", "h2d") and not torch.is_grad_enabled():
+            return None
+        prev = t.switch(name)
+        return "other" if prev == "eval" else prev
+
+    def _wrap(self, fn, name: str, counter: str):
+        hooks = self
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if _is_compiling() or not hooks._active():
+                return fn(*args, **kwargs)
+            hooks.counts[counter] += 1
+            if hooks._in_data and name in ("backward", "optimizer"):
+                hooks._not_data()
+            if name == "backward":
+                hooks._step.backwards += hooks.timer.current != "backward"
+            prev = hooks._enter(name)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if prev is not None:
+                    hooks.timer.switch(prev)
+
+        wrapper.__gpuprof_wrapped__ = fn
+        return wrapper
+
+    def _wrap_user_data(self, fn, label: str):
+        """A user's data function: the `data` phase, unless it turns out to run the model (a
+        forward, backward or optimizer step inside it); then it is dropped for later calls."""
+        hooks = self
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if _is_compiling() or label in hooks.disqualified or not hooks._active():
+                return fn(*args, **kwargs)
+            hooks.counts["data_calls"] += 1
+            prev = hooks._enter("data")
+            hooks._in_data.append(label)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                hooks._in_data.pop()
+                if prev is not None:
+                    hooks.timer.switch(prev)
+
+        wrapper.__gpuprof_wrapped__ = fn
+        return wrapper
+
+    def _not_data(self) -> None:
+        # Training work inside a wrapped "data" function: it was misnamed, stop wrapping it.
+        self.disqualified.update(self._in_data)
+
+    def _wrap_copy(self, fn, always: bool):
+        """Tensor.to / Tensor.cuda: the `h2d` phase when a CPU tensor goes to an accelerator."""
+        hooks = self
+
+        @functools.wraps(fn)
+        def wrapper(tensor, *args, **kwargs):
+            if (_is_compiling() or hooks._off or not tensor.is_cpu
+                    or not (always or _to_target_is_accelerator(args, kwargs)) or not hooks._active()):
+                return fn(tensor, *args, **kwargs)
+            hooks.counts["h2d_copies"] += 1
+            hooks.counts["h2d_bytes"] += tensor.numel() * tensor.element_size()
+            prev = hooks._enter("h2d")
+            try:
+                return fn(tensor, *args, **kwargs)
+            finally:
+                if prev is not None:
+                    hooks.timer.switch(prev)
+
+        wrapper.__gpuprof_wrapped__ = fn
+        return wrapper
+
+    # -- forward hooks -------------------------------------------------------------------------
+
+    def _fwd_pre(self, module, args, kwargs):
+        if _is_compiling():
+            return None  # inside dynamo's trace of a compiled model: the wrapper already counted
+        if self._depth:
+            if _get_ident() == self._tid:
+                self._depth += 1
+            return None
+        if self._off or self.suspended or _get_ident() != self._tid:
+            return None
+        if self.timer is None:
+            self.suspended = True
+            try:
+                self.timer = self._on_first_forward(module, args, kwargs)
+            finally:
+                self.suspended = False
+            if self.timer is None:
+                return None
+            self.timer.start_step()
+        self._depth = 1
+        if torch.is_grad_enabled():
+            if self._in_data:
+                self._not_data()
+            self.counts["forward"] += 1
+            self._step.forwards += 1
+            self._step.tokens += _tokens_of(args, kwargs)
+            prev = self.timer.switch("forward")
+            self._fwd_prev = "other" if prev == "eval" else prev
+        else:
+            self.counts["eval_forward"] += 1
+            self._step.eval_forwards += 1
+            self.timer.switch("eval")
+            self._fwd_prev = "eval"  # eval mode sticks until the next training event
+        return None
+
+    def _fwd_post(self, module, args, kwargs, output):
+        if _is_compiling() or not self._depth or _get_ident() != self._tid:
+            return None
+        self._depth -= 1
+        if self._depth == 0 and self.timer is not None and not self._off:
+            self.timer.switch(self._fwd_prev)
+        return None
+
+    # -- optimizer hooks -----------------------------------------------------------------------
+
+    def _opt_pre(self, opt, args, kwargs):
+        if not self._active():
+            return None
+        if self._in_data:
+            self._not_data()
+        if self._primary_opt is None:
+            self._primary_opt = weakref.ref(opt)
+        prev = self._enter("optimizer")
+        self._opt_prev.append(prev if prev is not None else self.timer.current)
+        return None
+
+    def _opt_post(self, opt, args, kwargs):
+        if not self._active() or not self._opt_prev:
+            return None
+        self.timer.switch(self._opt_prev.pop())
+        primary = self._primary_opt() if self._primary_opt is not None else None
+        if opt is not primary or self._opt_prev:
+            self.counts["other_optimizer_step"] += 1
+            return None
+        self.counts["optimizer_step"] += 1
+        self._close_step()
+        return None
+
+    def _close_step(self) -> None:
+        s = self._step
+        self.timer.end_step(tokens=s.tokens, micro_steps=s.backwards or s.forwards,
+                            extra={"forwards": s.forwards, "backwards": s.backwards,
+                                   "eval_forwards": s.eval_forwards})
+        s.reset()
+        self.steps_done += 1
+        if self._on_step is not None:
+            self._on_step(self.steps_done)
+        if self.stop_after is not None and self.steps_done >= self.stop_after:
+            self.stopped = True
+            self._off = True  # nothing after this point is measured
+            raise StopScript(f"gpuprof: stopping the script after {self.steps_done} optimizer steps")
+        self.timer.start_step()
+
+
+
+# Names of user functions taken for data loading: nanoGPT's get_batch, build-nanogpt's
+# next_batch, load_* helpers, a Dataset's __getitem__, an iterator's __next__. Names that say
+# they do something else (train_batch, load_checkpoint) are left alone.
+_DATA_NAME = re.compile(r"batch|load|__getitem__|__next__", re.I)
+_NOT_DATA = re.compile(r"train|step|loss|eval|forward|backward|model|ckpt|checkpoint|state|save|"
+                       r"weight|config|process|run|update|optim", re.I)
+
+
+def data_like_name(name: str) -> bool:
+    """True for a function name that reads like a data-loading function."""
+    return bool(_DATA_NAME.search(name)) and not _NOT_DATA.search(name)

@@ -1,0 +1,85 @@
+"""Token counts as people type them: `524288`, `0.5M`, `1M`, `1Mi`, `2^20`, `1e6`.
+
+How each form is read (exact integer arithmetic, never floats):
+
+- plain integers, with optional `_` or `,` separators: `524288`, `1_048_576`, `1,048,576`
+- scientific notation: `1e6` = 1,000,000, `5.24288e5` = 524,288
+- powers: `2^20` or `2**20` = 1,048,576 (any integer base and exponent)
+- decimal (SI) suffixes, case-insensitive: `K` = 10^3, `M` = 10^6, `G` or `B` = 10^9.
+  So `1M` is 1,000,000 and `0.5M` is 500,000 — not 2^20 / 2^19.
+- binary (IEC) suffixes, case-insensitive: `Ki` = 2^10, `Mi` = 2^20, `Gi` = 2^30.
+  So `1Mi` is 1,048,576 and `0.5Mi` is 524,288.
+
+Why `M` is decimal: it is what the letter means everywhere else, and it agrees with `1e6`.
+nanoGPT users who say "1M tokens" usually mean 2^20 = 16 × 1024 × 64; with the default ±5%
+tolerance a 1,000,000 target still admits 1,048,576 (+4.86%), and power-of-two configs are
+preferred, so `1M` lands on the same configs. Every output prints the exact count.
+
+A value must come out as a whole, positive number of tokens (`1.5` or `0.0000001M` is an error).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from gpuprof.errors import GpuprofError
+
+_SUFFIXES = {
+    "": 1,
+    "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9,
+    "ki": 2**10, "mi": 2**20, "gi": 2**30,
+}
+_NUMBER = re.compile(r"^(?P<num>\d+(?:\.\d*)?|\.\d+)(?:e(?P<exp>[+-]?\d+))?(?P<suffix>[a-z]*)$")
+_POWER = re.compile(r"^(?P<base>\d+)\s*(?:\^|\*\*)\s*(?P<exp>\d+)$")
+
+
+def parse_tokens(text: str | int) -> int:
+    """Parse a token count; raise GpuprofError with a one-line reason if it is not one."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = Fraction(text)
+        shown = str(text)
+    else:
+        shown = str(text).strip()
+        value = _parse_value(shown)
+    if value.denominator != 1:
+        raise GpuprofError(f"target {shown!r} is not a whole number of tokens ({float(value):,.3f})")
+    if value <= 0:
+        raise GpuprofError(f"target tokens must be positive, got {shown!r}")
+    return int(value)
+
+
+def _parse_value(shown: str) -> Fraction:
+    s = shown.lower().replace("_", "").replace(",", "")
+    m = _POWER.match(s)
+    if m:
+        base, exp = int(m["base"]), int(m["exp"])
+        if exp > 64:
+            raise GpuprofError(f"target {shown!r} is too large")
+        return Fraction(base) ** exp
+    m = _NUMBER.match(s)
+    if not m or m["suffix"] not in _SUFFIXES:
+        raise GpuprofError(
+            f"cannot read target tokens {shown!r}; use e.g. 524288, 0.5Mi, 1M, 2^20 or 1e6 "
+            f"(K/M/G are decimal, Ki/Mi/Gi binary)"
+        )
+    exp = int(m["exp"] or 0)
+    if abs(exp) > 30:
+        raise GpuprofError(f"target {shown!r} is out of range")
+    return Fraction(m["num"]) * Fraction(10) ** exp * _SUFFIXES[m["suffix"]]
+
+
+def is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def describe_tokens(n: int) -> str:
+    """Exact count plus a readable form: '1,048,576 (2^20)', '1,000,000 (1M)', '786,432'."""
+    extra = ""
+    if is_power_of_two(n) and n >= 1024:
+        extra = f" (2^{n.bit_length() - 1})"
+    elif n % 10**6 == 0:
+        extra = f" ({n // 10**6}M)"
+    elif n % 2**20 == 0:
+        extra = f" ({n // 2**20}Mi)"
+    return f"{n:,}{extra}"
