@@ -1,0 +1,97 @@
+"""Analytic vs counted FLOPs for the built-in GPT, and counting without side effects."""
+
+import types
+
+import pytest
+import torch
+
+from gpuprof.measure.flops import (GPT2_SIZES, FlopsInstrument, count_flops, gpt_flops_per_token,
+                                   gpt_param_count)
+from gpuprof.measure.timer import PhaseTimer
+from gpuprof.runners.builtin import RunContext
+from gpuprof.runners.gpt import GPT, PRESETS, GPTConfig, flops_per_token, param_count, preset_config
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    cfg = preset_config("tiny", block_size=64)
+    model = GPT(cfg)
+    x = torch.randint(0, cfg.vocab_size, (2, 64))
+    return cfg, model, x
+
+
+def test_analytic_formula_matches_the_model_code():
+    for name in PRESETS:
+        cfg = preset_config(name, block_size=512)
+        assert gpt_flops_per_token(cfg.to_dict()) == flops_per_token(cfg)
+        assert gpt_param_count(**cfg.to_dict()) == param_count(cfg)
+    assert gpt_param_count(**GPTConfig(bias=False).to_dict()) == param_count(GPTConfig(bias=False))
+    for name, dims in GPT2_SIZES.items():  # the fact table agrees with the presets
+        assert {k: PRESETS[name][k] for k in ("n_layer", "n_head", "n_embd")} == {
+            k: dims[k] for k in ("n_layer", "n_head", "n_embd")}
+    # FACTS.md: GPT-2 124M at T=1024 is 0.855 GFLOPs/token.
+    assert gpt_flops_per_token(dict(GPT2_SIZES["gpt2"], block_size=1024)) / 1e9 == pytest.approx(0.855, abs=0.001)
+
+
+def test_counted_agrees_with_analytic_for_builtin_gpt(tiny):
+    cfg, model, x = tiny
+    c = count_flops(model, (x, x))
+    per_token = c["train"] / x.numel()
+    # The count misses only layernorm/bias/softmax FLOPs: within a few percent.
+    assert per_token / flops_per_token(cfg) == pytest.approx(1.0, abs=0.02)
+    assert c["train"] == 3 * c["forward"]
+    assert any("attention" in op for op in c["by_op"])  # CPU fused attention is counted
+
+
+def test_counting_preserves_rng_and_grads(tiny):
+    cfg, model, x = tiny
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    count_flops(model, (x, x))
+    assert torch.equal(torch.rand(3), expected)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_compiled_wrapper_is_unwrapped(tiny):
+    cfg, model, x = tiny
+    wrapper = types.SimpleNamespace(_orig_mod=model)  # what torch.compile returns carries _orig_mod
+    c = count_flops(wrapper, (x,))
+    assert c["compiled"] is True
+    assert c["forward"] == count_flops(model, (x,))["forward"]
+
+
+def _ctx(cfg, model, x, micro=4, profile_summary=None):
+    prof = types.SimpleNamespace(summary=profile_summary or {"micro_steps": micro,
+                                                             "tokens_per_step": x.numel() * micro})
+    return RunContext(config={"grad_accum": micro}, gpt_config=cfg, model=model, example_args=(x, x),
+                      example_kwargs={}, device="cpu", timer=PhaseTimer(), autocast_dtype=None, profile=prof)
+
+
+def test_instrument_reports_both_and_uses_analytic(tiny):
+    cfg, model, x = tiny
+    out = FlopsInstrument().stop(_ctx(cfg, model, x, micro=4))
+    assert out["used"] == "analytic"
+    assert out["analytic_per_step"] == flops_per_token(cfg) * x.numel() * 4
+    assert out["counted_per_step"] == pytest.approx(out["counted_forward_per_micro"] * 3 * 4)
+    assert out["agreement"] == pytest.approx(1.0, abs=0.02)
+    assert out["errors"] == []
+
+
+def test_instrument_without_gpt_config_uses_count(tiny):
+    cfg, model, x = tiny
+    ctx = _ctx(cfg, model, x, micro=2)
+    ctx.gpt_config = None
+    out = FlopsInstrument().stop(ctx)
+    assert out["used"] == "counted" and out["analytic_per_step"] is None and out["agreement"] is None
+
+
+def test_instrument_survives_a_model_that_cannot_run(tiny):
+    cfg, model, x = tiny
+    ctx = _ctx(cfg, model, x)
+    ctx.example_args = ("not a tensor",)
+    out = FlopsInstrument().stop(ctx)
+    assert out["used"] == "analytic" and out["counted_per_step"] is None
+    assert out["errors"] and "FlopCounterMode failed" in out["errors"][0]

@@ -1,0 +1,294 @@
+"""NVML and host samplers: fakes for NVML, per-phase summaries from synthetic samples."""
+
+import sys
+import time
+import types
+
+import pytest
+
+from gpuprof.measure.samplers import (HostSampler, NvmlSampler, PhaseLookup, _SamplerThread, decode_throttle,
+                                      disk_for_path, per_phase, resolve_nvml_handle)
+from gpuprof.measure.timer import PhaseTimer, StepRecord
+
+
+class NVMLError(Exception):
+    pass
+
+
+class NVMLError_NotSupported(NVMLError):
+    pass
+
+
+class FakeNvml:
+    """A pynvml-like module: two GPUs, scripted readings, optional failures."""
+
+    NVML_CLOCK_SM = 1
+    NVML_TEMPERATURE_GPU = 0
+    NVML_PCIE_UTIL_TX_BYTES = 0
+    NVML_PCIE_UTIL_RX_BYTES = 1
+    NVMLError = NVMLError
+
+    def __init__(self, fail_init=False, fail=(), uuids=("GPU-aaaa-1111", "GPU-bbbb-2222")):
+        self.fail_init = fail_init
+        self.fail = set(fail)
+        self.uuids = list(uuids)
+        self.calls = {}
+        self.util = 80
+        self.shutdown = False
+
+    def _hit(self, name):
+        self.calls[name] = self.calls.get(name, 0) + 1
+        if name in self.fail:
+            raise NVMLError_NotSupported("Not Supported") if name == "power" else NVMLError("Unknown Error")
+
+    def nvmlInit(self):
+        if self.fail_init:
+            raise NVMLError("Driver Not Loaded")
+
+    def nvmlShutdown(self):
+        self.shutdown = True
+
+    def nvmlDeviceGetCount(self):
+        return len(self.uuids)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        if i >= len(self.uuids):
+            raise NVMLError("Invalid Argument")
+        return i
+
+    def nvmlDeviceGetHandleByUUID(self, u):
+        if u not in self.uuids:
+            raise NVMLError("Not Found")
+        return self.uuids.index(u)
+
+    def nvmlDeviceGetUUID(self, h):
+        return self.uuids[h]
+
+    def nvmlDeviceGetName(self, h):
+        return b"NVIDIA H200"  # old bindings return bytes
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        self._hit("memory")
+        return types.SimpleNamespace(total=141e9, used=50e9 + h, free=91e9)
+
+    def nvmlDeviceGetMaxClockInfo(self, h, kind):
+        return 1980
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return 700_000
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        self._hit("utilization")
+        return types.SimpleNamespace(gpu=self.util, memory=40)
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        self._hit("sm_clock")
+        return 990
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        self._hit("power")
+        return 350_000
+
+    def nvmlDeviceGetTemperature(self, h, kind):
+        self._hit("temperature")
+        return 60
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        self._hit("throttle_reasons")
+        return 0x4 | 0x40  # sw power cap + hw thermal slowdown
+
+    def nvmlDeviceGetPcieThroughput(self, h, counter):
+        self._hit("pcie")
+        return 1000 if counter == self.NVML_PCIE_UTIL_RX_BYTES else 10
+
+
+def _ctx(device="cuda:0", timer=None, profile=None):
+    return types.SimpleNamespace(device=device, timer=timer or PhaseTimer(), profile=profile, config={})
+
+
+def _synthetic_run():
+    """A timer with spans (ns since origin) and a profile: one warmup step 0-1 s, two measured
+    steps 1-2 s and 2-3 s, each 40% data then 60% forward."""
+    timer = PhaseTimer()
+    s = 10**9
+    timer.spans = [(0, s, "forward"),
+                   (1 * s, int(1.4 * s), "data"), (int(1.4 * s), 2 * s, "forward"),
+                   (2 * s, int(2.4 * s), "data"), (int(2.4 * s), 3 * s, "forward")]
+    mk = lambda i, start: StepRecord(index=i, wall_s=1.0, phases={}, start_s=start)  # noqa: E731
+    profile = types.SimpleNamespace(steps=[mk(1, 1.0), mk(2, 2.0)], warmup_steps=[mk(0, 0.0)], run={})
+    return timer, profile
+
+
+def test_phase_lookup_and_per_phase_from_synthetic_samples():
+    timer, profile = _synthetic_run()
+    lookup = PhaseLookup.from_ctx(_ctx(timer=timer, profile=profile))
+    s = 10**9
+    samples = [(int(0.5 * s), {"u": 10}),      # warmup
+               (int(1.1 * s), {"u": 0}), (int(1.3 * s), {"u": 20}),   # data
+               (int(1.5 * s), {"u": 100}), (int(2.5 * s), {"u": 90}),  # forward
+               (int(2.2 * s), {"u": None}),   # data, unreadable
+               (int(3.5 * s), {"u": 5})]      # after the loop
+    ph = per_phase(samples, lookup, ["u"])
+    assert ph["data"] == {"samples": 3, "u": 10.0}
+    assert ph["forward"] == {"samples": 2, "u": 95.0}
+    assert ph["warmup"]["samples"] == 1 and ph["outside"]["samples"] == 1
+
+
+def test_nvml_sampler_with_fake_summarises_per_phase():
+    fake = FakeNvml()
+    timer, profile = _synthetic_run()
+    smp = NvmlSampler(interval_s=60, nvml=fake, uuid_of=None, env={}, pcie_every=1)
+    ctx = _ctx(timer=timer)
+    smp.start(ctx)
+    time.sleep(0.05)  # the thread's first tick happens at once; the next is 60 s away
+    s = 10**9
+    for t in (1.1, 1.2, 1.5, 1.9, 2.1, 2.6):
+        fake.util = 5 if (t % 1) < 0.4 else 95
+        smp._tick(int(t * s))
+    ctx.profile = profile
+    out = smp.stop(ctx)
+    assert out["available"] and fake.shutdown
+    assert out["samples"] >= 1 and out["errors"] == 0
+    g = out["gpus"][0]
+    assert g["name"] == "NVIDIA H200" and g["sm_clock_max_mhz"] == 1980 and g["power_limit_w"] == 700
+    assert out["phases"]["data"]["gpu_util_pct"] == 5 and out["phases"]["data"]["samples"] == 3
+    assert out["phases"]["forward"]["gpu_util_pct"] == 95 and out["phases"]["forward"]["samples"] == 3
+    assert out["summary"]["sm_clock_share"]["mean"] == pytest.approx(0.5)
+    assert out["summary"]["power_share"]["mean"] == pytest.approx(0.5)
+    assert out["summary"]["pcie_rx_bytes_s"]["mean"] == 1000 * 1024
+    assert set(out["throttle_share"]) == {"sw_power_cap", "hw_thermal_slowdown"}
+    assert out["cost"]["thread_cpu_s"] >= 0 and "share_of_one_core" in out["cost"]
+
+
+def test_nvml_field_failures_are_reported_and_the_rest_is_read():
+    fake = FakeNvml(fail={"power", "temperature"})
+    smp = NvmlSampler(interval_s=60, nvml=fake, uuid_of=None, env={})
+    ctx = _ctx()
+    smp.start(ctx)
+    for i in range(5):
+        smp._tick(i * 10**8)
+    out = smp.stop(ctx)
+    assert out["available"] and out["errors"] == 0
+    assert "power" in out["unreadable"] and "temperature" in out["unreadable"]
+    assert out["summary"]["power_w"] is None and out["summary"]["gpu_util_pct"]["mean"] == 80
+    assert fake.calls["power"] == 1  # NotSupported: asked once, then never again
+    assert fake.calls["temperature"] == 3  # other errors: given up after 3 in a row
+
+
+def test_nvml_absent_driver_missing_and_cpu_runs_go_on(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    smp = NvmlSampler(uuid_of=None)
+    smp.start(_ctx())
+    out = smp.stop(_ctx())
+    assert out["available"] is False and "not installed" in out["reason"]
+
+    smp = NvmlSampler(nvml=FakeNvml(fail_init=True), uuid_of=None)
+    smp.start(_ctx())
+    out = smp.stop(_ctx())
+    assert out["available"] is False and "Driver Not Loaded" in out["reason"]
+
+    smp = NvmlSampler(nvml=FakeNvml(), uuid_of=None)
+    smp.start(_ctx(device="cpu"))
+    assert smp.stop(_ctx(device="cpu"))["available"] is False
+
+    smp = NvmlSampler(nvml=FakeNvml(), uuid_of=None, env={"CUDA_VISIBLE_DEVICES": "7"})
+    smp.start(_ctx())
+    out = smp.stop(_ctx())
+    assert out["available"] is False and "cannot find" in out["reason"]
+
+
+@pytest.mark.parametrize("env,device,expect", [
+    ({}, "cuda", 0),
+    ({}, "cuda:1", 1),
+    ({"CUDA_VISIBLE_DEVICES": "1"}, "cuda:0", 1),
+    ({"CUDA_VISIBLE_DEVICES": "1,0"}, "cuda:1", 0),
+    ({"CUDA_VISIBLE_DEVICES": "GPU-bbbb-2222"}, "cuda:0", 1),
+    ({"CUDA_VISIBLE_DEVICES": " GPU-bbbb "}, "cuda", 1),  # CUDA accepts unique UUID prefixes
+])
+def test_cuda_visible_devices_mapping(env, device, expect):
+    h, desc = resolve_nvml_handle(FakeNvml(), device, env)
+    assert h == expect
+    assert desc["visible_index"] == (int(device.split(":")[1]) if ":" in device else 0)
+
+
+def test_cuda_visible_devices_errors_and_torch_uuid():
+    with pytest.raises(LookupError):
+        resolve_nvml_handle(FakeNvml(), "cuda:1", {"CUDA_VISIBLE_DEVICES": "0"})
+    with pytest.raises(LookupError):
+        resolve_nvml_handle(FakeNvml(uuids=("GPU-ab1", "GPU-ab2")), "cuda", {"CUDA_VISIBLE_DEVICES": "GPU-ab"})
+    h, desc = resolve_nvml_handle(FakeNvml(), "cuda:0", {"CUDA_VISIBLE_DEVICES": "0"}, uuid="GPU-bbbb-2222")
+    assert h == 1 and desc["via"] == "torch uuid"
+
+
+def test_sampler_thread_never_raises():
+    calls = []
+
+    def tick(t):
+        calls.append(t)
+        raise RuntimeError("boom")
+
+    th = _SamplerThread(0.005, tick, time.perf_counter_ns)
+    th.start(PhaseTimer())
+    time.sleep(0.05)
+    th.stop()
+    assert th.errors == len(calls) >= 2 and "boom" in th.last_error
+    assert not th.thread.is_alive()
+
+
+def test_decode_throttle():
+    assert decode_throttle(0) == []
+    assert decode_throttle(0x1 | 0x80) == ["gpu_idle", "hw_power_brake_slowdown"]
+
+
+def test_host_sampler_real_psutil_short_run(tmp_path):
+    data = tmp_path / "train.bin"
+    data.write_bytes(b"\0" * 4096)
+    timer = PhaseTimer()
+    smp = HostSampler(interval_s=0.01, data_path=str(data))
+    ctx = _ctx(device="cpu", timer=timer)
+    smp.start(ctx)
+    t_end = time.perf_counter() + 0.15
+    timer.start_step()
+    while time.perf_counter() < t_end:
+        with timer.phase("forward"):
+            sum(i * i for i in range(20000))
+    timer.end_step()
+    ctx.profile = types.SimpleNamespace(steps=timer.steps(), warmup_steps=[], run={})
+    out = smp.stop(ctx)
+    assert out["available"] and out["samples"] >= 5
+    assert out["summary"]["rss_bytes"]["min"] > 0
+    assert out["phases"]["forward"]["samples"] >= 3
+    assert out["summary"]["proc_cpu_pct"]["mean"] > 10  # the loop above is busy
+    assert out["cost"]["thread_cpu_s"] > 0 and out["cost"]["cpu_s_per_sample"] < 0.05
+    assert out["data_path"] == str(data) and (out["disk"] or out["disk_reason"])
+
+
+def test_host_sampler_with_failing_psutil_goes_on():
+    class BadProc:
+        def __init__(self, pid):
+            pass
+
+        def cpu_percent(self, interval=None):
+            return 50.0
+
+        def memory_info(self):
+            return types.SimpleNamespace(rss=1000)
+
+        def io_counters(self):
+            raise PermissionError("denied")
+
+    fake_ps = types.SimpleNamespace(Process=BadProc, cpu_percent=lambda percpu=False: [10.0, 30.0],
+                                    disk_io_counters=lambda perdisk=False: {})
+    smp = HostSampler(interval_s=60, psutil_mod=fake_ps)
+    ctx = _ctx(device="cpu")
+    smp.start(ctx)
+    smp._tick(10**8)
+    out = smp.stop(ctx)
+    assert out["available"] and "io_counters" in out["unreadable"]
+    assert out["summary"]["cpu_pct"]["mean"] == 20.0 and out["summary"]["cpu_pct_max_core"]["max"] == 30.0
+    assert out["summary"]["read_bytes_s"] is None
+
+
+def test_disk_for_path_reasons(tmp_path):
+    assert disk_for_path(None)[0] is None
+    assert "cannot stat" in disk_for_path(str(tmp_path / "missing"))[1]
