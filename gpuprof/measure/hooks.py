@@ -24,8 +24,9 @@ calls made while `suspended` (an instrument running the model itself).
 from __future__ import annotations
 
 import functools
-import re
 import os
+import re
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
@@ -89,6 +90,17 @@ def _tokens_of(args, kwargs) -> int:
     return t.numel()
 
 
+def _caller_kwargs() -> dict:
+    """The keyword arguments of the module call being pre-hooked. A global forward pre-hook gets
+    only positional args; Module._call_impl holds the kwargs in the frame that calls the hooks
+    (this function <- _fwd_pre <- that frame). {} if the layout differs."""
+    try:
+        kw = sys._getframe(2).f_locals.get("kwargs")
+    except ValueError:
+        return {}
+    return dict(kw) if isinstance(kw, dict) else {}
+
+
 def _is_accelerator(dev) -> bool:
     if isinstance(dev, torch.device):
         return dev.type not in ("cpu", "meta")
@@ -132,6 +144,7 @@ class TrainingHooks:
         self._tid = _get_ident()
         self._depth = 0
         self._fwd_prev = "other"
+        self._fwd_training = False
         self._opt_prev: list[str] = []
         self._primary_opt = None
         self._step = _StepCounts()
@@ -154,7 +167,7 @@ class TrainingHooks:
         if not _FORK_HANDLER and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _FORK_HANDLER = True
-        self._handles.append(nn_module.register_module_forward_pre_hook(self._fwd_pre, with_kwargs=True))
+        self._handles.append(nn_module.register_module_forward_pre_hook(self._fwd_pre))
         try:
             post = nn_module.register_module_forward_hook(self._fwd_post, with_kwargs=True, always_call=True)
         except TypeError:  # older torch: no always_call
@@ -237,11 +250,12 @@ class TrainingHooks:
         def wrapper(*args, **kwargs):
             if _is_compiling() or not hooks._active():
                 return fn(*args, **kwargs)
-            hooks.counts[counter] += 1
+            if hooks.timer.current != name or name != "backward":  # Tensor.backward nests autograd's
+                hooks.counts[counter] += 1
+                if name == "backward":
+                    hooks._step.backwards += 1
             if hooks._in_data and name in ("backward", "optimizer"):
                 hooks._not_data()
-            if name == "backward":
-                hooks._step.backwards += hooks.timer.current != "backward"
             prev = hooks._enter(name)
             try:
                 return fn(*args, **kwargs)
@@ -301,7 +315,7 @@ class TrainingHooks:
 
     # -- forward hooks -------------------------------------------------------------------------
 
-    def _fwd_pre(self, module, args, kwargs):
+    def _fwd_pre(self, module, args):
         if _is_compiling():
             return None  # inside dynamo's trace of a compiled model: the wrapper already counted
         if self._depth:
@@ -313,7 +327,7 @@ class TrainingHooks:
         if self.timer is None:
             self.suspended = True
             try:
-                self.timer = self._on_first_forward(module, args, kwargs)
+                self.timer = self._on_first_forward(module, args, _caller_kwargs())
             finally:
                 self.suspended = False
             if self.timer is None:
@@ -325,22 +339,27 @@ class TrainingHooks:
                 self._not_data()
             self.counts["forward"] += 1
             self._step.forwards += 1
-            self._step.tokens += _tokens_of(args, kwargs)
+            self._fwd_training = True
             prev = self.timer.switch("forward")
             self._fwd_prev = "other" if prev == "eval" else prev
         else:
+            self._fwd_training = False
             self.counts["eval_forward"] += 1
             self._step.eval_forwards += 1
             self.timer.switch("eval")
             self._fwd_prev = "eval"  # eval mode sticks until the next training event
         return None
 
-    def _fwd_post(self, module, args, kwargs, output):
+    def _fwd_post(self, module, args, *rest):
+        # (kwargs, output) normally; just (output) when torch runs always_call hooks after an
+        # exception in forward (it drops the kwargs there).
         if _is_compiling() or not self._depth or _get_ident() != self._tid:
             return None
         self._depth -= 1
         if self._depth == 0 and self.timer is not None and not self._off:
             self.timer.switch(self._fwd_prev)
+            if self._fwd_training:  # counted here: the global pre-hook does not see kwargs
+                self._step.tokens += _tokens_of(args, rest[0] if len(rest) == 2 else {})
         return None
 
     # -- optimizer hooks -----------------------------------------------------------------------

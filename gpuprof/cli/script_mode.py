@@ -1,0 +1,102 @@
+"""`gpuprof diagnose SCRIPT [ARGS]...`: run a training script unmodified and explain its step.
+
+The library (gpuprof.runners.script) runs the script and returns a Profile; this module maps the
+ways a run can end onto the CLI's contract: the report or JSON as for the built-in loop, a
+partial profile then exit 1 when the script raised, exit 130 on Ctrl-C, a one-line error and
+exit 2 for a path that is not a Python script or a script that never steps an optimizer.
+
+No progress bar here, unlike the built-in loop: the script's own output is the progress, and a
+live bar would have to re-route the script's stdout/stderr through rich (breaking `\\r`-style
+bars such as tqdm, and sending piped stdout to the terminal).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+
+from gpuprof.errors import GpuprofError, ScriptFailed
+
+
+def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: int, stop: bool,
+                    out: Optional[Path], as_json: bool, gpu: Optional[str], peak_tflops: Optional[float],
+                    reported_mfu: Optional[float], samplers: bool, err: Console) -> None:
+    """Profile `script script_args...`; emit the report/JSON; raise for the failure exits."""
+    from gpuprof.analysis.pipeline import analyze_profile
+    from gpuprof.cli.diagnose import _instruments, emit
+    from gpuprof.runners.script import check_script, run_script
+
+    check_script(script)
+    if stop:
+        err.print(f"gpuprof: profiling {script}: {warmup} warmup + {steps} measured optimizer steps, "
+                  f"then the script is stopped (--no-stop lets it finish)", highlight=False)
+    else:
+        err.print(f"gpuprof: profiling {script} until it finishes", highlight=False)
+    # With --json, stdout carries the profile only: the script's stdout goes to stderr.
+    script_stdout = sys.stderr if as_json else sys.stdout
+    result = run_script(script, script_args, steps=steps, warmup=warmup, stop=stop,
+                        instruments_factory=lambda dev, data: _instruments(dev, data, samplers),
+                        stdout=script_stdout)
+    profile = result.profile
+    if profile is None:
+        raise _no_profile_error(script, result)
+
+    reported = profile.measurements.get("script", {}).get("reported", {})
+    findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops,
+                               reported_mfu_pct=reported_mfu if reported_mfu is not None
+                               else reported.get("mfu_pct_median"))
+    console = Console()
+    emit(profile, findings, out=out, as_json=as_json, console=console)
+    if not as_json:
+        for line in phase_notes(profile):
+            console.print(line, highlight=False)
+    if result.ended == "failed":
+        written = f"; partial profile written to {out}" if out is not None else ""
+        raise ScriptFailed(f"{result.error_line} (the script failed after {len(profile.steps) + len(profile.warmup_steps)} "
+                           f"complete steps{written})")
+    if result.ended == "interrupted":
+        raise KeyboardInterrupt
+
+
+def _no_profile_error(script: str, result) -> GpuprofError:
+    c = result.counts
+    seen = (f"saw {c.get('forward', 0)} training forwards, {c.get('eval_forward', 0)} no_grad forwards, "
+            f"{c.get('backward', 0)} backward calls, {c.get('optimizer_step', 0)} optimizer steps")
+    if result.ended == "failed":
+        return ScriptFailed(f"{result.error_line} (before the first complete training step: nothing measured)")
+    if result.ended == "interrupted":
+        return GpuprofError(f"interrupted before the first complete training step ({seen})")
+    return GpuprofError(
+        f"{script} ended without a complete training step: gpuprof marks a step at each "
+        f"torch.optim.Optimizer.step() (optimizer step hooks) after an nn.Module forward; it {seen}")
+
+
+def phase_notes(profile) -> list[str]:
+    """One line per phase: the user function the stack sampler found it in most, e.g.
+    "data: 93% of samples in get_batch (train.py:117)"."""
+    section = profile.measurements.get("script", {})
+    top = section.get("top_functions") or {}
+    lines = []
+    for phase, entries in top.items():
+        if not entries:
+            continue
+        e = entries[0]
+        func = "module level" if e["function"] == "<module>" else e["function"]
+        lines.append(f"  {phase}: {e['share']:.0%} of samples in {func} ({e['file']}:{e['line']}), "
+                     f"hottest line {e['hot_line']}")
+    s = section.get("sampler")
+    if lines and s:
+        lines.insert(0, f"user code by phase (stack samples every {s['interval_s'] * 1e3:.0f} ms: "
+                        f"{s['samples']} samples, {s['misses']} missed):")
+    note = section.get("hooks", {}).get("h2d_note")
+    if note:
+        lines.append(f"h2d: {note}")
+    rep = section.get("reported") or {}
+    if rep.get("lines"):
+        mfu = f", mfu {rep['mfu_pct_median']:.2f}%" if rep.get("mfu_pct_median") is not None else ""
+        ms = f"{rep['step_ms_median']:.2f} ms" if rep.get("step_ms_median") is not None else "?"
+        lines.append(f"the script's own log: {rep['lines']} iter lines, median time {ms}{mfu}")
+    return lines

@@ -1,0 +1,500 @@
+"""A user's training script, unmodified, run in-process under gpuprof's hooks.
+
+The script runs as `__main__` with `sys.argv = [script, *args]` and `sys.path[0]` = its folder,
+as `python script.py args` would set them (the working directory is left alone). The hooks of
+gpuprof.measure.hooks turn its own calls into phases and steps; at the first forward the run's
+configuration is read (script globals, then the model, then the inputs), the script's
+get_batch-like functions are wrapped as the `data` phase, the stack sampler and the instruments
+start. After warmup+steps optimizer steps the script is stopped (StopScript, a BaseException).
+Its stdout/stderr are teed: the user sees them live, and nanoGPT `iter`/`step` lines are parsed.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+import traceback
+import types
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from gpuprof.analysis.logs import EvalLine, IterLine, parse_line
+from gpuprof.errors import GpuprofError
+from gpuprof.measure.hooks import StopScript, TrainingHooks, data_like_name
+from gpuprof.measure.stacks import StackSampler, is_user_file
+from gpuprof.measure.timer import PhaseTimer
+from gpuprof.profile import Profile, environment, summarize
+from gpuprof.runners.builtin import RunContext
+
+DTYPE_NAMES = {"float32": "fp32", "fp32": "fp32", "float": "fp32", "bfloat16": "bf16", "bf16": "bf16",
+               "float16": "fp16", "fp16": "fp16", "half": "fp16"}
+DIMS = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size")
+# Scalar nanoGPT config names kept verbatim (for a corrected config written back later).
+SCRIPT_KEYS = ("batch_size", "block_size", "gradient_accumulation_steps", "dtype", "compile", "device",
+               "n_layer", "n_head", "n_embd", "vocab_size", "bias", "dropout", "learning_rate",
+               "max_iters", "eval_interval", "eval_iters", "log_interval", "dataset", "data_dir", "init_from")
+MAX_LINES = 2000  # parsed log lines kept in the profile
+
+
+def check_script(script: str) -> Path:
+    """The script path, or a one-line GpuprofError (exit 2) if it is not a runnable Python file."""
+    path = Path(script)
+    if not path.exists():
+        raise GpuprofError(f"{script}: no such file")
+    if not path.is_file():
+        raise GpuprofError(f"{script}: not a file (give the training script, e.g. train.py)")
+    try:
+        source = path.read_bytes()
+        compile(source, str(path), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, UnicodeDecodeError) as exc:
+        where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+        raise GpuprofError(f"{script}: not a Python script{where}: {exc.__class__.__name__}") from None
+    except OSError as exc:
+        raise GpuprofError(f"{script}: cannot read ({exc.__class__.__name__})") from None
+    return path
+
+
+@dataclass
+class ScriptRun:
+    """The outcome of a script run: the profile (None when no step completed) and how it ended."""
+
+    profile: Profile | None
+    ended: str  # finished | stopped | failed | interrupted
+    error: dict | None = None  # file, line, type, message (failed)
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def error_line(self) -> str:
+        e = self.error or {}
+        return f"{e.get('file')}:{e.get('line')}: {e.get('type')}: {e.get('message')}"
+
+
+class _Tee:
+    """Writes through to `target` at once and hands each complete line to `on_line`."""
+
+    def __init__(self, target, on_line: Callable[[str], None]):
+        self._target = target
+        self._on_line = on_line
+        self._buf = ""
+
+    def write(self, s: str) -> int:
+        n = self._target.write(s)
+        self._buf += s
+        if "\n" in self._buf:
+            *lines, self._buf = self._buf.split("\n")
+            for line in lines:
+                self._on_line(line)
+        return len(s) if n is None else n
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    def close_lines(self) -> None:
+        if self._buf:
+            self._on_line(self._buf)
+            self._buf = ""
+
+    def __getattr__(self, name):  # isatty, fileno, encoding, ... of the real stream
+        return getattr(self._target, name)
+
+
+class _Run:
+    """State of one run; its first_forward() is the hooks' on_first_forward callback."""
+
+    def __init__(self, path: Path, command: list[str], warmup: int, instruments_factory,
+                 sample_interval_s: float):
+        self.path = path
+        self.file = os.path.realpath(path)
+        self.command = command
+        self.warmup = warmup
+        self.instruments_factory = instruments_factory
+        self.sample_interval_s = sample_interval_s
+        self.module: types.ModuleType | None = None
+        self.hooks: TrainingHooks | None = None
+        self.timer: PhaseTimer | None = None
+        self.sampler: StackSampler | None = None
+        self.ctx: RunContext | None = None
+        self.instruments: list = []
+        self.instrument_errors: list[str] = []
+        self.device = "cpu"
+        self.config: dict = {}
+        self.source: dict = {}
+        self.iter_lines: list[IterLine] = []
+        self.eval_lines: list[EvalLine] = []
+
+    def on_line(self, line: str) -> None:
+        rec = parse_line(line)
+        if isinstance(rec, IterLine) and len(self.iter_lines) < MAX_LINES:
+            self.iter_lines.append(rec)
+        elif isinstance(rec, EvalLine) and len(self.eval_lines) < MAX_LINES:
+            self.eval_lines.append(rec)
+
+    # -- first forward ---------------------------------------------------------------------
+
+    def first_forward(self, module, args, kwargs) -> PhaseTimer:
+        eager, compiled = _unwrap(module)
+        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        param = next(eager.parameters(), None)
+        dev = first.device if first is not None else (param.device if param is not None else torch.device("cpu"))
+        self.device = str(dev)
+        self.timer = PhaseTimer.for_device(self.device)
+        self._read_config(eager, compiled, first)
+        self._wrap_data_functions()
+        self.sampler = StackSampler(self.hooks._tid, self._sample_label, self.sample_interval_s,
+                                    marker=data_like_name)
+        self.sampler.start()
+        gcfg = _gpt_config(self.config)
+        autocast = None
+        dev_type = dev.type if dev.type in ("cuda", "cpu") else None
+        if dev_type and torch.is_autocast_enabled(dev_type):
+            autocast = torch.get_autocast_dtype(dev_type)
+        self.config["autocast_dtype"] = str(autocast).replace("torch.", "") if autocast else None
+        self.ctx = RunContext(self.config, gcfg, eager, tuple(args), dict(kwargs), self.device,
+                              self.timer, autocast)
+        if self.instruments_factory is not None:
+            for inst in self.instruments_factory(self.device, self.config.get("data_path")):
+                try:
+                    inst.start(self.ctx)
+                    self.instruments.append(inst)
+                except Exception as exc:  # an instrument must not take the user's run down
+                    self.instrument_errors.append(f"{getattr(inst, 'name', inst)}: start: {exc!r}")
+        return self.timer
+
+    def _sample_label(self):
+        t = self.timer
+        if t is None or not t.in_step or self.hooks.steps_done < self.warmup:
+            return None
+        return t.current
+
+    def _namespaces(self) -> list[tuple[str, dict]]:
+        """Where the run's settings live: the script's globals, then the locals of its frames
+        on the stack (a `main()` holding them), innermost last."""
+        spaces = [("script global", self.module.__dict__)]
+        f = sys._getframe()
+        frames = []
+        while f is not None:
+            if os.path.realpath(f.f_code.co_filename) == self.file and f.f_locals is not self.module.__dict__:
+                frames.append(f)
+            f = f.f_back
+        for fr in reversed(frames):
+            spaces.append((f"local of {fr.f_code.co_name}()", dict(fr.f_locals)))
+        return spaces
+
+    def _lookup(self, spaces, name):
+        for where, ns in spaces:
+            v = ns.get(name)
+            if isinstance(v, (bool, int, float, str)) or isinstance(v, torch.dtype):
+                return v, f"{where} `{name}`"
+        for where, ns in spaces:
+            args = ns.get("model_args")
+            if isinstance(args, dict) and isinstance(args.get(name), (int, float, bool)):
+                return args[name], f"{where} `model_args['{name}']`"
+        return None, None
+
+    def _read_config(self, eager, compiled: bool, first) -> None:
+        spaces = self._namespaces()
+        cfg, src = self.config, self.source
+        cfg["model"] = f"{type(eager).__name__} (script)"
+
+        def put(key, value, where):
+            if value is not None and cfg.get(key) is None:
+                cfg[key] = value
+                src[key] = where
+
+        for key, name in (("batch_size", "batch_size"), ("block_size", "block_size"),
+                          ("grad_accum", "gradient_accumulation_steps"), ("device", "device"),
+                          ("compile", "compile")):
+            put(key, *self._lookup(spaces, name))
+        raw_dtype, where = self._lookup(spaces, "dtype")
+        if raw_dtype is not None:
+            name = str(raw_dtype).replace("torch.", "")
+            put("dtype", DTYPE_NAMES.get(name, name), where)
+        if compiled:
+            cfg["compile"], src["compile"] = True, "observed: the model is a torch.compile wrapper"
+        put("compile", False, "observed: the model is not a torch.compile wrapper")
+        put("device", self.device, "observed: device of the first forward's input")
+        if first is not None and first.dim() == 2 and not first.is_floating_point():
+            put("batch_size", int(first.shape[0]), "observed: first forward's input shape (B, T)")
+            put("block_size", int(first.shape[1]), "observed: first forward's input shape (B, T)")
+
+        dims, dim_src = {}, {}
+        mcfg = getattr(eager, "config", None)
+        for d in DIMS:
+            v = getattr(mcfg, d, None) if mcfg is not None and not isinstance(mcfg, dict) else \
+                (mcfg.get(d) if isinstance(mcfg, dict) else None)
+            if isinstance(v, int):
+                dims[d], dim_src[d] = v, "model.config"
+                continue
+            for name in (d, "meta_vocab_size") if d == "vocab_size" else (d,):
+                v, where = self._lookup(spaces, name)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    dims[d], dim_src[d] = v, where
+                    break
+        emb = _embeddings(eager)
+        if "vocab_size" not in dims and "wte" in emb:
+            dims["vocab_size"], dim_src["vocab_size"] = emb["wte"].num_embeddings, "model: wte embedding rows"
+        if "block_size" not in dims and cfg.get("block_size"):
+            dims["block_size"], dim_src["block_size"] = cfg["block_size"], src["block_size"]
+        if dims:
+            cfg["model_dims"] = dims
+            src["model_dims"] = dim_src
+        params = {id(p): p.numel() for p in eager.parameters()}
+        n = sum(params.values())
+        note = "model parameters (unique tensors)"
+        if "wpe" in emb and id(emb["wpe"].weight) in params:
+            n -= emb["wpe"].weight.numel()
+            note += ", without position embeddings as nanoGPT's estimate_mfu"
+        cfg["param_count"], src["param_count"] = n, note
+        cfg["script_globals"] = {k: v for k in SCRIPT_KEYS
+                                 for v in [self.module.__dict__.get(k)]
+                                 if isinstance(v, (bool, int, float, str))}
+        data_dir = self.module.__dict__.get("data_dir")
+        if isinstance(data_dir, str) and os.path.isfile(os.path.join(data_dir, "train.bin")):
+            cfg["data_path"] = os.path.join(data_dir, "train.bin")
+
+    def _wrap_data_functions(self) -> None:
+        """Wrap the script's get_batch-like functions (and methods of its own classes) as `data`."""
+        g = self.module.__dict__
+        seen_classes = set()
+        for name, obj in list(g.items()):
+            if isinstance(obj, types.FunctionType):
+                if data_like_name(name) and is_user_file(obj.__code__.co_filename):
+                    self.hooks.wrap_attr(g, name, f"{name} ({_where(obj)})")
+                continue
+            cls = obj if isinstance(obj, type) else type(obj)
+            if cls in seen_classes or cls.__module__ in ("builtins",):
+                continue
+            seen_classes.add(cls)
+            for attr, fn in list(vars(cls).items()):
+                if (isinstance(fn, types.FunctionType) and is_user_file(fn.__code__.co_filename)
+                        and (data_like_name(attr) or (attr in ("__iter__",) and data_like_name(cls.__name__)))):
+                    self.hooks.wrap_attr(cls, attr, f"{cls.__name__}.{attr} ({_where(fn)})")
+
+
+def _where(fn) -> str:
+    code = fn.__code__
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+def _unwrap(module) -> tuple[torch.nn.Module, bool]:
+    """The eager module under torch.compile / DDP wrappers, and whether it was compiled."""
+    compiled = False
+    for _ in range(4):
+        inner = getattr(module, "_orig_mod", None)
+        if isinstance(inner, torch.nn.Module):
+            module, compiled = inner, True
+            continue
+        inner = getattr(module, "module", None)
+        if isinstance(inner, torch.nn.Module) and type(module).__name__ in (
+                "DistributedDataParallel", "DataParallel", "FullyShardedDataParallel"):
+            module = inner
+            continue
+        break
+    return module, compiled
+
+
+def _embeddings(model: torch.nn.Module) -> dict:
+    out = {}
+    for name, mod in model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in ("wte", "wpe") and isinstance(mod, torch.nn.Embedding):
+            out.setdefault(leaf, mod)
+    return out
+
+
+def _gpt_config(cfg: dict):
+    dims = cfg.get("model_dims") or {}
+    if not all(isinstance(dims.get(d), int) for d in DIMS):
+        return None
+    from gpuprof.runners.gpt import GPTConfig
+
+    return GPTConfig(**{d: dims[d] for d in DIMS})
+
+
+def _error_location(exc: BaseException) -> dict:
+    """The innermost traceback frame in user code (else the innermost frame)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [f for f in frames if is_user_file(f.filename)]
+    f = (user or frames or [None])[-1]
+    file = f.filename if f else "?"
+    if f and not os.path.relpath(file).startswith(".."):
+        file = os.path.relpath(file)
+    return {"file": file, "line": f.lineno if f else None, "type": type(exc).__name__,
+            "message": str(exc)}
+
+
+def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: bool = True,
+               instruments_factory: Callable | None = None, on_step: Callable[[int], None] | None = None,
+               stdout=None, sample_interval_s: float = 0.005) -> ScriptRun:
+    """Run `script args...` under the hooks; return its profile and how it ended.
+
+    instruments_factory(device, data_path) -> instruments, called at the first forward.
+    stdout: where the script's stdout goes (default: the current sys.stdout)."""
+    path = check_script(script)
+    run = _Run(path, [script, *args], warmup, instruments_factory, sample_interval_s)
+    hooks = TrainingHooks(run.first_forward, on_step=on_step, stop_after=(warmup + steps) if stop else None)
+    run.hooks = hooks
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=os.path.abspath(path), __cached__=None, __spec__=None,
+                           __loader__=None, __package__=None, __builtins__=__builtins__)
+    run.module = module
+    code = compile(path.read_bytes(), os.path.abspath(path), "exec", dont_inherit=True)
+
+    saved = (sys.argv, list(sys.path), sys.modules.get("__main__"), sys.stdout, sys.stderr)
+    out = _Tee(stdout if stdout is not None else sys.stdout, run.on_line)
+    err = _Tee(sys.stderr, run.on_line)
+    ended, error = "finished", None
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        # Our global hooks make torch.compile warn that they fire for the wrapper too; we count
+        # outermost calls only, so that is intended.
+        warnings.filterwarnings("ignore", message=r".*global hooks on modules.*")
+        sys.argv = [script, *args]
+        sys.path[0:1] = [os.path.dirname(os.path.realpath(path))]
+        sys.modules["__main__"] = module
+        sys.stdout, sys.stderr = out, err
+        hooks.install()
+        try:
+            exec(code, module.__dict__)
+        except StopScript:
+            ended = "stopped"
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                ended = "failed"
+                error = _error_location(exc)
+                error["message"] = f"script exited with status {exc.code}"
+        except KeyboardInterrupt:
+            ended = "interrupted"
+        except BaseException as exc:  # the script's own error: keep the completed steps
+            ended, error = "failed", _error_location(exc)
+        finally:
+            hooks.remove()
+            if run.sampler is not None:
+                run.sampler.stop()
+            out.close_lines()
+            err.close_lines()
+            sys.argv, sys.path[:], main, sys.stdout, sys.stderr = saved
+            if main is not None:
+                sys.modules["__main__"] = main
+    run_wall = time.perf_counter() - t0
+    if hooks.stopped:
+        ended = "stopped"
+    return ScriptRun(_build_profile(run, ended, error, run_wall), ended, error, dict(hooks.counts))
+
+
+def _build_profile(run: _Run, ended: str, error: dict | None, run_wall: float) -> Profile | None:
+    hooks, timer = run.hooks, run.timer
+    if timer is None:
+        return None
+    timer.abandon_step()
+    records = timer.steps()
+    if not records:
+        return None
+    w = run.warmup if len(records) > run.warmup else len(records) - 1
+    warm, measured = records[:w], records[w:]
+    attribution = _attribute_data(run, measured)
+    cfg = run.config
+    micro = statistics.median([r.micro_steps for r in measured])
+    if cfg.get("grad_accum") is None:
+        cfg["grad_accum"], run.source["grad_accum"] = int(micro), "measured: backward calls per optimizer step"
+    tokens = int(statistics.median([r.tokens for r in measured]))
+    if tokens:
+        cfg["tokens_per_step"], run.source["tokens_per_step"] = tokens, "measured: token ids into the training forwards of a step"
+    elif all(cfg.get(k) for k in ("batch_size", "block_size", "grad_accum")):
+        cfg["tokens_per_step"] = cfg["batch_size"] * cfg["block_size"] * cfg["grad_accum"]
+        run.source["tokens_per_step"] = "batch_size × block_size × grad_accum"
+    cfg["source"] = run.source
+    run_info = {
+        "mode": "script",
+        "command": run.command,
+        "rank": int(os.environ.get("RANK", 0)),
+        "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+        "data_path": cfg.pop("data_path", None),
+        "run_wall_s": run_wall,
+        "ended": ended,
+        "partial": ended in ("failed", "interrupted"),
+        "error": error,
+        "warmup_used": w,
+        "config": cfg,
+    }
+    profile = Profile(run=run_info, steps=measured, warmup_steps=warm,
+                      environment=environment(run.device), summary=summarize(measured))
+    profile.measurements["script"] = _script_section(run, attribution)
+    if run.ctx is not None:
+        run.ctx.profile = profile
+    for inst in run.instruments:
+        try:
+            section = inst.stop(run.ctx)
+        except Exception as exc:
+            run.instrument_errors.append(f"{getattr(inst, 'name', inst)}: stop: {exc!r}")
+            continue
+        if section is not None:
+            profile.measurements[inst.name] = section
+    if run.instrument_errors:
+        profile.measurements["script"]["instrument_errors"] = run.instrument_errors
+    return profile
+
+
+def _attribute_data(run: _Run, measured) -> dict:
+    """Second data method: `other` time the sampler finds inside an unwrapped data-like user
+    function (a get_batch closure, a loader in another module) moves to `data`, in proportion
+    to the share of `other` samples taken inside one."""
+    s = run.sampler
+    other = s.labelled.get("other", 0) if s else 0
+    marked = s.marked.get("other", 0) if s else 0
+    share = marked / other if other else 0.0
+    if share > 0:
+        for r in measured:
+            for phases in (r.phases, r.gpu_phases):
+                if phases and phases.get("other"):
+                    moved = phases["other"] * share
+                    phases["other"] -= moved
+                    phases["data"] = phases.get("data", 0.0) + moved
+    return {
+        "method": ("wrapped: the script's get_batch-like functions and DataLoader iteration are "
+                   "timed as `data`; plus sampled: `other` time whose stack samples fall in an "
+                   "unwrapped data-like user function moves to `data` by its sample share"),
+        "wrapped": list(run.hooks.wrapped),
+        "dropped": sorted(run.hooks.disqualified),
+        "other_samples": other,
+        "other_samples_in_data_functions": marked,
+        "other_moved_to_data_share": share,
+    }
+
+
+def _script_section(run: _Run, attribution: dict) -> dict:
+    iters = run.iter_lines
+    settled = iters[run.warmup:] if len(iters) > run.warmup else iters
+    # nanoGPT prints mfu -100.00% until local_iter_num >= 5: a placeholder, not a measurement.
+    mfus = [x.mfu_pct for x in iters if x.mfu_pct is not None and x.mfu_pct > -99.0]
+    reported = {
+        "lines": len(iters),
+        "step_ms_median": statistics.median([x.time_ms for x in settled]) if settled else None,
+        "mfu_pct_median": statistics.median(mfus) if mfus else None,
+        "mfu_lines": len(mfus),
+        "skipped_first": min(run.warmup, len(iters)),
+    }
+    counts = dict(run.hooks.counts)
+    hooks = {"counts": counts}
+    if counts["h2d_copies"] == 0:
+        hooks["h2d_note"] = ("no host-to-device copies seen" +
+                             (" (CPU-only run: there are none)" if not run.device.startswith("cuda") else ""))
+    section = {
+        "reported": reported,
+        "iter_lines": [vars(x) for x in iters],
+        "eval_lines": [vars(x) for x in run.eval_lines],
+        "hooks": hooks,
+        "data_attribution": attribution,
+    }
+    if run.sampler is not None:
+        base = os.path.dirname(run.file)
+        section["sampler"] = run.sampler.stats()
+        section["top_functions"] = {p: run.sampler.top(p, 5, relative_to=base)
+                                    for p in run.sampler.counts}
+    return section
