@@ -192,7 +192,10 @@ def resolve_nvml_handle(nvml, device: str, env: Mapping[str, str] | None = None,
     dev = str(device)
     idx = int(dev.split(":", 1)[1]) if ":" in dev else 0
     if uuid:
-        return nvml.nvmlDeviceGetHandleByUUID(uuid), {"visible_index": idx, "uuid": uuid, "via": "torch uuid"}
+        try:
+            return nvml.nvmlDeviceGetHandleByUUID(uuid), {"visible_index": idx, "uuid": uuid, "via": "torch uuid"}
+        except Exception:  # noqa: BLE001 - e.g. a MIG UUID torch spells differently: use the env
+            pass
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is None:
         note = None

@@ -218,6 +218,8 @@ def test_cuda_visible_devices_errors_and_torch_uuid():
         resolve_nvml_handle(FakeNvml(uuids=("GPU-ab1", "GPU-ab2")), "cuda", {"CUDA_VISIBLE_DEVICES": "GPU-ab"})
     h, desc = resolve_nvml_handle(FakeNvml(), "cuda:0", {"CUDA_VISIBLE_DEVICES": "0"}, uuid="GPU-bbbb-2222")
     assert h == 1 and desc["via"] == "torch uuid"
+    h, desc = resolve_nvml_handle(FakeNvml(), "cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}, uuid="GPU-unknown")
+    assert h == 1 and desc["via"] == "CUDA_VISIBLE_DEVICES index"
 
 
 def test_sampler_thread_never_raises():
