@@ -23,7 +23,7 @@ class Finding:
     confidence: str = "medium"  # high | medium | low
     fix: str = ""  # the concrete change
     config_overrides: dict = field(default_factory=dict)  # nanoGPT config keys when a config fix
-    kind: str = "fix"  # fix | verdict | info
+    kind: str = "fix"  # fix | correction (a wrong figure, not time) | verdict | info
     note: str = ""  # e.g. why the saving cannot be estimated, or the constraint on the fix
     # Seconds per step of each phase this finding's saving comes out of. The engine caps
     # overlapping claims so that two findings never save the same interval twice.
@@ -62,18 +62,19 @@ class Context:
 Rule = Callable[[Context], list[Finding]]
 
 
-_KIND_ORDER = {"fix": 0, "verdict": 1, "info": 2}
+_KIND_ORDER = {"fix": 0, "correction": 1, "verdict": 2, "info": 3}
 
 
 def rank(findings: list[Finding], summary: dict | None = None) -> list[Finding]:
-    """Sort fixes by saving (largest first), then fixes that cannot estimate, verdicts, info.
+    """Sort fixes by saving (largest first), then fixes that cannot estimate, corrections of
+    wrong figures, verdicts, information.
 
     Savings that claim the same phase interval are capped: a lower-ranked finding keeps only
     what the higher-ranked ones left of that interval, so savings never add up to more than
     the step."""
 
     def key(f: Finding):
-        return (_KIND_ORDER.get(f.kind, 3), f.saving_s is None, -(f.saving_s or 0.0), f.id)
+        return (_KIND_ORDER.get(f.kind, 4), f.saving_s is None, -(f.saving_s or 0.0), f.id)
 
     summary = summary or {}
     step_s = summary.get("step_s")

@@ -184,12 +184,20 @@ def analyze(
 def _analyze_log(log: Path, gpu, peak_tflops, config: dict, as_json: bool) -> None:
     import json
 
+    from gpuprof.analysis.engine import rank
     from gpuprof.analysis.logs import analyze_log
+    from gpuprof.analysis.rules.logs import log_findings
     from gpuprof.render.mfu import log_analysis_panel
+    from gpuprof.render.terminal import findings_table
 
     result = analyze_log(log, gpu=gpu, peak_tflops=peak_tflops,
                          config={k: v for k, v in config.items() if v is not None})
+    findings = rank(log_findings(result))
+    result["findings"] = [f.to_dict() for f in findings]
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:
-        Console().print(log_analysis_panel(result))
+        console = Console()
+        console.print(log_analysis_panel(result))
+        if findings:
+            console.print(findings_table(findings))

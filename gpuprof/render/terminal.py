@@ -107,7 +107,7 @@ def findings_table(findings: list[Finding | dict]) -> Table:
             body.append("\n  fix: " + d["fix"])
         if d.get("note"):
             body.append("\n  note: " + d["note"], style="yellow")
-        if d.get("kind") in ("info", "verdict"):
+        if d.get("kind") in ("info", "verdict", "correction"):
             saving, share = d["kind"], ""
         elif d.get("saving_s") is None:
             saving, share = "cannot estimate", ""

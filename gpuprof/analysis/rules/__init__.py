@@ -2,6 +2,7 @@
 
 Finding ids are part of the JSON contract (documented in docs/rules.md)."""
 
+from gpuprof.analysis.rules.batching import memory_headroom, micro_batch_too_small
 from gpuprof.analysis.rules.gpu import (
     compile_findings,
     h2d_pageable,
@@ -21,6 +22,8 @@ from gpuprof.analysis.rules.phases import (
 RULES = [
     data_loading_exposed,
     eval_in_measured_steps,
+    micro_batch_too_small,
+    memory_headroom,
     h2d_pageable,
     optimizer_slow,
     no_tensor_cores,

@@ -33,8 +33,8 @@ def mfu_misreported(ctx: Context) -> list[Finding]:
           "peak_tflops": mfu.get("peak_tflops"), "source": mfu.get("reported_source"),
           "causes": ", ".join(r["cause"] for r in reasons)}
     return [Finding(
-        id="mfu-misreported", title=title, saving_s=None, saving_share=None, evidence=ev,
-        confidence="high" if true is not None else "medium", kind="fix",
+        id="mfu-misreported", title=title, saving_s=None, saving_share=None, kind="correction", evidence=ev,
+        confidence="high" if true is not None else "medium",
         fix=(f"compute MFU against this GPU's {mfu.get('dtype') or ''} peak "
              f"(flops_promised = {mfu['peak_tflops']:g}e12 in nanoGPT's estimate_mfu)"
              if mfu.get("peak_tflops") else "compute MFU against this GPU's datasheet peak"),

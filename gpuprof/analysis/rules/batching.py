@@ -1,0 +1,133 @@
+"""Rules about micro-batch size and memory: fewer, larger micro-steps only when they fit and
+the measured efficiency curve says they run faster."""
+
+from __future__ import annotations
+
+from gpuprof.analysis.engine import Context, Finding
+from gpuprof.analysis.rules.common import micro_steps, on_cuda, step_s
+
+FIXED_SHARE_MIN = 0.10  # fixed per-micro-step cost worth acting on
+HEADROOM_MAX_USED = 0.5
+
+
+def _gpt_config(ctx: Context):
+    from gpuprof.runners.gpt import GPTConfig
+
+    dims = ctx.config.get("model_dims")
+    if not dims:
+        return None
+    fields = {k: dims[k] for k in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size") if k in dims}
+    try:
+        return GPTConfig(**fields, bias=dims.get("bias", True))
+    except TypeError:
+        return None
+
+
+def _capacity(ctx: Context) -> tuple[int | None, str]:
+    """Memory a micro-batch must fit in: the GPU's, or this host's available RAM on CPU."""
+    if on_cuda(ctx):
+        mem = (ctx.profile.measurements.get("memory") or {}).get("capacity_bytes") or \
+            ctx.profile.environment.get("device_memory_bytes")
+        if mem:
+            return int(mem), "GPU memory (measured)"
+        if ctx.gpu is not None:
+            return ctx.gpu.memory_bytes, f"GPU memory ({ctx.gpu.name}, datasheet)"
+        return None, "GPU memory unknown"
+    ram = ctx.profile.environment.get("ram_bytes")
+    return (int(ram), "host RAM") if ram else (None, "host RAM unknown")
+
+
+def _estimate(ctx: Context, gcfg, batch: int, capacity: int | None):
+    from gpuprof.recommend.memory import estimate_memory
+
+    dtype = ctx.config.get("dtype") or "fp32"
+    return estimate_memory(gcfg, batch, dtype=dtype, compile=bool(ctx.config.get("compile")),
+                           grad_accum=micro_steps(ctx), device="cuda" if on_cuda(ctx) else "cpu",
+                           capacity_bytes=capacity)
+
+
+def micro_batch_too_small(ctx: Context) -> list[Finding]:
+    """The fixed cost every micro-step pays, times the micro-steps, is a large share of the step."""
+    mb = ctx.profile.measurements.get("microbatch") or {}
+    fixed = mb.get("fixed_s")
+    total = step_s(ctx)
+    n = micro_steps(ctx)
+    batch = ctx.config.get("batch_size")
+    if fixed is None or not total or not batch or n <= 1:
+        return []
+    fixed_total = fixed * n
+    if fixed_total / total < FIXED_SHARE_MIN:
+        return []
+    measured = {p["batch_size"]: p["seconds"] for p in mb.get("points", [])}
+    per_sample = mb.get("per_sample_s", 0.0)
+
+    def t(b: int) -> float:  # forward+backward of one micro-step: measured where we can
+        return measured.get(b, fixed + per_sample * b)
+
+    gcfg = _gpt_config(ctx)
+    capacity, cap_src = _capacity(ctx)
+    ev = {"fixed_per_micro_s": fixed, "micro_steps": n, "fixed_total_s": fixed_total,
+          "share": fixed_total / total, "batch_size": batch, "capacity_source": cap_src}
+    best = None
+    blocked = None
+    b2 = batch * 2
+    while n * batch % b2 == 0 and b2 <= n * batch:
+        n2 = n * batch // b2
+        est = _estimate(ctx, gcfg, b2, capacity) if gcfg is not None else None
+        if est is not None and est.fits is False:
+            blocked = (b2, est)
+            break
+        saving = n * t(batch) - n2 * t(b2)
+        if best is None or saving > best[2]:
+            best = (b2, n2, saving, est)
+        b2 *= 2
+    if best is None or best[2] <= 0:
+        note = "no larger micro-batch that keeps the tokens per step exact would run faster"
+        if blocked:
+            note = (f"batch_size={blocked[0]} does not fit: needs {blocked[1].total_bytes / 2**30:.1f} GiB "
+                    f"of {capacity / 2**30:.1f} GiB; activation checkpointing or a smaller block would lift it")
+        return [Finding(id="micro-batch-too-small",
+                        title=f"{n} micro-steps each pay a fixed {fixed * 1e3:.1f} ms ({fixed_total / total:.0%} of the step)",
+                        saving_s=None, saving_share=None, evidence=ev, confidence="medium", note=note)]
+    b2, n2, saving, est = best
+    ev.update({"new_batch_size": b2, "new_grad_accum": n2})
+    if est is not None:
+        ev["memory_needed_bytes"] = est.total_bytes
+        ev["memory_capacity_bytes"] = capacity
+    return [Finding(
+        id="micro-batch-too-small",
+        title=(f"micro-batch too small: {n} micro-steps each pay a fixed {fixed * 1e3:.1f} ms "
+               f"({fixed_total / total:.0%} of the step)"),
+        saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium",
+        fix=(f"batch_size={b2}, gradient_accumulation_steps={n2} (same {b2 * n2 * (ctx.config.get('block_size') or 0):,} "
+             f"tokens per step)"),
+        note=("saving from the measured forward+backward time per micro-batch size"
+              + (f"; fits: {est.total_bytes / 2**30:.2f} GiB modeled of {capacity / 2**30:.1f} GiB ({cap_src})"
+                 if est is not None and capacity else "")),
+        config_overrides={"batch_size": b2, "gradient_accumulation_steps": n2},
+        claims={"forward": saving / 3, "backward": saving * 2 / 3},
+    )]
+
+
+def memory_headroom(ctx: Context) -> list[Finding]:
+    """The GPU has room for a larger micro-batch (measured peak far under capacity)."""
+    mem = ctx.profile.measurements.get("memory") or {}
+    peak, cap = mem.get("peak_allocated_bytes"), mem.get("capacity_bytes")
+    batch = ctx.config.get("batch_size")
+    if not peak or not cap or not batch or peak / cap > HEADROOM_MAX_USED:
+        return []
+    ev = {"peak_allocated_bytes": peak, "capacity_bytes": cap, "used": peak / cap, "batch_size": batch}
+    gcfg = _gpt_config(ctx)
+    note = ""
+    if gcfg is not None:
+        from gpuprof.recommend.memory import max_batch_that_fits
+
+        biggest = max_batch_that_fits(gcfg, cap, dtype=ctx.config.get("dtype") or "bf16",
+                                      compile=bool(ctx.config.get("compile")), grad_accum=micro_steps(ctx))
+        ev["max_batch_modeled"] = biggest
+        note = f"the memory model fits up to batch_size={biggest}; see `gpuprof recommend`"
+    return [Finding(
+        id="memory-headroom",
+        title=f"memory headroom: peak {peak / 2**30:.1f} GiB of {cap / 2**30:.0f} GiB ({peak / cap:.0%})",
+        saving_s=None, saving_share=None, evidence=ev, confidence="high", kind="info", note=note,
+    )]
