@@ -26,23 +26,9 @@ def _progress(console: Console):
 
 
 def _instruments(device: str, data_path: Optional[str], samplers: bool) -> list:
-    from gpuprof.measure.microbatch import MicroBatchProbe
-    from gpuprof.measure.syncs import SyncCounter
+    from gpuprof.measure.standard import standard_instruments
 
-    ours = [SyncCounter(), MicroBatchProbe()]
-    try:  # TODO(integration): measure.instruments lands with issue #4
-        from gpuprof.measure.instruments import default_instruments
-    except ImportError:
-        return ours
-    return ours + _theirs(default_instruments, device, data_path, samplers)
-
-
-def _theirs(default_instruments, device, data_path, samplers):
-
-    return default_instruments(device, data_path, nvml_interval_s=0.1, host_interval_s=0.1,
-                               probe=samplers, flops=True) if samplers else \
-        default_instruments(device, data_path, probe=False, flops=True, nvml_interval_s=0,
-                            host_interval_s=0)
+    return standard_instruments(device, data_path, samplers=samplers, probe=samplers)
 
 
 def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Console) -> None:
@@ -54,18 +40,15 @@ def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Cons
     if as_json:
         sys.stdout.write(profile.to_json() + "\n")
         return
-    extra = []
-    try:
-        from gpuprof.render.mfu import mfu_panel, samplers_panel
+    from gpuprof.render.mfu import mfu_panel, samplers_panel
 
-        if profile.summary.get("mfu"):
-            extra.append(mfu_panel(profile.summary["mfu"]))
-        if profile.measurements:
-            panel = samplers_panel(profile.measurements)
-            if panel is not None:
-                extra.append(panel)
-    except ImportError:
-        pass
+    extra = []
+    if profile.summary.get("mfu"):
+        extra.append(mfu_panel(profile.summary["mfu"]))
+    if profile.measurements:
+        panel = samplers_panel(profile.measurements)
+        if panel is not None:
+            extra.append(panel)
     render_diagnosis(profile, findings, console, extra)
     if out is not None:
         console.print(f"profile written to {out}")

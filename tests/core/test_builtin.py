@@ -27,11 +27,11 @@ def test_phases_add_up_to_the_step_and_count_everything():
 
 
 def test_injected_data_delay_appears_as_the_data_share():
-    delay = 0.03
+    delay = 0.05
     prof = run_builtin(LoopConfig(**SMALL), faults=LoopFaults(loader=LoaderFaults(batch_delay_s=delay)))
     s = prof.summary
     truth = SMALL["grad_accum"] * delay / s["step_s"]
-    assert truth > 0.3  # the injection is a large part of the step
+    assert truth > 0.15  # the injection is a large part of the step, even on a loaded machine
     assert abs(s["phases"]["data"]["share"] - truth) < 0.03
 
 
