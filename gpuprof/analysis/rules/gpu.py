@@ -86,7 +86,7 @@ def no_tensor_cores(ctx: Context) -> list[Finding]:
     saving = None
     note = "cannot estimate without the FLOPs per step"
     if flops:
-        at_half = flops / (0.5 * spec.bf16 * 1e12) * (compute / total if total else 1.0)
+        at_half = flops / (0.5 * spec.bf16 * 1e12)  # model FLOPs are forward + backward
         ev["bf16_compute_at_50pct_mfu_s"] = at_half
         saving = max(compute - at_half, 0.0)
         note = "estimate: forward+backward at 50% MFU of the bf16 peak (typical 40-60%)"
