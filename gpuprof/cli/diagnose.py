@@ -84,6 +84,7 @@ def diagnose(
     peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s to compute MFU against (overrides the table)."),
     reported_mfu: Optional[float] = typer.Option(None, help="An MFU %% your script printed, to check against the true one."),
     samplers: bool = typer.Option(True, "--samplers/--no-samplers", help="NVML/host sampling and the matmul ceiling probe."),
+    disk_report: Optional[Path] = typer.Option(None, help="A `gpuprof bench-disk --json` result for the data's storage."),
 ):
     """Run a training loop under measured phases and explain where the step's time goes."""
     import torch
@@ -126,8 +127,26 @@ def diagnose(
         task = progress.add_task(f"{cfg.model} on {dev}", total=cfg.warmup + cfg.steps)
         profile = run_builtin(cfg, instruments=instruments,
                               on_step=lambda i, n: progress.update(task, completed=i))
-    findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu)
+    findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
+                               disk=_load_disk_report(disk_report))
     emit(profile, findings, out=out, as_json=as_json, console=Console())
+
+
+def _load_disk_report(path: Optional[Path]) -> Optional[dict]:
+    """A bench-disk JSON result, validated enough for the storage rule to read it."""
+    import json
+
+    if path is None:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise GpuprofError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise GpuprofError(f"{path}: not a bench-disk JSON result ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict) or "random" not in data or "loader" not in data:
+        raise GpuprofError(f"{path}: not a bench-disk JSON result (no random/loader sections)")
+    return data
 
 
 @app.command("analyze")
@@ -146,6 +165,7 @@ def analyze(
     n_embd: Optional[int] = typer.Option(None, help="Log mode: model width."),
     vocab_size: Optional[int] = typer.Option(None, help="Log mode: vocabulary size."),
     world_size: Optional[int] = typer.Option(None, help="Log mode: data-parallel ranks."),
+    disk_report: Optional[Path] = typer.Option(None, help="A `gpuprof bench-disk --json` result for the data's storage."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the report."),
 ):
     """Re-render a saved profile (nothing is rerun), or analyse a nanoGPT log (--log)."""
@@ -160,7 +180,8 @@ def analyze(
     if file is None:
         raise GpuprofError("give a profile file (gpuprof analyze run.gpuprof.json) or --log train.log")
     prof = profile_io.load(file)
-    findings = analyze_profile(prof, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu)
+    findings = analyze_profile(prof, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
+                               disk=_load_disk_report(disk_report))
     emit(prof, findings, out=None, as_json=as_json, console=Console())
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from gpuprof.measure.instruments import default_instruments
 from gpuprof.measure.microbatch import MicroBatchProbe
 from gpuprof.measure.samplers import HostSampler, NvmlSampler
+from gpuprof.measure.storage import StorageFacts
 from gpuprof.measure.syncs import SyncCounter
 
 
@@ -18,4 +19,5 @@ def standard_instruments(device: str, data_path: str | None, *, samplers: bool =
                                  host_interval_s=0.1 if samplers else 0, probe=probe, flops=True)
     sampling = [i for i in theirs if isinstance(i, (NvmlSampler, HostSampler))]
     post = [i for i in theirs if not isinstance(i, (NvmlSampler, HostSampler))]
-    return [SyncCounter(), *sampling, *([MicroBatchProbe()] if microbatch else []), *post]
+    return [SyncCounter(), StorageFacts(data_path), *sampling,
+            *([MicroBatchProbe()] if microbatch else []), *post]

@@ -101,6 +101,7 @@ class RunContext:
     timer: PhaseTimer
     autocast_dtype: torch.dtype | None
     profile: Profile | None = None
+    data_path: str | None = None  # the token file the loop reads, when there is one
 
 
 def default_device() -> str:
@@ -142,7 +143,8 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
     if is_cuda:
         torch.cuda.reset_peak_memory_stats()
     X, Y = loader.get_batch()  # first batch before the loop, as nanoGPT
-    run_ctx = RunContext(cfg, gcfg, model, (X, Y), {}, device, timer, autocast_dtype)
+    run_ctx = RunContext(cfg, gcfg, model, (X, Y), {}, device, timer, autocast_dtype,
+                         data_path=data_path)
     for inst in instruments:
         inst.start(run_ctx)
 

@@ -213,3 +213,37 @@ def test_analyze_returns_ranked_findings_for_a_data_bound_profile(profile_factor
     findings = analyze(Context(profile=p))
     assert findings[0].id == "data-loading-exposed"
     assert findings[-1].kind == "info"
+
+
+# ------------------------------------------------------------------ storage
+from gpuprof.analysis.rules import storage  # noqa: E402
+
+
+def _bench(qd1_iops, cold_samples_s, warm_samples_s=1e6):
+    return {"settings": {"read_sizes": ["2KiB"]},
+            "random": {"2KiB": {"qd1": {"iops": qd1_iops, "mb_s": qd1_iops * 2048 / 1e6},
+                                "parallel": {"iops": qd1_iops * 4}}},
+            "loader": {"cold": {"samples_per_s": cold_samples_s, "read_amplification": 8.0},
+                       "warm": {"samples_per_s": warm_samples_s}}}
+
+
+def test_storage_too_slow_from_a_bench_disk_result(profile_factory):
+    # 8 x 128 x 4 = 4096 tokens/step = 32 samples/step; compute-only step 0.5 s -> 64 samples/s
+    # needed. Cold memmap sampling manages 40/s: 0.8 s of reads per step; 0.5 s is exposed.
+    p = profile_factory({"data": 0.5, "forward": 0.2, "backward": 0.3}, tokens=4096)
+    (f,) = storage.storage_too_slow(ctx_of(p, disk=_bench(qd1_iops=50, cold_samples_s=40)))
+    assert f.evidence["needs_reads_per_s"] == pytest.approx(64)
+    assert f.evidence["headroom"] == pytest.approx(50 / 64)
+    assert f.saving_s == pytest.approx(0.5)  # min(exposed 0.5, cold reads 0.8)
+    fast = storage.storage_too_slow(ctx_of(p, disk=_bench(qd1_iops=40000, cold_samples_s=30000)))
+    assert fast == []
+
+
+def test_storage_suspect_on_network_fs_only_when_data_waits(profile_factory):
+    nfs = {"storage": {"filesystem": {"type": "nfs4", "kind": "network", "warning": "nfs4 is a network filesystem"},
+                       "residency_start": {"known": True, "fraction": 1.0}, "fits_in_ram": True}}
+    waiting = profile_factory({"data": 0.3, "forward": 0.7}, measurements=nfs)
+    (f,) = storage.storage_too_slow(ctx_of(waiting))
+    assert f.saving_s is None and "network" in f.note
+    busy = profile_factory({"data": 0.01, "forward": 0.99}, measurements=nfs)
+    assert storage.storage_too_slow(ctx_of(busy)) == []

@@ -12,6 +12,7 @@ from gpuprof.analysis.rules.gpu import (
     sync_in_step,
 )
 from gpuprof.analysis.rules.machine import cpu_saturated, gpu_throttled, mfu_misreported
+from gpuprof.analysis.rules.storage import storage_too_slow
 from gpuprof.analysis.rules.phases import (
     compute_bound,
     data_loading_exposed,
@@ -21,6 +22,7 @@ from gpuprof.analysis.rules.phases import (
 
 RULES = [
     data_loading_exposed,
+    storage_too_slow,
     eval_in_measured_steps,
     micro_batch_too_small,
     memory_headroom,
