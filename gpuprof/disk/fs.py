@@ -41,6 +41,7 @@ class FsInfo:
     free_bytes: int
     total_bytes: int
     warning: str | None
+    read_ahead_kb: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,7 +97,28 @@ def filesystem_info(path: str) -> FsInfo:
     kind = classify_fs(fstype)
     return FsInfo(mountpoint=mountpoint, type=fstype, device=device, kind=kind,
                   free_bytes=usage.free, total_bytes=usage.total,
-                  warning=fs_warning(fstype, kind))
+                  warning=fs_warning(fstype, kind), read_ahead_kb=read_ahead_kb(device))
+
+
+def read_ahead_kb(device: str) -> int | None:
+    """The block device's readahead window (/sys/.../queue/read_ahead_kb), if it has one.
+
+    An mmap page fault reads around the faulting page by this much, so it sets how many
+    bytes one cold np.memmap sample costs. Partitions use their disk's queue.
+    """
+    if not device.startswith("/dev/"):
+        return None
+    try:
+        name = os.path.basename(os.path.realpath(device))
+        sys_dir = os.path.realpath(os.path.join("/sys/class/block", name))
+        for d in (sys_dir, os.path.dirname(sys_dir)):
+            f = os.path.join(d, "queue", "read_ahead_kb")
+            if os.path.exists(f):
+                with open(f) as fh:
+                    return int(fh.read().strip())
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def ram_bytes() -> tuple[int, int]:

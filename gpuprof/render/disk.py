@@ -47,7 +47,9 @@ def header_lines(r: dict) -> list[str]:
             else f"dataset file {human_bytes(r['measured_file_bytes'])}, read-only")
     lines = [f"[bold]bench-disk[/bold] {r['path']}  ({what})",
              f"filesystem  {fsys['type']} ({fsys['kind']}) on {fsys['device']}, mounted at "
-             f"{fsys['mountpoint']}; {human_bytes(fsys['free_bytes'])} free",
+             f"{fsys['mountpoint']}; {human_bytes(fsys['free_bytes'])} free"
+             + (f"; readahead {fsys['read_ahead_kb']} KiB" if fsys.get("read_ahead_kb")
+                else ""),
              f"cold reads  {r['cache_method']}: {r['cache_note']}"]
     f = r.get("file")
     if f:
