@@ -59,7 +59,7 @@ def bench_disk(
         readers=readers,
         block_size=need.block_size if need else (block_size or DEFAULT_BLOCK_SIZE),
         sample_bytes=parse_bytes(sample_bytes, "--sample-bytes") if sample_bytes else None,
-        batch_size=batch_size or 12,
+        batch_size=batch_size or (need.batch_size if need else None) or 12,
         seed=seed,
     )
     with progress_bar() as progress:

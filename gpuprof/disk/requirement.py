@@ -27,6 +27,7 @@ class Need:
     source: str
     step_s: float | None = None
     tokens_per_step: float | None = None
+    batch_size: int | None = None
 
     @property
     def samples_per_s(self) -> float:
@@ -100,10 +101,10 @@ def resolve_need(tokens_per_sec: float | None = None, batch_size: int | None = N
     A requirement is asked for by --tokens-per-sec, --step-s or --profile. Without
     tokens/s it is batch_size * block_size * grad_accum / step_s.
     """
-    where = "command line"
+    where = ""
     if profile is not None:
         p = load_profile_fields(profile)
-        where = f"profile {profile}"
+        where = f"profile {profile}: "
         tokens_per_sec = tokens_per_sec if tokens_per_sec is not None else p["tokens_per_s"]
         batch_size = batch_size if batch_size is not None else p["batch_size"]
         block_size = block_size if block_size is not None else p["block_size"]
@@ -123,9 +124,11 @@ def resolve_need(tokens_per_sec: float | None = None, batch_size: int | None = N
         tokens_per_step = (_positive(batch_size, "batch_size") * block
                            * _positive(grad_accum if grad_accum is not None else 1, "grad_accum"))
     if tokens_per_sec is not None:
-        return Need(_positive(tokens_per_sec, "tokens_per_s"), block, where,
+        src = where + "tokens/s" if profile is not None else "--tokens-per-sec"
+        return Need(_positive(tokens_per_sec, "tokens_per_s"), block, src,
                     step_s=_positive(step_s, "step_s") if step_s is not None else None,
-                    tokens_per_step=tokens_per_step)
+                    tokens_per_step=tokens_per_step,
+                    batch_size=int(batch_size) if batch_size is not None else None)
     missing = [n for n, v in (("batch_size", batch_size), ("step_s", step_s)) if v is None]
     if missing:
         if profile is not None:
@@ -136,8 +139,10 @@ def resolve_need(tokens_per_sec: float | None = None, batch_size: int | None = N
         raise GpuprofError("--step-s needs --batch-size (and --grad-accum, --block-size) to "
                            "compute tokens/s; or pass --tokens-per-sec")
     step = _positive(step_s, "step_s")
-    return Need(tokens_per_step / step, block, where + " (batch × block × accum / step)",
-                step_s=step, tokens_per_step=tokens_per_step)
+    src = where + "batch × block × accum ÷ step time" if profile is not None else \
+        "--batch-size × --block-size × --grad-accum ÷ --step-s"
+    return Need(tokens_per_step / step, block, src, step_s=step,
+                tokens_per_step=tokens_per_step, batch_size=int(batch_size))
 
 
 def _status(headroom: float) -> str:
@@ -191,6 +196,8 @@ def assess(need: Need, result: dict) -> dict:
             f"headroom")
     if amp:
         line += f" ({_n(amp)}× read amplification from readahead)"
+    line += (f"; from the page cache: {_n(warm)} samples/s → "
+             f"{_n(out['loader_warm_headroom'])}×")
     if out["loader_cold_s_per_step"] is not None:
         line += f"; {_n(out['loader_cold_s_per_step'])} s of reads per step while cold"
         if need.step_s:

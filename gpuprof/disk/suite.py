@@ -97,11 +97,12 @@ def _loader_entry(runs: list[RunResult], sample: int) -> dict:
     ops = sum(r.ops for r in runs)
     dev = [r.device_read_bytes for r in runs]
     per = sum(dev) / ops if ops and None not in dev else None
+    faults = sum(r.major_faults or 0 for r in runs) / ops if ops else None
     out.update(samples=ops,
                mb_s=bench.summarize([r.mb_s for r in runs])["median"],
                device_bytes_per_sample=per,
                read_amplification=per / sample if per is not None else None,
-               major_faults_per_sample=sum(r.major_faults or 0 for r in runs) / ops if ops else None)
+               major_faults_per_sample=faults)
     return out
 
 

@@ -122,7 +122,7 @@ def print_report(r: dict, console: Console | None = None) -> None:
     req = r.get("requirement")
     if req:
         style = {"ok": "green", "tight": "yellow"}.get(req["status"], "red")
-        console.print(f"[bold]requirement[/bold] ({req['source']}): "
+        console.print(f"[bold]requirement[/bold] (from {req['source']}): "
                       f"[{style}]{req['verdict']}[/{style}]", highlight=False)
         console.print(f"            {req['loader_verdict']}", highlight=False)
     console.print(f"took {r['elapsed_s']:.1f} s", style="dim", highlight=False)

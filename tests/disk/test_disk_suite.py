@@ -1,7 +1,5 @@
 """A whole bench-disk run, small: cold reads really reach the device, warm ones don't."""
 
-import os
-
 import pytest
 
 from gpuprof.disk import fs, suite
