@@ -1,7 +1,7 @@
 """Micro-batch efficiency curve: forward+backward time at a few micro-batch sizes.
 
 After the measured steps, time one forward+backward of the eager model at sizes around the
-run's micro-batch B (1, B/2, B, 2B; larger ones only while they fit) and fit
+run's micro-batch B (1, B/2, B, 2B, and 4 when B is smaller; larger ones only while they fit) and fit
     t(b) = fixed + per_sample * b
 by a robust line fit (Theil-Sen). `fixed` is the cost every micro-step pays whatever its size (Python, kernel
 launches, small-op overhead); it is what fewer, larger micro-steps save. Runs after the loop,
@@ -30,7 +30,8 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 
 def _sizes(batch: int, max_batch: int | None) -> list[int]:
-    sizes = sorted({1, max(1, batch // 2), batch, 2 * batch, 4 * batch})
+    # Up to 2B (4 for tiny batches): enough to see the fixed cost and whether larger runs faster.
+    sizes = sorted({1, max(1, batch // 2), batch, 2 * batch, max(4, batch)})
     if max_batch:
         sizes = [s for s in sizes if s <= max_batch]
     return sizes
