@@ -1,0 +1,246 @@
+"""TrainingHooks driven by a hand-written loop: phases, steps, eval, stop, removal. Fake clock."""
+
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.nn.modules import module as nn_module
+from torch.optim import optimizer as optim_module
+from torch.utils.data import DataLoader
+from torch.utils.data import dataloader as dl
+
+from gpuprof.measure.hooks import StopScript, TrainingHooks, _to_target_is_accelerator, data_like_name
+from gpuprof.measure.timer import PhaseTimer
+
+
+class FakeClock:
+    """Each reading advances 1 ms: spans count the clock readings inside them."""
+
+    def __init__(self):
+        self.t = 0
+
+    def __call__(self):
+        self.t += 1_000_000
+        return self.t
+
+
+def _patched_attributes():
+    return {
+        "Tensor.to": torch.Tensor.__dict__.get("to"),
+        "Tensor.cuda": torch.Tensor.__dict__.get("cuda"),
+        "Tensor.pin_memory": torch.Tensor.__dict__.get("pin_memory"),
+        "Tensor.backward": torch.Tensor.__dict__["backward"],
+        "autograd.backward": torch.autograd.backward,
+        "Optimizer.zero_grad": torch.optim.Optimizer.__dict__["zero_grad"],
+        "clip_grad_norm_": torch.nn.utils.clip_grad_norm_,
+        "GradScaler.unscale_": torch.amp.GradScaler.__dict__["unscale_"],
+        "GradScaler.update": torch.amp.GradScaler.__dict__["update"],
+        "DataLoader.__iter__": dl.DataLoader.__dict__["__iter__"],
+        "_BaseDataLoaderIter.__next__": dl._BaseDataLoaderIter.__dict__["__next__"],
+        "forward hooks": dict(nn_module._global_forward_hooks),
+        "forward pre-hooks": dict(nn_module._global_forward_pre_hooks),
+        "optimizer pre-hooks": dict(optim_module._global_optimizer_pre_hooks),
+        "optimizer post-hooks": dict(optim_module._global_optimizer_post_hooks),
+    }
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(16, 8)
+        self.head = nn.Linear(8, 16)
+
+    def forward(self, idx, targets):
+        logits = self.head(self.emb(idx))
+        return nn.functional.cross_entropy(logits.view(-1, 16), targets.view(-1))
+
+
+def _setup(stop_after=None):
+    torch.manual_seed(0)
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = {}
+
+    def first(module, args, kwargs):
+        seen.update(module=module, args=args, kwargs=kwargs)
+        return PhaseTimer(clock=FakeClock())
+
+    hooks = TrainingHooks(first, stop_after=stop_after)
+    return model, opt, hooks, seen
+
+
+def _batch():
+    return torch.randint(0, 16, (2, 4)), torch.randint(0, 16, (2, 4))
+
+
+def test_steps_micro_steps_and_phases_from_a_plain_loop():
+    model, opt, hooks, seen = _setup()
+    hooks.install()
+    try:
+        for _ in range(3):
+            for _ in range(2):  # gradient accumulation
+                x, y = _batch()
+                loss = model(x, targets=y) / 2
+                loss.backward()
+            opt.step()
+            opt.zero_grad()
+    finally:
+        hooks.remove()
+    steps = hooks.timer.steps()
+    assert len(steps) == 3
+    assert [s.micro_steps for s in steps] == [2, 2, 2]
+    assert [s.extra["forwards"] for s in steps] == [2, 2, 2]
+    assert [s.tokens for s in steps] == [16, 16, 16]  # 2 forwards x (2 x 4) token ids, kwargs too
+    for s in steps:
+        assert s.phases["forward"] > 0 and s.phases["backward"] > 0 and s.phases["optimizer"] > 0
+        assert sum(s.phases.values()) == pytest.approx(s.wall_s)
+    assert seen["module"] is model and seen["kwargs"].keys() == {"targets"}
+    assert hooks.counts["forward"] == 6 and hooks.counts["backward"] == 6  # outermost calls only
+    assert hooks.counts["optimizer_step"] == 3
+
+
+def test_no_grad_forward_is_eval_until_the_next_training_event():
+    model, opt, hooks, _ = _setup()
+    hooks.install()
+    try:
+        x, y = _batch()
+        model(x, y).backward()
+        with torch.no_grad():
+            model(x, y)
+            assert hooks.timer.current == "eval"
+            model(x, y).item()  # eval loss.item(): still eval
+        assert hooks.timer.current == "eval"
+        loss = model(x, y)  # a training forward ends eval mode
+        assert hooks.timer.current == "other"
+        loss.backward()
+        opt.step()
+    finally:
+        hooks.remove()
+    (step,) = hooks.timer.steps()
+    assert step.phases["eval"] > 0
+    assert step.extra == {"forwards": 2, "backwards": 2, "eval_forwards": 2}
+
+
+def test_stop_after_raises_a_base_exception_that_except_exception_cannot_swallow():
+    model, opt, hooks, _ = _setup(stop_after=2)
+    assert not issubclass(StopScript, Exception)
+    hooks.install()
+    caught_by_user = False
+    try:
+        with pytest.raises(StopScript):
+            for _ in range(10):
+                try:
+                    x, y = _batch()
+                    model(x, y).backward()
+                    opt.step()
+                except Exception:
+                    caught_by_user = True
+    finally:
+        hooks.remove()
+    assert not caught_by_user
+    assert hooks.steps_done == 2 and hooks.stopped
+    assert len(hooks.timer.steps()) == 2
+
+
+def test_every_hook_and_patch_is_removed():
+    before = _patched_attributes()
+    model, opt, hooks, _ = _setup()
+    hooks.install()
+    assert torch.Tensor.__dict__.get("to") is not None  # patched while installed
+    assert len(nn_module._global_forward_hooks) == len(before["forward hooks"]) + 1
+    hooks.remove()
+    assert _patched_attributes() == before
+    hooks.remove()  # idempotent
+
+
+def test_user_data_function_is_data_and_is_dropped_if_it_runs_the_model():
+    model, opt, hooks, _ = _setup()
+    ns = {}
+
+    def get_batch():
+        return _batch()
+
+    def next_batch_and_train():  # misnamed: it trains
+        x, y = _batch()
+        model(x, y).backward()
+        return x, y
+
+    ns["get_batch"], ns["next_batch"] = get_batch, next_batch_and_train
+    hooks.install()
+    try:
+        x, y = _batch()
+        model(x, y).backward()  # first forward: the timer exists from here on
+        hooks.wrap_attr(ns, "get_batch", "get_batch")
+        hooks.wrap_attr(ns, "next_batch", "next_batch")
+        ns["get_batch"]()
+        ns["next_batch"]()
+        opt.step()
+    finally:
+        hooks.remove()
+    assert ns["get_batch"] is get_batch and ns["next_batch"] is next_batch_and_train  # restored
+    assert hooks.disqualified == {"next_batch"}
+    (step,) = hooks.timer.steps()
+    assert step.phases["data"] > 0
+
+
+def test_dataloader_iteration_is_data():
+    model, opt, hooks, _ = _setup()
+    data = [_batch() for _ in range(4)]
+    loader = DataLoader(data, batch_size=None)
+    hooks.install()
+    try:
+        for x, y in loader:
+            model(x, y).backward()
+            opt.step()
+    finally:
+        hooks.remove()
+    steps = hooks.timer.steps()
+    assert len(steps) == 4
+    assert all(s.phases.get("data", 0) > 0 for s in steps[1:])  # the first batch precedes step 0
+    assert hooks.counts["dataloader_next"] >= 4
+
+
+def test_other_threads_are_ignored():
+    model, opt, hooks, _ = _setup()
+    hooks.install()
+    try:
+        x, y = _batch()
+        model(x, y).backward()
+        t = threading.Thread(target=lambda: model(x, y))
+        t.start()
+        t.join()
+        opt.step()
+    finally:
+        hooks.remove()
+    assert hooks.counts["forward"] == 1
+
+
+@pytest.mark.parametrize("args,kwargs,expected", [
+    (("cuda",), {}, True), (("cuda:1",), {}, True), ((0,), {}, True), ((torch.device("cuda"),), {}, True),
+    (("cpu",), {}, False), ((torch.float16,), {}, False), ((), {"device": "cuda", "non_blocking": True}, True),
+    ((), {"dtype": torch.float16}, False), ((torch.zeros(1),), {}, False), (("mps",), {}, True),
+])
+def test_host_to_device_target_detection(args, kwargs, expected):
+    assert _to_target_is_accelerator(args, kwargs) is expected
+
+
+def test_cpu_to_cpu_copies_are_not_h2d():
+    model, opt, hooks, _ = _setup()
+    hooks.install()
+    try:
+        x, y = _batch()
+        model(x.to("cpu"), y.to(torch.int64)).backward()
+        x.to("cpu")
+        opt.step()
+    finally:
+        hooks.remove()
+    assert hooks.counts["h2d_copies"] == 0
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("get_batch", True), ("next_batch", True), ("load_tokens", True), ("__getitem__", True),
+    ("train_batch", False), ("load_checkpoint", False), ("estimate_loss", False), ("main", False),
+])
+def test_data_like_names(name, expected):
+    assert data_like_name(name) is expected
