@@ -1,0 +1,85 @@
+"""`gpuprof diagnose SCRIPT ARGS...`: report, --json/--out, exit codes for failures."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from gpuprof.cli import app
+
+runner = CliRunner()
+NANOGPT = str(Path(__file__).resolve().parent.parent / "fixtures" / "nanogpt_train.py")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tokens")
+    for split in ("train", "val"):
+        np.random.default_rng(1).integers(0, 256, 20_000, dtype=np.uint16).tofile(d / f"{split}.bin")
+    return d
+
+
+def _invoke(data_dir, out_dir, *script_args, opts=()):
+    return runner.invoke(app, ["diagnose", "--steps", "2", "--warmup", "1", "--no-samplers", *opts, NANOGPT,
+                               f"--data_dir={data_dir}", f"--out_dir={out_dir}", "--threads=1",
+                               "--data_delay=0.005", *script_args])
+
+
+def test_json_keeps_stdout_valid_and_sends_the_script_output_to_stderr(data_dir, tmp_path):
+    out = tmp_path / "run.gpuprof.json"
+    res = _invoke(data_dir, tmp_path, opts=["--json", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout)
+    assert printed == json.loads(out.read_text())
+    assert "iter 0:" in res.stderr and "iter 0:" not in res.stdout
+    assert printed["run"]["mode"] == "script"
+    assert printed["run"]["command"][0] == NANOGPT and printed["run"]["command"][1].startswith("--data_dir=")
+    assert len(printed["steps"]) == 2 and printed["summary"]["micro_steps"] == 4
+    assert printed["measurements"]["script"]["reported"]["lines"] == 2
+
+
+def test_report_names_the_data_function(data_dir, tmp_path):
+    res = _invoke(data_dir, tmp_path)
+    assert res.exit_code == 0, res.output
+    assert "iter 0:" in res.stdout  # the script's own output, live
+    assert "Where a step's time goes" in res.stdout
+    assert "data:" in res.stdout and "get_batch (nanogpt_train.py:" in res.stdout
+
+
+def test_crash_writes_a_partial_profile_and_exits_1(data_dir, tmp_path):
+    out = tmp_path / "crash.gpuprof.json"
+    res = _invoke(data_dir, tmp_path, "--crash_at=2", opts=["--out", str(out), "--steps", "5"])
+    assert res.exit_code == 1
+    line = next(i for i, s in enumerate(Path(NANOGPT).read_text().splitlines(), 1) if "injected crash" in s)
+    errors = [x for x in res.stderr.splitlines() if x.startswith("gpuprof: error:")]
+    assert len(errors) == 1 and f"nanogpt_train.py:{line}: RuntimeError: injected crash at iter 2" in errors[0]
+    saved = json.loads(out.read_text())
+    assert saved["run"]["partial"] is True and saved["run"]["error"]["line"] == line
+    assert len(saved["warmup_steps"]) + len(saved["steps"]) == 2
+
+
+def test_ctrl_c_gives_a_partial_report_and_exits_130(data_dir, tmp_path):
+    out = tmp_path / "int.gpuprof.json"
+    res = _invoke(data_dir, tmp_path, "--interrupt_at=3", opts=["--out", str(out), "--steps", "5"])
+    assert res.exit_code == 130
+    saved = json.loads(out.read_text())
+    assert saved["run"]["partial"] is True and saved["run"]["ended"] == "interrupted"
+    assert len(saved["warmup_steps"]) + len(saved["steps"]) == 3
+    assert "gpuprof diagnosis (partial)" in res.stdout
+
+
+def test_script_without_optimizer_step_says_what_was_looked_for(data_dir, tmp_path):
+    res = _invoke(data_dir, tmp_path, "--no_step=True", "--max_iters=2")
+    assert res.exit_code == 2
+    (msg,) = [x for x in res.stderr.splitlines() if x.startswith("gpuprof: error:")]
+    assert "Optimizer.step()" in msg and "12 training forwards" in msg and "0 optimizer steps" in msg
+
+
+def test_bad_script_paths_exit_2(tmp_path):
+    (tmp_path / "data.bin").write_bytes(bytes(range(256)))
+    for bad in (tmp_path / "missing.py", tmp_path, tmp_path / "data.bin"):
+        res = runner.invoke(app, ["diagnose", str(bad)])
+        assert res.exit_code == 2
+        assert res.stderr.count("\n") == 1 and res.stderr.startswith("gpuprof: error:")
