@@ -44,14 +44,45 @@ def _checkpoint_blocks(model: GPT) -> None:
         block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
 
 
-def _adamw(model: torch.nn.Module, fake: bool) -> torch.optim.Optimizer:
+def _adamw(model: torch.nn.Module, fake: bool):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
-    # Under FakeTensorMode the step counter cannot be read back with .item(); the for-loop
-    # implementation keeps the same states (exp_avg, exp_avg_sq) either way.
-    return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), foreach=False,
-                             capturable=fake)
+    if fake:
+        return _PlainAdamW(groups)
+    return torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), foreach=False)
+
+
+class _PlainAdamW:
+    """AdamW with torch's for-loop state layout (exp_avg, exp_avg_sq per parameter) and a
+    Python step counter: torch.optim reads its step tensor back with .item(), which
+    FakeTensorMode cannot answer."""
+
+    def __init__(self, groups, lr=6e-4, betas=(0.9, 0.95), eps=1e-8):
+        self.groups, self.lr, self.betas, self.eps = groups, lr, betas, eps
+        self.state: dict = {}
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        for group in self.groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state.setdefault(p, {"exp_avg": torch.zeros_like(p),
+                                               "exp_avg_sq": torch.zeros_like(p)})
+                p.mul_(1 - self.lr * group["weight_decay"])
+                st["exp_avg"].lerp_(p.grad, 1 - b1)
+                st["exp_avg_sq"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                denom = (st["exp_avg_sq"].sqrt() / (1 - b2**self.t) ** 0.5).add_(self.eps)
+                p.addcdiv_(st["exp_avg"], denom, value=-self.lr / (1 - b1**self.t))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.groups:
+            for p in group["params"]:
+                p.grad = None
 
 
 def measured_peak(cfg: GPTConfig, batch_size: int, dtype: str = "fp32", *, flash: bool = True,
@@ -59,8 +90,15 @@ def measured_peak(cfg: GPTConfig, batch_size: int, dtype: str = "fp32", *, flash
                   fake: bool = False, device: str = "cpu", hold_logits: bool = True) -> int:
     """Peak bytes of live tensors over `steps` training steps of `accum` micro-steps."""
     if device.startswith("cuda"):
-        return _cuda_peak(cfg, batch_size, dtype, flash=flash, checkpointing=checkpointing,
-                          accum=accum, steps=steps, device=device, hold_logits=hold_logits)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        trainer = _Trainer(cfg, batch_size, dtype, flash, checkpointing, accum, device,
+                           fake=False, compile=False, hold_logits=hold_logits)
+        for _ in range(steps):
+            trainer.step()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - base
     tracker = MemoryTracker()
     fake_ctx = contextlib.nullcontext()
     if fake:
@@ -68,51 +106,104 @@ def measured_peak(cfg: GPTConfig, batch_size: int, dtype: str = "fp32", *, flash
 
         fake_ctx = FakeTensorMode()
     with fake_ctx, tracker:
-        _train(cfg, batch_size, dtype, flash, checkpointing, accum, steps, "cpu", fake, hold_logits)
+        trainer = _Trainer(cfg, batch_size, dtype, flash, checkpointing, accum, "cpu",
+                           fake=fake, compile=False, hold_logits=hold_logits)
+        for _ in range(steps):
+            trainer.step()
+        del trainer
     return tracker.peak_bytes
 
 
-def _cuda_peak(cfg, batch_size, dtype, *, flash, checkpointing, accum, steps, device,
-               hold_logits) -> int:
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats(device)
-    base = torch.cuda.memory_allocated(device)
-    _train(cfg, batch_size, dtype, flash, checkpointing, accum, steps, device, False, hold_logits)
-    torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device) - base
+def measured_rss_peak(cfg: GPTConfig, batch_size: int, dtype: str = "fp32", *,
+                      flash: bool = True, compile: bool = False, accum: int = 2,
+                      warmup_steps: int = 2) -> int:
+    """Peak bytes of one real CPU training step from the process's peak RSS (Linux only).
+
+    This sees every allocation, including the buffers torch.compile's generated kernels make
+    outside the dispatcher, which a TorchDispatchMode tracker cannot. glibc is told to serve
+    every allocation above 64 KiB with mmap and to return freed memory at once, so RSS follows
+    the allocator; after warm-up steps (compilation included) the peak-RSS counter is reset,
+    one step runs, and the rise over the baseline plus the tensors alive at the baseline
+    (weights, AdamW states, held logits) is the step's peak. The mallopt settings stay for the
+    rest of the process: call this from a benchmark, not from the CLI."""
+    import ctypes
+    import gc
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD: fixed, so it does not adapt upwards
+    libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
+    trainer = _Trainer(cfg, batch_size, dtype, flash, False, accum, "cpu", fake=False,
+                       compile=compile, hold_logits=True)
+    for _ in range(warmup_steps):
+        trainer.step()
+    gc.collect()
+    live = trainer.live_bytes()
+    base = _proc_status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    trainer.step()
+    return _proc_status("VmHWM") - base + live
 
 
-def _train(cfg, batch_size, dtype, flash, checkpointing, accum, steps, device, fake, hold_logits):
-    torch.manual_seed(0)
-    model = GPT(cfg)
-    if device != "cpu":
-        model = model.to(device)
-    if checkpointing:
-        _checkpoint_blocks(model)
-    opt = _adamw(model, fake)
-    device_type = "cuda" if device.startswith("cuda") else "cpu"
-    amp = (torch.autocast(device_type, dtype=_AUTOCAST[dtype]) if dtype in _AUTOCAST
-           else contextlib.nullcontext())
-    T = cfg.block_size
+def _proc_status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{key} not in /proc/self/status")
 
-    def batch():
-        x = torch.randint(0, cfg.vocab_size, (batch_size, T + 1), device=device)
+
+class _Trainer:
+    """nanoGPT's optimizer step, minus the data loader (random tokens) and the logging."""
+
+    def __init__(self, cfg, batch_size, dtype, flash, checkpointing, accum, device, *, fake,
+                 compile, hold_logits):
+        torch.manual_seed(0)
+        self.cfg, self.batch_size, self.accum, self.device = cfg, batch_size, accum, device
+        self.flash, self.hold_logits = flash, hold_logits
+        model = GPT(cfg)
+        if device != "cpu":
+            model = model.to(device)
+        if checkpointing:
+            _checkpoint_blocks(model)
+        self.model = model
+        self.step_model = torch.compile(model) if compile else model
+        self.opt = _adamw(model, fake)
+        device_type = "cuda" if device.startswith("cuda") else "cpu"
+        self.amp = (lambda: torch.autocast(device_type, dtype=_AUTOCAST[dtype])) \
+            if dtype in _AUTOCAST else contextlib.nullcontext
+        self.logits = None
+        self.X, self.Y = self._batch()
+
+    def _batch(self):
+        x = torch.randint(0, self.cfg.vocab_size, (self.batch_size, self.cfg.block_size + 1),
+                          device=self.device)
         return x[:, :-1].contiguous(), x[:, 1:].contiguous()
 
-    logits = None
-    X, Y = batch()
-    with _attention_backend(flash):
-        for _ in range(steps):
-            for _ in range(accum):
-                with amp:
-                    out, loss = model(X, Y)
-                    loss = loss / accum
-                if hold_logits:
-                    logits = out  # nanoGPT: `logits, loss = model(X, Y)` lives through backward
+    def step(self) -> None:
+        with _attention_backend(self.flash):
+            for _ in range(self.accum):
+                with self.amp():
+                    out, loss = self.step_model(self.X, self.Y)
+                    loss = loss / self.accum
+                if self.hold_logits:
+                    self.logits = out  # nanoGPT: `logits, loss = model(X, Y)` outlives backward
                 del out
-                X, Y = batch()  # prefetch the next batch before the backward, as nanoGPT
+                self.X, self.Y = self._batch()  # prefetch before the backward, as nanoGPT
                 loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-    del logits
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0, foreach=False)
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+
+    def live_bytes(self) -> int:
+        """Bytes of the tensors alive between steps: weights, optimizer states, logits, batch."""
+        storages = {}
+        tensors = list(self.model.parameters()) + [self.X, self.Y]
+        for state in self.opt.state.values():
+            tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+        if self.logits is not None:
+            tensors.append(self.logits)
+        for t in tensors:
+            st = t.untyped_storage()
+            storages[id(st)] = st.nbytes()
+        return sum(storages.values())
