@@ -3,9 +3,12 @@
     python benchmarks/disk_vs_fio.py [--dir .] [--size 1G] [--runtime 3] [--rounds 3]
 
 Needs fio (`apt-get install -y fio`). Writes one test file (--size) in --dir and removes it.
-Rounds alternate fio and bench-disk so a slow patch of a noisy machine hits both; each
-side's figure is the median over rounds (bench-disk's own figure is already the median of
-its --repeats runs). Goal: every ratio bench-disk / fio within 0.85-1.15.
+Rounds alternate fio and bench-disk, in ABBA order (fio first in odd rounds, bench-disk
+first in even ones), so a slow patch or a drift of a noisy machine hits both alike. Each
+side's figure is the median over rounds (bench-disk's own figure per round is already the
+median of its --repeats runs). Printed: the ratio of those medians (the goal: every one
+within 0.85-1.15), the median of the per-round paired ratios, and fio's own round-to-round
+spread, which is the noise floor of the comparison.
 
 Equivalents (psync = one blocking pread per thread, what bench-disk's readers do):
   sequential 1 MiB direct   fio --rw=read --bs=1M --direct=1 --ioengine=psync
@@ -72,7 +75,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=1 << 30, help="test file bytes (1 GiB)")
     ap.add_argument("--runtime", type=float, default=3.0, help="seconds per fio job and per "
                     "bench-disk cold run")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--readers", type=int, default=8, help="parallel readers = fio numjobs")
     args = ap.parse_args()
     if shutil.which("fio") is None:
@@ -102,12 +105,16 @@ def main() -> int:
     try:
         run_fio(fio_cmd(path, "read", "1M", 2))  # one untimed pass: same cache state for both
         for r in range(args.rounds):
+            fio_first = r % 2 == 0
+            if not fio_first:
+                b = run_bench(path, args.runtime, args.readers)
             for name, (cmd, key, _) in jobs.items():
                 res = run_fio(cmd)
                 fio_vals[name].append(res[key])
                 if name.startswith("random 4KiB QD1"):
                     lat["fio 4KiB QD1 p50/p99 ms"].append((res["p50_ms"], res["p99_ms"]))
-            b = run_bench(path, args.runtime, args.readers)
+            if fio_first:
+                b = run_bench(path, args.runtime, args.readers)
             last = b
             for name, (_, _, get) in jobs.items():
                 bench_vals[name].append(get(b))
@@ -126,18 +133,24 @@ def main() -> int:
     print(f"rounds: {args.rounds}, {args.runtime:g} s per fio job and per bench-disk cold run "
           f"(bench-disk: median of {last['settings']['repeats']} runs per round)")
     print()
-    print(f"{'measurement':<30} {'fio':>10} {'bench-disk':>11} {'ratio':>6}  goal  "
-          "fio runs / bench-disk runs")
+    print(f"{'measurement':<30} {'fio':>8} {'bench-disk':>10} {'ratio':>6}  goal  "
+          f"{'paired':>6}  {'fio spread':>10}")
     misses = 0
     for name in jobs:
-        f, b = statistics.median(fio_vals[name]), statistics.median(bench_vals[name])
+        fv, bv = fio_vals[name], bench_vals[name]
+        f, b = statistics.median(fv), statistics.median(bv)
         ratio = b / f if f else float("nan")
+        paired = statistics.median(x / y for x, y in zip(bv, fv) if y)
         ok = GOAL[0] <= ratio <= GOAL[1]
         misses += not ok
-        runs = (" ".join(f"{v:,.0f}" for v in fio_vals[name]) + " / "
-                + " ".join(f"{v:,.0f}" for v in bench_vals[name]))
-        print(f"{name:<30} {f:>10,.0f} {b:>11,.0f} {ratio:>6.2f}  {'ok' if ok else 'MISS'}  "
-              f"{runs}")
+        spread = (max(fv) - min(fv)) / f * 100 if f else float("nan")
+        print(f"{name:<30} {f:>8,.0f} {b:>10,.0f} {ratio:>6.2f}  {'ok  ' if ok else 'MISS'}  "
+              f"{paired:>6.2f}  {spread:>9.0f}%")
+    print()
+    print("per round (fio / bench-disk):")
+    for name in jobs:
+        print(f"  {name}: " + " ".join(f"{v:,.0f}" for v in fio_vals[name]) + " / "
+              + " ".join(f"{v:,.0f}" for v in bench_vals[name]))
     print()
     for k, v in lat.items():
         print(f"{k}: " + ", ".join(f"{a:.3f}/{c:.3f}" for a, c in v))
