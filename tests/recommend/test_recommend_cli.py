@@ -1,0 +1,137 @@
+"""`gpuprof recommend` end to end through Typer: JSON keys, --write, --from, --config,
+--measure, and one-line errors with exit code 2 for bad input."""
+
+import json
+import os
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from gpuprof.cli import app
+from gpuprof.recommend.config import read_config
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, ["recommend", *args])
+
+
+def test_famous_suggestion_json():
+    r = invoke("--target-tokens", "2^20", "--tolerance", "0", "--gpu", "h200", "--model", "gpt2",
+               "--dtype", "bf16", "--compile", "--batch-size", "16", "--grad-accum", "64", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["target_tokens"] == 1_048_576
+    c256 = next(c for c in d["candidates"] if c["batch_size"] == 256)
+    assert c256["grad_accum"] == 4 and c256["tokens"] == 1_048_576 and c256["fits"] is False
+    assert c256["memory_bytes"] > d["capacity_bytes"]
+    assert d["best"]["fits"] is True and d["best"]["batch_size"] < 256
+    assert d["current"]["batch_size"] == 16 and d["current"]["grad_accum"] == 64
+    assert d["flags"].startswith(f"--batch_size={d['best']['batch_size']} ")
+    assert d["throughput"]["source"] == "flops"
+
+
+def test_text_report_names_the_winner_and_breakdown():
+    r = invoke("-t", "1M", "--gpu", "h200", "--batch-size", "16", "--grad-accum", "64")
+    assert r.exit_code == 0, r.output
+    assert "1,000,000 (1M)" in r.output and "1,048,576 (2^20)" in r.output
+    assert "Recommended: batch_size=" in r.output
+    assert "Memory for batch_size=" in r.output and "loss_backward" in r.output
+    assert "estimate, not measured" in r.output
+    assert "FLOP floor: 0.91 s" in r.output
+
+
+def test_write_new_file_and_refuse_existing(tmp_path):
+    out = tmp_path / "corrected.py"
+    r = invoke("-t", "1Mi", "--gpu", "h100", "--write", str(out))
+    assert r.exit_code == 0, r.output
+    values = read_config(out)
+    tokens = values["batch_size"] * values["gradient_accumulation_steps"] * values["block_size"]
+    assert abs(tokens - 1_048_576) <= 0.05 * 1_048_576
+    assert values["dtype"] == "bfloat16" and values["compile"] is True
+    assert f"--batch_size={values['batch_size']}" in r.output
+    before = out.read_text()
+    r = invoke("-t", "1Mi", "--gpu", "h100", "--write", str(out))
+    assert r.exit_code == 2 and "already exists" in r.output and out.read_text() == before
+    r = invoke("-t", "0.5Mi", "--gpu", "h100", "--write", str(out), "--force")
+    assert r.exit_code == 0 and out.read_text() != before
+
+
+def test_config_file_is_the_current_config():
+    r = invoke("-t", "1M", "--gpu", "h200", "--config",
+               os.path.join(FIXTURES, "h200_b16_accum64.py"), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["current"]["batch_size"] == 16 and d["current"]["gradient_accumulation_steps"] == 64
+    assert d["compile"] is True and d["dtype"] == "bf16" and d["model"]["n_layer"] == 12
+
+
+def test_nanogpt_ddp_config_with_world_size():
+    r = invoke("-t", "0.5M", "--gpu", "a100-40gb", "--world-size", "8", "--config",
+               os.path.join(FIXTURES, "nanogpt_train_gpt2.py"), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    cur = d["current"]
+    assert cur["batch_size"] == 12 and cur["grad_accum"] == 5 and cur["tokens"] == 491_520
+    assert d["best"]["gradient_accumulation_steps"] % 8 == 0
+
+
+def test_from_real_cpu_profile():
+    prof = os.path.join(FIXTURES, "tiny_cpu_b4x4.gpuprof.json")
+    r = invoke("-t", "2Ki", "--from", prof, "--memory-gb", "8", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["model"]["n_embd"] == 128 and d["model"]["block_size"] == 64
+    assert d["throughput"]["source"] == "profile"
+    assert d["current"]["batch_size"] == 4 and d["current"]["grad_accum"] == 4
+    # a CPU profile says nothing about an H100: its timing is not used there
+    r = invoke("-t", "2Ki", "--from", prof, "--gpu", "h100", "--json")
+    d = json.loads(r.output)
+    assert d["throughput"]["source"] == "flops"
+    assert any("not used" in n for n in d["notes"])
+
+
+def test_measure_on_cpu():
+    r = invoke("-t", "256", "--model", "tiny", "--block-size", "32", "--dtype", "fp32",
+               "--no-compile", "--measure", "--measure-budget", "20", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["throughput"]["source"] == "measured"
+    assert d["measure"]["device"] == "cpu" and d["measure"]["points"][0]["batch_size"] == 1
+    assert all(c["tokens"] == c["batch_size"] * 32 * c["grad_accum"] for c in d["candidates"])
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["-t", "1M", "--gpu", "h900"], "unknown GPU 'h900'"),
+    (["-t", "1M", "--gpu", "h200", "--model", "gpt5"], "unknown model preset 'gpt5'"),
+    (["-t", "1000", "--gpu", "h200"], "smaller than one sequence"),
+    (["-t", "10000", "--gpu", "h200", "--world-size", "8"], "nearest are 8,192"),
+    (["-t", "-1M", "--gpu", "h200"], "cannot read target"),
+    (["-t", "0", "--gpu", "h200"], "must be positive"),
+    (["-t", "1M", "--gpu", "h200", "--block-size", "0"], "--block-size must be positive"),
+    (["-t", "1M", "--gpu", "h200", "--world-size", "-2"], "--world-size must be positive"),
+    (["-t", "1M", "--gpu", "h200", "--n-head", "7"], "divisible by n_head"),
+    (["-t", "1M", "--gpu", "h200", "--dtype", "int4"], "unknown dtype"),
+    (["-t", "1M", "--gpu", "h200", "--config", os.path.join(FIXTURES, "finetune_with_code.py")],
+     "never executes"),
+    (["-t", "1M", "--gpu", "h200", "--config", "/nonexistent/c.py"], "no such file"),
+    (["-t", "1M", "--memory-gb", "0"], "--memory-gb must be positive"),
+])
+def test_bad_input_is_one_line_exit_2(args, fragment):
+    _check_one_line_error(args, fragment)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA here --measure --gpu is allowed")
+def test_measure_cannot_time_a_gpu_that_is_not_here():
+    _check_one_line_error(["-t", "1M", "--gpu", "h200", "--measure"], "--measure")
+
+
+def _check_one_line_error(args, fragment):
+    r = invoke(*args)
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuprof: error: ")
+    assert fragment in lines[0]
