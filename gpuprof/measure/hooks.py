@@ -10,8 +10,12 @@
   module's hooks run inside dynamo's trace, where they return at once (is_compiling()).
 - backward: a wrapper around torch.Tensor.backward and torch.autograd.backward.
 - optimizer: optimizer step pre/post hooks, plus Optimizer.zero_grad, clip_grad_norm_ and
-  GradScaler.unscale_/update, so the phase means what it means in the built-in loop.
-- step boundary: the post-hook of the first optimizer seen stepping. micro-steps = backwards.
+  GradScaler.unscale_/step/update, so the phase means what it means in the built-in loop.
+- step boundary: the post-hook of the first optimizer seen stepping, or the end of a
+  GradScaler.step() that skipped it (fp16 overflow). micro-steps = backward calls.
+- a model compiled in place (Module.compile()) runs the forward hooks inside dynamo's trace, so
+  no forward is seen: the first backward or optimizer step then starts the run, and forward
+  time falls into `other`.
 - h2d: Tensor.to/.cuda from a CPU tensor to an accelerator, and Tensor.pin_memory.
 - data: DataLoader.__iter__ / _BaseDataLoaderIter.__next__, and user functions the runner
   wraps with `wrap_attr` (get_batch-like functions of the script).
@@ -152,7 +156,8 @@ class TrainingHooks:
         self._undo: list[Callable[[], None]] = []  # restores patched attributes, newest last
         self.counts = dict(forward=0, eval_forward=0, backward=0, optimizer_step=0,
                            other_optimizer_step=0, h2d_copies=0, h2d_bytes=0, pin_memory=0,
-                           dataloader_iter=0, dataloader_next=0, data_calls=0, optimizer_aux=0)
+                           dataloader_iter=0, dataloader_next=0, data_calls=0, optimizer_aux=0,
+                           skipped_optimizer_step=0)
         self.wrapped: list[str] = []  # names of user functions wrapped as `data`
         self.disqualified: set[str] = set()  # ... of those found running the model
         self._in_data: list[str] = []
@@ -184,6 +189,7 @@ class TrainingHooks:
         self._patch(torch.nn.utils, "clip_grad_norm_", clip)
         if hasattr(torch.nn.utils, "clip_grad"):
             self._patch(torch.nn.utils.clip_grad, "clip_grad_norm_", clip)
+        self._patch(torch.amp.GradScaler, "step", self._wrap_scaler_step(torch.amp.GradScaler.step))
         for name in ("unscale_", "update"):
             self._patch(torch.amp.GradScaler, name, self._wrap(getattr(torch.amp.GradScaler, name),
                                                                "optimizer", "optimizer_aux"))
@@ -248,7 +254,7 @@ class TrainingHooks:
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            if _is_compiling() or not hooks._active():
+            if _is_compiling() or not (hooks._first_event() if name == "backward" else hooks._active()):
                 return fn(*args, **kwargs)
             if hooks.timer.current != name or name != "backward":  # Tensor.backward nests autograd's
                 hooks.counts[counter] += 1
@@ -284,6 +290,31 @@ class TrainingHooks:
                 hooks._in_data.pop()
                 if prev is not None:
                     hooks.timer.switch(prev)
+
+        wrapper.__gpuprof_wrapped__ = fn
+        return wrapper
+
+    def _wrap_scaler_step(self, fn):
+        """GradScaler.step(optimizer) skips optimizer.step() when fp16 gradients overflowed (often
+        in the first steps, while the scale calibrates): the step still ends there."""
+        hooks = self
+
+        @functools.wraps(fn)
+        def wrapper(scaler, optimizer, *args, **kwargs):
+            if _is_compiling() or not hooks._first_event():
+                return fn(scaler, optimizer, *args, **kwargs)
+            done = hooks.steps_done
+            prev = hooks._enter("optimizer")
+            try:
+                result = fn(scaler, optimizer, *args, **kwargs)
+            finally:
+                hooks.timer.switch(prev)
+            primary = hooks._primary_opt() if hooks._primary_opt is not None else None
+            if hooks.steps_done == done and primary in (None, optimizer) and not hooks._off:
+                hooks._primary_opt = hooks._primary_opt or weakref.ref(optimizer)
+                hooks.counts["skipped_optimizer_step"] += 1
+                hooks._close_step()
+            return result
 
         wrapper.__gpuprof_wrapped__ = fn
         return wrapper
@@ -324,15 +355,8 @@ class TrainingHooks:
             return None
         if self._off or self.suspended or _get_ident() != self._tid:
             return None
-        if self.timer is None:
-            self.suspended = True
-            try:
-                self.timer = self._on_first_forward(module, args, _caller_kwargs())
-            finally:
-                self.suspended = False
-            if self.timer is None:
-                return None
-            self.timer.start_step()
+        if self.timer is None and not self._start(module, args, _caller_kwargs()):
+            return None
         self._depth = 1
         if torch.is_grad_enabled():
             if self._in_data:
@@ -350,6 +374,27 @@ class TrainingHooks:
             self._fwd_prev = "eval"  # eval mode sticks until the next training event
         return None
 
+    def _start(self, module, args, kwargs) -> bool:
+        """The first event: get the timer from on_first_forward and open step 0. module is None
+        when the first event is a backward or optimizer step (a model compiled in place with
+        Module.compile() runs its hooks inside dynamo's trace, so its forwards are not seen)."""
+        self.suspended = True
+        try:
+            self.timer = self._on_first_forward(module, args, kwargs)
+        finally:
+            self.suspended = False
+        if self.timer is None:
+            return False
+        self.timer.start_step()
+        return True
+
+    def _first_event(self) -> bool:
+        """For backward/optimizer wrappers: True when measuring, starting if nothing was seen yet."""
+        if self.timer is None and not (self._off or self.suspended or _get_ident() != self._tid):
+            self.counts["no_forward_start"] = 1
+            self._start(None, (), {})
+        return self._active()
+
     def _fwd_post(self, module, args, *rest):
         # (kwargs, output) normally; just (output) when torch runs always_call hooks after an
         # exception in forward (it drops the kwargs there).
@@ -365,7 +410,7 @@ class TrainingHooks:
     # -- optimizer hooks -----------------------------------------------------------------------
 
     def _opt_pre(self, opt, args, kwargs):
-        if not self._active():
+        if not self._first_event():
             return None
         if self._in_data:
             self._not_data()

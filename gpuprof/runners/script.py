@@ -138,6 +138,10 @@ class _Run:
     # -- first forward ---------------------------------------------------------------------
 
     def first_forward(self, module, args, kwargs) -> PhaseTimer:
+        if module is None:  # no forward seen before the first backward/step: look for the model
+            module = _find_model(self.module.__dict__)
+            self.source["model"] = ("script globals: no forward was seen (a model compiled in place "
+                                    "with Module.compile() hides its forwards); forward time is in `other`")
         eager, compiled = _unwrap(module)
         first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
         param = next(eager.parameters(), None)
@@ -216,9 +220,10 @@ class _Run:
             name = str(raw_dtype).replace("torch.", "")
             put("dtype", DTYPE_NAMES.get(name, name), where)
         if compiled:
-            cfg["compile"], src["compile"] = True, "observed: the model is a torch.compile wrapper"
+            cfg["compile"], src["compile"] = True, "observed: the model is compiled (torch.compile)"
         put("compile", False, "observed: the model is not a torch.compile wrapper")
-        put("device", self.device, "observed: device of the first forward's input")
+        put("device", self.device, "observed: device of the first forward's input" if first is not None
+            else "observed: device of the model's parameters")
         if first is not None and first.dim() == 2 and not first.is_floating_point():
             put("batch_size", int(first.shape[0]), "observed: first forward's input shape (B, T)")
             put("block_size", int(first.shape[1]), "observed: first forward's input shape (B, T)")
@@ -284,7 +289,7 @@ def _where(fn) -> str:
 
 def _unwrap(module) -> tuple[torch.nn.Module, bool]:
     """The eager module under torch.compile / DDP wrappers, and whether it was compiled."""
-    compiled = False
+    compiled = getattr(module, "_compiled_call_impl", None) is not None  # Module.compile()
     for _ in range(4):
         inner = getattr(module, "_orig_mod", None)
         if isinstance(inner, torch.nn.Module):
@@ -297,6 +302,14 @@ def _unwrap(module) -> tuple[torch.nn.Module, bool]:
             continue
         break
     return module, compiled
+
+
+def _find_model(namespace: dict) -> torch.nn.Module:
+    """The module with the most parameters among the script's globals (an empty Module if none)."""
+    mods = [v for v in namespace.values() if isinstance(v, torch.nn.Module)]
+    if not mods:
+        return torch.nn.Module()
+    return max(mods, key=lambda m: sum(p.numel() for p in _unwrap(m)[0].parameters()))
 
 
 def _embeddings(model: torch.nn.Module) -> dict:

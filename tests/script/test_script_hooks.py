@@ -244,3 +244,35 @@ def test_cpu_to_cpu_copies_are_not_h2d():
 ])
 def test_data_like_names(name, expected):
     assert data_like_name(name) is expected
+
+
+def test_grad_scaler_skipped_step_still_ends_the_step():
+    model, opt, hooks, _ = _setup()
+    scaler = torch.amp.GradScaler("cpu", init_scale=float("inf"))  # every step overflows: skipped
+    hooks.install()
+    try:
+        for _ in range(3):
+            x, y = _batch()
+            scaler.scale(model(x, y)).backward()
+            scaler.step(opt)
+            scaler.update()
+    finally:
+        hooks.remove()
+    assert hooks.counts["optimizer_step"] == 0 and hooks.counts["skipped_optimizer_step"] == 3
+    assert len(hooks.timer.steps()) == 3
+
+
+def test_without_a_visible_forward_the_first_backward_starts_the_run():
+    model, opt, hooks, seen = _setup()
+    hooks.install()
+    try:
+        hooks._depth = 1  # as if every forward ran inside a compiled region: none is seen
+        for _ in range(2):
+            x, y = _batch()
+            model(x, y).backward()
+            opt.step()
+    finally:
+        hooks.remove()
+    assert seen["module"] is None and hooks.counts["no_forward_start"] == 1
+    steps = hooks.timer.steps()
+    assert len(steps) == 2 and [s.micro_steps for s in steps] == [1, 1]
