@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuprof.analysis.corrected import merge
 from gpuprof.analysis.engine import Context, Finding, analyze
 from gpuprof.profile import Profile
 
@@ -21,4 +22,6 @@ def analyze_profile(profile: Profile, *, gpu: str | None = None, peak_tflops: fl
     ctx = Context(profile=profile, disk=disk, mfu=mfu, gpu=spec)
     findings = analyze(ctx)
     profile.findings = [f.to_dict() for f in findings]
+    profile.summary["corrected_config"] = merge(findings, profile.run.get("config")).to_dict() \
+        if profile.summary else None
     return findings

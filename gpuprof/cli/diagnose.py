@@ -31,12 +31,15 @@ def _instruments(device: str, data_path: Optional[str], samplers: bool) -> list:
     return standard_instruments(device, data_path, samplers=samplers, probe=samplers)
 
 
-def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Console) -> None:
-    """Write the profile (--out), then print JSON (--json) or the terminal report."""
+def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Console,
+         write: Optional[Path] = None, force: bool = False) -> None:
+    """Write the profile (--out) and the corrected config (--write), then print JSON (--json)
+    or the terminal report."""
     from gpuprof.render.terminal import render_diagnosis
 
     if out is not None:
         profile_io.save(profile, out)
+    written = _write_corrected(profile, write, force)
     if as_json:
         sys.stdout.write(profile.to_json() + "\n")
         return
@@ -52,6 +55,21 @@ def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Cons
     render_diagnosis(profile, findings, console, extra)
     if out is not None:
         console.print(f"profile written to {out}")
+    if written is not None:
+        console.print(f"corrected config written to {written}")
+
+
+def _write_corrected(profile, write: Optional[Path], force: bool) -> Optional[Path]:
+    from gpuprof.analysis.corrected import CorrectedConfig
+    from gpuprof.recommend.config import write_config
+
+    if write is None:
+        return None
+    cc = profile.summary.get("corrected_config") or {}
+    if not cc.get("overrides"):
+        raise GpuprofError("no config change to write: no finding of this run is a config fix")
+    c = CorrectedConfig(cc["overrides"], cc["sources"], cc.get("overridden", []), cc.get("current", {}))
+    return write_config(write, c.overrides, c.header(), force=force)
 
 
 @app.command(
@@ -85,6 +103,8 @@ def diagnose(
     reported_mfu: Optional[float] = typer.Option(None, help="An MFU %% your script printed, to check against the true one."),
     samplers: bool = typer.Option(True, "--samplers/--no-samplers", help="NVML/host sampling and the matmul ceiling probe."),
     disk_report: Optional[Path] = typer.Option(None, help="A `gpuprof bench-disk --json` result for the data's storage."),
+    write: Optional[Path] = typer.Option(None, help="Write the corrected config (nanoGPT `key = value` format) here."),
+    force: bool = typer.Option(False, help="Let --write replace an existing file."),
 ):
     """Run a training loop under measured phases and explain where the step's time goes."""
     import torch
@@ -129,7 +149,7 @@ def diagnose(
                               on_step=lambda i, n: progress.update(task, completed=i))
     findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
                                disk=_load_disk_report(disk_report))
-    emit(profile, findings, out=out, as_json=as_json, console=Console())
+    emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write, force=force)
 
 
 def _load_disk_report(path: Optional[Path]) -> Optional[dict]:
@@ -166,6 +186,8 @@ def analyze(
     vocab_size: Optional[int] = typer.Option(None, help="Log mode: vocabulary size."),
     world_size: Optional[int] = typer.Option(None, help="Log mode: data-parallel ranks."),
     disk_report: Optional[Path] = typer.Option(None, help="A `gpuprof bench-disk --json` result for the data's storage."),
+    write: Optional[Path] = typer.Option(None, help="Write the corrected config (nanoGPT `key = value` format) here."),
+    force: bool = typer.Option(False, help="Let --write replace an existing file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the report."),
 ):
     """Re-render a saved profile (nothing is rerun), or analyse a nanoGPT log (--log)."""
@@ -182,7 +204,7 @@ def analyze(
     prof = profile_io.load(file)
     findings = analyze_profile(prof, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
                                disk=_load_disk_report(disk_report))
-    emit(prof, findings, out=None, as_json=as_json, console=Console())
+    emit(prof, findings, out=None, as_json=as_json, console=Console(), write=write, force=force)
 
 
 def _analyze_log(log: Path, gpu, peak_tflops, config: dict, as_json: bool) -> None:

@@ -147,3 +147,26 @@ def render_diagnosis(profile: Profile, findings: list, console: Console, extra: 
         console.print(renderable)
     if findings:
         console.print(findings_table(findings))
+    panel = corrected_config_panel(profile.summary.get("corrected_config"))
+    if panel is not None:
+        console.print(panel)
+
+
+def corrected_config_panel(corrected: dict) -> Panel | None:
+    """The merged config fixes as nanoGPT `key = value` lines and the equivalent flags."""
+    from gpuprof.recommend.config import flags, format_config
+
+    overrides = (corrected or {}).get("overrides") or {}
+    if not overrides:
+        return None
+    current = corrected.get("current") or {}
+    body = Text()
+    for key, value in overrides.items():
+        body.append(format_config({key: value}).strip(), style="bold")
+        was = f"   # was {current[key]!r}" if key in current else ""
+        body.append(f"{was}   ← {corrected['sources'][key]}\n", style="dim")
+    body.append("flags: ", style="bold")
+    body.append(flags(overrides))
+    for fid, key, value in corrected.get("overridden") or []:
+        body.append(f"\n{fid} also wanted {key} = {value!r} (a higher-ranked fix wins)", style="yellow")
+    return Panel(body, title="Corrected config (write it with --write FILE)", title_align="left")
