@@ -74,8 +74,7 @@ def _table(title: str, columns: list[str]) -> Table:
 
 def reads_table(r: dict) -> Table:
     s = r["settings"]
-    t = _table(f"Reads, median of {s['repeats']} runs: cold = page cache bypassed, "
-               "warm = from the page cache",
+    t = _table(f"Reads (median of {s['repeats']} runs)",
                ["", "IOPS", "MB/s", "p50 ms", "p99 ms", "spread", "warm IOPS", "warm MB/s"])
     seq = r["sequential"]
     t.add_row(f"sequential {size_label(seq['block_bytes'])}", "", _num(seq["read_mb_s"]),
@@ -87,8 +86,9 @@ def reads_table(r: dict) -> Table:
             t.add_row(f"random {label} {name}", _num(c["iops"]), _num(c["mb_s"], 1),
                       _ms(c["p50_ms"]), _ms(c["p99_ms"]), _spread(c["spread_pct"]),
                       _num(w["iops"]), _num(w["mb_s"], 1))
-    t.caption = (f"{s['duration_s']:g} s per cold run, {s['warm_duration_s']:g} s warm; "
-                 f"×N = N parallel readers; spread = (max−min)/median of the runs' IOPS")
+    t.caption = (f"cold: page cache bypassed ({r['cache_method']}), {s['duration_s']:g} s "
+                 f"per run; warm: from the page cache, {s['warm_duration_s']:g} s per run; "
+                 "×N: N parallel readers; spread: (max−min)/median over the runs")
     return t
 
 
