@@ -141,7 +141,7 @@ def _tidy(x):
 
 def to_json(r: dict) -> str:
     """The --json document (keys documented in docs/bench-disk.md)."""
-    return json.dumps(_tidy(r), indent=2)
+    return json.dumps(_tidy(r), indent=2, ensure_ascii=False)
 
 
 @contextlib.contextmanager
