@@ -187,6 +187,7 @@ def assess(need: Need, result: dict) -> dict:
         loader_cold_s_per_step=(need.samples_per_step / cold
                                 if need.samples_per_step and cold else None),
         status=_status(headroom),
+        loader_status=_status(cold / need.samples_per_s),
     )
     out["verdict"] = (f"needs {_n(need_mb)} MB/s, {_n(need_r)} reads/s; this disk does "
                       f"{_n(qd1)} reads/s at QD1 → {_n(headroom)}× headroom ({out['status']})")

@@ -124,7 +124,9 @@ def print_report(r: dict, console: Console | None = None) -> None:
         style = {"ok": "green", "tight": "yellow"}.get(req["status"], "red")
         console.print(f"[bold]requirement[/bold] (from {req['source']}): "
                       f"[{style}]{req['verdict']}[/{style}]", highlight=False)
-        console.print(f"            {req['loader_verdict']}", highlight=False)
+        lstyle = {"ok": "green", "tight": "yellow"}.get(req.get("loader_status"), "red")
+        console.print(f"            [{lstyle}]{req['loader_verdict']}[/{lstyle}]",
+                      highlight=False)
     console.print(f"took {r['elapsed_s']:.1f} s", style="dim", highlight=False)
 
 

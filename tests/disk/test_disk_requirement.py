@@ -116,7 +116,7 @@ def test_assess_headroom_and_verdict_line():
     assert a["headroom"] == pytest.approx(38_000 / 1050)
     assert a["headroom_parallel"] == pytest.approx(120_000 / 1050)
     assert a["loader_cold_headroom"] == pytest.approx(150 / 1050)
-    assert a["status"] == "ok"
+    assert a["status"] == "ok" and a["loader_status"] == "too slow"
     assert a["verdict"] == ("needs 2.2 MB/s, 1,050 reads/s; this disk does 38,000 reads/s "
                             "at QD1 → 36× headroom (ok)")
     assert "4,096× read amplification" in a["loader_verdict"]
