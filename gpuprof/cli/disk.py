@@ -6,6 +6,9 @@ gpuprof.render.disk. Bad input raises GpuprofError (one line, exit 2) via `guard
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 from typing import Optional
 
 import typer
@@ -16,6 +19,23 @@ from gpuprof.disk.requirement import DEFAULT_BLOCK_SIZE, assess, resolve_need
 from gpuprof.disk.suite import BenchConfig, run_bench
 from gpuprof.disk.units import parse_bytes
 from gpuprof.render.disk import print_report, progress_bar, to_json
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """Let `kill` (SIGTERM) unwind like Ctrl-C, so the test file is removed on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 @app.command("bench-disk")
@@ -62,7 +82,7 @@ def bench_disk(
         batch_size=batch_size or (need.batch_size if need else None) or 12,
         seed=seed,
     )
-    with progress_bar() as progress:
+    with _sigterm_as_interrupt(), progress_bar() as progress:
         result = run_bench(path, cfg, progress=progress)
     result["requirement"] = assess(need, result) if need else None
     if as_json:

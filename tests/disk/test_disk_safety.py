@@ -4,6 +4,10 @@ file removed on success, on error and on Ctrl-C, and O_EXCL never clobbers a fil
 import builtins
 import hashlib
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -142,3 +146,26 @@ def test_file_too_small_for_pattern(tmp_path):
     small.write_bytes(b"\0" * 4096)
     with pytest.raises(GpuprofError, match="too small"):
         suite.run_bench(str(small), suite.BenchConfig(**TINY))
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
+def test_real_signal_mid_run_removes_test_file(populated, sig, code):
+    before = _snapshot(populated)
+    proc = subprocess.Popen([sys.executable, "-m", "gpuprof", "bench-disk", str(populated),
+                             "--size", "8M", "--duration", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    try:
+        # wait until the test file exists and measuring has begun
+        while not any(n.startswith(target.TEST_FILE_PREFIX) for n in os.listdir(populated)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.02)
+        time.sleep(0.5)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    assert err.strip().splitlines()[-1] == "gpuprof: interrupted"
+    assert _snapshot(populated) == before
