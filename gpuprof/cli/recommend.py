@@ -70,8 +70,8 @@ def recommend_cmd(
         inputs.model, target, inputs.gpu, inputs.dtype, inputs.compile, inputs.flash,
         inputs.checkpointing, inputs.world_size, capacity_bytes=inputs.capacity_bytes,
         throughput=throughput, tolerance=tolerance, current=inputs.current, device=device)
-    rec.notes[:0] = [f"model from {inputs.model_source}; memory capacity from "
-                     f"{inputs.capacity_source}"] + notes
+    rec.capacity_source = inputs.capacity_source
+    rec.notes[:0] = [f"model from {inputs.model_source}"] + notes
 
     written = None
     if write is not None:

@@ -102,6 +102,7 @@ class Recommendation:
     current: Candidate | None = None
     notes: list[str] = field(default_factory=list)
     margin: float = DEFAULT_MARGIN
+    capacity_source: str = ""  # where capacity_bytes came from, for the report
 
     @property
     def block_size(self) -> int:
@@ -148,6 +149,7 @@ class Recommendation:
             "world_size": self.world_size,
             "gpu": None if self.gpu is None else {"key": self.gpu.key, "name": self.gpu.name},
             "capacity_bytes": self.capacity_bytes,
+            "capacity_source": self.capacity_source,
             "margin": self.margin,
             "throughput": None if self.throughput is None else self.throughput.to_dict(),
             "candidates": [c.to_dict(t) for c in self.candidates],
@@ -266,8 +268,6 @@ def recommend(model_cfg: GPTConfig, target_tokens: int, gpu: GpuSpec | None = No
             notes.append(f"batch_size={best.batch_size} fits only compiled: without torch.compile "
                          f"it would need {_gb(eager.total_bytes)} (eager keeps the loss's fp32 "
                          f"B·T·vocab buffers)")
-    if throughput is not None:
-        notes.append(f"step times: {throughput.note}")
     if compile:
         notes.append("compiled memory terms were read from inductor's generated code and "
                      "checked on CPU; not measured on a GPU")
@@ -279,7 +279,8 @@ def recommend(model_cfg: GPTConfig, target_tokens: int, gpu: GpuSpec | None = No
                      f"{W} × grad_accum in the config; DDP all-reduce time is not modeled")
     return Recommendation(target_tokens, tolerance, model_cfg, dtype, compile, flash,
                           checkpointing, W, gpu, capacity_bytes, throughput, cands, best, reason,
-                          cur, notes, margin)
+                          cur, notes, margin,
+                          capacity_source=f"{gpu.name} (hardware table)" if gpu else "")
 
 
 def _check_positive(**values) -> None:
@@ -338,6 +339,10 @@ def _reason(best: Candidate | None, cands: list[Candidate], cur: Candidate | Non
         nxt = min(too_big, key=lambda c: c.batch_size)
         parts.append(f"batch_size={nxt.batch_size} × {nxt.grad_accum} would need "
                      f"{_gb(nxt.memory.total_bytes)} and does not fit")
-    if best.step_s is not None and cur is not None and cur.tokens_per_s and cur.step_s != best.step_s:
+    if cur is not None and cur.fits is False:
+        parts.append(f"the current batch_size={cur.batch_size} needs "
+                     f"{_gb(cur.memory.total_bytes)} and would run out of memory")
+    elif best.step_s is not None and cur is not None and cur.tokens_per_s \
+            and cur.step_s != best.step_s:
         parts.append(f"{best.tokens_per_s / cur.tokens_per_s:.2f}× the current tokens/s")
     return "; ".join(parts)

@@ -151,7 +151,7 @@ class ThroughputModel:
         opt = ADAMW_BYTES_PER_PARAM * param_count(cfg, non_embedding=False) / (gpu.hbm_tb_s * 1e12)
         return cls(
             fixed_s=ASSUMED_FIXED_S, per_token_s=per(mid), optimizer_s=opt, source="flops",
-            note=(f"estimate, not measured: {fpt / 1e9:.3g} GFLOP/token ÷ {gpu.name} {key} peak "
+            note=(f"not measured: {fpt / 1e9:.3g} GFLOP/token ÷ {gpu.name} {key} peak "
                   f"{peak:g} TFLOP/s at {mid:.0%} MFU (range {lo:.0%}-{hi:.0%}), "
                   f"{ASSUMED_FIXED_S * 1e3:g} ms fixed per micro-step assumed"),
             per_token_s_low=per(hi), per_token_s_high=per(lo),

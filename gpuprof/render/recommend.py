@@ -73,10 +73,12 @@ def render_text(rec: Recommendation, *, color: bool = False, width: int = 120,
              "activation checkpointing" if rec.checkpointing else "no checkpointing",
              f"{rec.world_size} GPU{'s' if rec.world_size > 1 else ''}"]
     con.print("setup   " + ", ".join(setup))
-    gpu = rec.gpu.name if rec.gpu else "GPU"
-    con.print(f"memory  {gpu}: {_gb(rec.capacity_bytes)}, {rec.margin:.0%} kept as margin")
+    src = rec.capacity_source or (rec.gpu.name if rec.gpu else "capacity")
+    con.print(f"memory  {_gb(rec.capacity_bytes)} from {src}, {rec.margin:.0%} kept as margin")
     if rec.throughput is not None:
-        con.print(f"speed   {rec.throughput.source}: {rec.throughput.note}")
+        src = {"flops": "FLOP estimate", "profile": "from profile",
+               "measured": "measured"}.get(rec.throughput.source, rec.throughput.source)
+        con.print(f"speed   {src}: {rec.throughput.note}")
     else:
         con.print("speed   no throughput model (no GPU peak, profile or measurement): ranked by "
                   "fewest micro-steps")
@@ -120,8 +122,12 @@ def render_text(rec: Recommendation, *, color: bool = False, width: int = 120,
         con.print(Text(f"Recommended: batch_size={b.batch_size}, gradient_accumulation_steps="
                        f"{b.gradient_accumulation_steps}", style="bold green"))
         con.print(f"  why: {rec.reason}")
-        if rec.current is not None and rec.current.step_s and b.step_s:
-            c = rec.current
+        c = rec.current
+        if c is not None and c.fits is False:
+            con.print(f"  vs current batch_size={c.batch_size} × {c.gradient_accumulation_steps}: "
+                      f"does not fit ({_gb(c.memory.total_bytes)} needed, "
+                      f"{_gb(c.memory.capacity_bytes - c.memory.margin_bytes)} usable)")
+        elif c is not None and c.step_s and b.step_s:
             con.print(f"  vs current batch_size={c.batch_size} × {c.gradient_accumulation_steps}: "
                       f"step {_secs(c.step_s)} → {_secs(b.step_s)}, tokens/s "
                       f"{_rate(c.tokens_per_s)} → {_rate(b.tokens_per_s)}, memory "
@@ -139,7 +145,11 @@ def render_text(rec: Recommendation, *, color: bool = False, width: int = 120,
         con.print()
         for n in rec.notes:
             con.print(f"note: {n}")
-    return buf.getvalue()
+    return _strip(buf.getvalue())
+
+
+def _strip(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.split("\n"))
 
 
 def render_breakdown(rec: Recommendation, c: Candidate, *, width: int = 120,
@@ -165,7 +175,7 @@ def render_breakdown(rec: Recommendation, c: Candidate, *, width: int = 120,
                    else f"does NOT fit, {_gb(mem.total_bytes - usable)} short")
         con.print(f"  capacity {_gb(mem.capacity_bytes)} − margin {_gb(mem.margin_bytes)} = "
                   f"{_gb(usable)} usable → {verdict}")
-    return buf.getvalue()
+    return _strip(buf.getvalue())
 
 
 def render_json(rec: Recommendation, *, written: str | None = None, sweep=None) -> str:

@@ -40,7 +40,7 @@ def test_text_report_names_the_winner_and_breakdown():
     assert "1,000,000 (1M)" in r.output and "1,048,576 (2^20)" in r.output
     assert "Recommended: batch_size=" in r.output
     assert "Memory for batch_size=" in r.output and "loss_backward" in r.output
-    assert "estimate, not measured" in r.output
+    assert "FLOP estimate: not measured" in r.output
     assert "FLOP floor: 0.91 s" in r.output
 
 
