@@ -63,9 +63,10 @@ def layer_bytes_per_token(cfg: GPTConfig, dtype: str, flash: bool = True,
       attention logsumexp (fp32)                   4·H
     The fused kernels write their output in (B, T, H, Q) layout, so `y.transpose(1, 2)
     .contiguous()` is a view and c_proj's input costs nothing extra.
-    Without a fused kernel (math path) q, k, v are saved as fp32 copies (PyTorch ≥ 2.5 upcasts
-    half-precision math attention), the fp32 B·H·T·T softmax probabilities are kept, and y is a
-    real copy: 12d + 4·H·T + s·d instead of s·4d + 4·H.
+    Without a fused kernel (math path) q, k, v are saved as fp32 copies (the math path upcasts
+    half precision unless torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)), the
+    fp32 B·H·T·T softmax probabilities are kept, and y is a real copy: 12d + 4·H·T + s·d instead
+    of s·4d + 4·H.
     torch.compile (inductor) was measured to save the same set for the fused-attention block.
     """
     d, H, T = cfg.n_embd, cfg.n_head, cfg.block_size
