@@ -2,12 +2,13 @@
 
 `TrainingHooks.install()` drives a PhaseTimer from the script's own calls:
 
-- forward: global module forward pre/post hooks, outermost call only (a depth counter), with
-  grad enabled. A forward under no_grad/inference_mode is `eval`, and stays `eval` until the
+- forward: a global module forward pre-hook catches each outermost module call and a forward
+  hook on that module ends it (see _fwd_pre for why not a global post-hook), with grad enabled. A forward under no_grad/inference_mode is `eval`, and stays `eval` until the
   next training event (a grad-enabled forward, backward, optimizer work or grad-enabled data
   call), so the loss.item() and batches of an evaluation loop are not training time either.
-  A torch.compile'd model counts once: its OptimizedModule fires the hooks eagerly, the inner
-  module's hooks run inside dynamo's trace, where they return at once (is_compiling()).
+  A torch.compile'd model counts once: its OptimizedModule is the outermost call; the inner
+  module runs while the global pre-hook is unregistered (and hooks return at once inside
+  dynamo's trace: is_compiling()).
 - backward: a wrapper around torch.Tensor.backward and torch.autograd.backward.
 - optimizer: optimizer step pre/post hooks, plus Optimizer.zero_grad, clip_grad_norm_ and
   GradScaler.unscale_/step/update, so the phase means what it means in the built-in loop.
@@ -105,6 +106,14 @@ def _caller_kwargs() -> dict:
     return dict(kw) if isinstance(kw, dict) else {}
 
 
+def _forward_hook(module, hook):
+    """A forward hook on `module` that also runs when forward raises (where torch supports it)."""
+    try:
+        return module.register_forward_hook(hook, with_kwargs=True, always_call=True)
+    except TypeError:  # torch < 2.1
+        return module.register_forward_hook(hook, with_kwargs=True)
+
+
 def _is_accelerator(dev) -> bool:
     if isinstance(dev, torch.device):
         return dev.type not in ("cpu", "meta")
@@ -146,7 +155,9 @@ class TrainingHooks:
         self.suspended = False
         self._off = True
         self._tid = _get_ident()
-        self._depth = 0
+        self._pre_handle = None  # the global forward pre-hook, while registered
+        self._post_hooked: dict[int, object] = {}  # id(module) -> its forward-hook handle
+        self._outer = None  # the outermost module whose forward is running
         self._fwd_prev = "other"
         self._fwd_training = False
         self._opt_prev: list[str] = []
@@ -172,12 +183,7 @@ class TrainingHooks:
         if not _FORK_HANDLER and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _FORK_HANDLER = True
-        self._handles.append(nn_module.register_module_forward_pre_hook(self._fwd_pre))
-        try:
-            post = nn_module.register_module_forward_hook(self._fwd_post, with_kwargs=True, always_call=True)
-        except TypeError:  # older torch: no always_call
-            post = nn_module.register_module_forward_hook(self._fwd_post, with_kwargs=True)
-        self._handles.append(post)
+        self._pre_handle = nn_module.register_module_forward_pre_hook(self._fwd_pre)
         self._handles.append(optim_module.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(optim_module.register_optimizer_step_post_hook(self._opt_post))
 
@@ -205,9 +211,13 @@ class TrainingHooks:
     def remove(self) -> None:
         """Remove every hook and restore every patched attribute (idempotent)."""
         self._off = True
-        for h in self._handles:
+        if self._pre_handle is not None:
+            self._pre_handle.remove()
+            self._pre_handle = None
+        for h in (*self._handles, *self._post_hooked.values()):
             h.remove()
         self._handles.clear()
+        self._post_hooked.clear()
         while self._undo:
             self._undo.pop()()
         _ACTIVE.discard(self)
@@ -347,17 +357,22 @@ class TrainingHooks:
     # -- forward hooks -------------------------------------------------------------------------
 
     def _fwd_pre(self, module, args):
+        """Global forward pre-hook: an outermost module call on the script's thread starts a
+        `forward` (or `eval`) span. It then unregisters itself until that call ends, so the
+        model's submodules take torch's hook-free fast path (a global hook sends every module
+        call through the slow path, ~2 µs each); a forward hook on the outermost module itself
+        ends the span and registers the pre-hook again."""
         if _is_compiling():
-            return None  # inside dynamo's trace of a compiled model: the wrapper already counted
-        if self._depth:
-            if _get_ident() == self._tid:
-                self._depth += 1
-            return None
+            return None  # inside dynamo's trace of a compiled model
         if self._off or self.suspended or _get_ident() != self._tid:
             return None
         if self.timer is None and not self._start(module, args, _caller_kwargs()):
             return None
-        self._depth = 1
+        self._pre_handle.remove()
+        self._pre_handle = None
+        self._outer = module
+        if id(module) not in self._post_hooked:
+            self._post_hooked[id(module)] = _forward_hook(module, self._fwd_post)
         if torch.is_grad_enabled():
             if self._in_data:
                 self._not_data()
@@ -396,15 +411,17 @@ class TrainingHooks:
         return self._active()
 
     def _fwd_post(self, module, args, *rest):
-        # (kwargs, output) normally; just (output) when torch runs always_call hooks after an
-        # exception in forward (it drops the kwargs there).
-        if _is_compiling() or not self._depth or _get_ident() != self._tid:
+        """Forward hook on an outermost module: the end of its span (also when forward raised;
+        torch then passes no kwargs). Calls of it nested in another forward are ignored."""
+        if module is not self._outer or _is_compiling() or _get_ident() != self._tid:
             return None
-        self._depth -= 1
-        if self._depth == 0 and self.timer is not None and not self._off:
-            self.timer.switch(self._fwd_prev)
-            if self._fwd_training:  # counted here: the global pre-hook does not see kwargs
-                self._step.tokens += _tokens_of(args, rest[0] if len(rest) == 2 else {})
+        self._outer = None
+        if self._off:
+            return None
+        self._pre_handle = nn_module.register_module_forward_pre_hook(self._fwd_pre)
+        self.timer.switch(self._fwd_prev)
+        if self._fwd_training:  # counted here: the global pre-hook does not see kwargs
+            self._step.tokens += _tokens_of(args, rest[0] if len(rest) == 2 else {})
         return None
 
     # -- optimizer hooks -----------------------------------------------------------------------

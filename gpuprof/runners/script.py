@@ -344,7 +344,7 @@ def _error_location(exc: BaseException) -> dict:
 
 def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: bool = True,
                instruments_factory: Callable | None = None, on_step: Callable[[int], None] | None = None,
-               stdout=None, sample_interval_s: float = 0.005) -> ScriptRun:
+               stdout=None, sample_interval_s: float = 0.01) -> ScriptRun:
     """Run `script args...` under the hooks; return its profile and how it ended.
 
     instruments_factory(device, data_path) -> instruments, called at the first forward.

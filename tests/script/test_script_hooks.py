@@ -148,9 +148,13 @@ def test_every_hook_and_patch_is_removed():
     model, opt, hooks, _ = _setup()
     hooks.install()
     assert torch.Tensor.__dict__.get("to") is not None  # patched while installed
-    assert len(nn_module._global_forward_hooks) == len(before["forward hooks"]) + 1
+    assert len(nn_module._global_forward_pre_hooks) == len(before["forward pre-hooks"]) + 1
+    x, y = _batch()
+    model(x, y).backward()
+    assert model._forward_hooks  # the outermost module's own forward hook
     hooks.remove()
     assert _patched_attributes() == before
+    assert not model._forward_hooks
     hooks.remove()  # idempotent
 
 
@@ -266,7 +270,7 @@ def test_without_a_visible_forward_the_first_backward_starts_the_run():
     model, opt, hooks, seen = _setup()
     hooks.install()
     try:
-        hooks._depth = 1  # as if every forward ran inside a compiled region: none is seen
+        hooks._pre_handle.remove()  # as if every forward ran inside a compiled region: none is seen
         for _ in range(2):
             x, y = _batch()
             model(x, y).backward()
@@ -276,3 +280,34 @@ def test_without_a_visible_forward_the_first_backward_starts_the_run():
     assert seen["module"] is None and hooks.counts["no_forward_start"] == 1
     steps = hooks.timer.steps()
     assert len(steps) == 2 and [s.micro_steps for s in steps] == [1, 1]
+
+
+def test_outermost_calls_only_and_submodules_take_the_hook_free_path():
+    _, opt, hooks, _ = _setup()
+    inner = nn.Linear(4, 4)
+    seen_labels = []
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            y = self.inner(x)
+            seen_labels.append(hooks.timer.current)  # after a nested call of a known module
+            seen_labels.append(len(nn_module._global_forward_pre_hooks))
+            return y
+
+    outer = Outer()
+    opt = torch.optim.SGD(outer.parameters(), lr=0.1)
+    n_global = len(nn_module._global_forward_pre_hooks)
+    hooks.install()
+    try:
+        inner(torch.zeros(4)).sum().backward()  # inner alone: an outermost call
+        assert hooks.timer.current == "other"
+        outer(torch.zeros(4)).sum().backward()  # inner nested: one forward, still running after it
+        opt.step()
+    finally:
+        hooks.remove()
+    assert seen_labels == ["forward", n_global]  # our global pre-hook is off during a forward
+    assert hooks.counts["forward"] == 2
