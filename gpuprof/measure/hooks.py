@@ -9,7 +9,7 @@
   A torch.compile'd model counts once: its OptimizedModule is the outermost call; the inner
   module runs while the global pre-hook is unregistered (and hooks return at once inside
   dynamo's trace: is_compiling()).
-- backward: a wrapper around torch.Tensor.backward and torch.autograd.backward.
+- backward: a wrapper around torch.autograd.backward (Tensor.backward calls it).
 - optimizer: optimizer step pre/post hooks, plus Optimizer.zero_grad, clip_grad_norm_ and
   GradScaler.unscale_/step/update, so the phase means what it means in the built-in loop.
 - step boundary: the post-hook of the first optimizer seen stepping, or the end of a
@@ -17,7 +17,9 @@
 - a model compiled in place (Module.compile()) runs the forward hooks inside dynamo's trace, so
   no forward is seen: the first backward or optimizer step then starts the run, and forward
   time falls into `other`.
-- h2d: Tensor.to/.cuda from a CPU tensor to an accelerator, and Tensor.pin_memory.
+- h2d: Tensor.to/.cuda from a CPU tensor to an accelerator, and Tensor.pin_memory; not
+  wrapped at all when torch sees no accelerator (no copy is possible, and clip_grad_norm_ alone
+  calls Tensor.to once per parameter).
 - data: DataLoader.__iter__ / _BaseDataLoaderIter.__next__, and user functions the runner
   wraps with `wrap_attr` (get_batch-like functions of the script).
 
@@ -106,6 +108,15 @@ def _caller_kwargs() -> dict:
     return dict(kw) if isinstance(kw, dict) else {}
 
 
+def accelerator_available() -> bool:
+    """True when torch can reach a device other than the CPU (CUDA, MPS, XPU, ...)."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "is_available"):
+        return bool(acc.is_available())
+    mps = getattr(torch.backends, "mps", None)
+    return torch.cuda.is_available() or bool(mps is not None and mps.is_available())
+
+
 def _forward_hook(module, hook):
     """A forward hook on `module` that also runs when forward raises (where torch supports it)."""
     try:
@@ -169,6 +180,7 @@ class TrainingHooks:
                            other_optimizer_step=0, h2d_copies=0, h2d_bytes=0, pin_memory=0,
                            dataloader_iter=0, dataloader_next=0, data_calls=0, optimizer_aux=0,
                            skipped_optimizer_step=0)
+        self.accelerator = False  # set by install(): whether h2d copies are wrapped at all
         self.wrapped: list[str] = []  # names of user functions wrapped as `data`
         self.disqualified: set[str] = set()  # ... of those found running the model
         self._in_data: list[str] = []
@@ -187,7 +199,7 @@ class TrainingHooks:
         self._handles.append(optim_module.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(optim_module.register_optimizer_step_post_hook(self._opt_post))
 
-        self._patch(torch.Tensor, "backward", self._wrap(torch.Tensor.backward, "backward", "backward"))
+        # Tensor.backward() calls torch.autograd.backward(): one wrapper sees both entry points.
         self._patch(torch.autograd, "backward", self._wrap(torch.autograd.backward, "backward", "backward"))
         self._patch(torch.optim.Optimizer, "zero_grad",
                     self._wrap(torch.optim.Optimizer.zero_grad, "optimizer", "optimizer_aux"))
@@ -199,9 +211,11 @@ class TrainingHooks:
         for name in ("unscale_", "update"):
             self._patch(torch.amp.GradScaler, name, self._wrap(getattr(torch.amp.GradScaler, name),
                                                                "optimizer", "optimizer_aux"))
-        self._patch(torch.Tensor, "to", self._wrap_copy(torch.Tensor.to, always=False))
-        self._patch(torch.Tensor, "cuda", self._wrap_copy(torch.Tensor.cuda, always=True))
-        self._patch(torch.Tensor, "pin_memory", self._wrap(torch.Tensor.pin_memory, "h2d", "pin_memory"))
+        self.accelerator = accelerator_available()
+        if self.accelerator:  # with no accelerator there is no host-to-device copy to time
+            self._patch(torch.Tensor, "to", self._wrap_copy(torch.Tensor.to, always=False))
+            self._patch(torch.Tensor, "cuda", self._wrap_copy(torch.Tensor.cuda, always=True))
+            self._patch(torch.Tensor, "pin_memory", self._wrap(torch.Tensor.pin_memory, "h2d", "pin_memory"))
         from torch.utils.data import dataloader as dl
 
         self._patch(dl.DataLoader, "__iter__", self._wrap(dl.DataLoader.__iter__, "data", "dataloader_iter"))
@@ -266,7 +280,7 @@ class TrainingHooks:
         def wrapper(*args, **kwargs):
             if _is_compiling() or not (hooks._first_event() if name == "backward" else hooks._active()):
                 return fn(*args, **kwargs)
-            if hooks.timer.current != name or name != "backward":  # Tensor.backward nests autograd's
+            if hooks.timer.current != name or name != "backward":  # a backward inside a backward
                 hooks.counts[counter] += 1
                 if name == "backward":
                     hooks._step.backwards += 1

@@ -495,9 +495,10 @@ def _script_section(run: _Run, attribution: dict) -> dict:
     }
     counts = dict(run.hooks.counts)
     hooks = {"counts": counts}
-    if counts["h2d_copies"] == 0:
-        hooks["h2d_note"] = ("no host-to-device copies seen" +
-                             (" (CPU-only run: there are none)" if not run.device.startswith("cuda") else ""))
+    if not run.hooks.accelerator:
+        hooks["h2d_note"] = "no accelerator available to torch: a CPU-only run has no host-to-device copies"
+    elif counts["h2d_copies"] == 0:
+        hooks["h2d_note"] = "no host-to-device copies seen"
     section = {
         "reported": reported,
         "iter_lines": [vars(x) for x in iters],

@@ -143,11 +143,15 @@ def test_stop_after_raises_a_base_exception_that_except_exception_cannot_swallow
     assert len(hooks.timer.steps()) == 2
 
 
-def test_every_hook_and_patch_is_removed():
+@pytest.mark.parametrize("accelerator", [False, True])
+def test_every_hook_and_patch_is_removed(monkeypatch, accelerator):
+    import gpuprof.measure.hooks as hooks_module
+
+    monkeypatch.setattr(hooks_module, "accelerator_available", lambda: accelerator)
     before = _patched_attributes()
     model, opt, hooks, _ = _setup()
     hooks.install()
-    assert torch.Tensor.__dict__.get("to") is not None  # patched while installed
+    assert ("to" in torch.Tensor.__dict__) is accelerator  # Tensor.to wrapped only with an accelerator
     assert len(nn_module._global_forward_pre_hooks) == len(before["forward pre-hooks"]) + 1
     x, y = _batch()
     model(x, y).backward()
@@ -229,9 +233,13 @@ def test_host_to_device_target_detection(args, kwargs, expected):
     assert _to_target_is_accelerator(args, kwargs) is expected
 
 
-def test_cpu_to_cpu_copies_are_not_h2d():
+def test_cpu_to_cpu_copies_are_not_h2d(monkeypatch):
+    import gpuprof.measure.hooks as hooks_module
+
+    monkeypatch.setattr(hooks_module, "accelerator_available", lambda: True)  # wrap Tensor.to here too
     model, opt, hooks, _ = _setup()
     hooks.install()
+    assert "to" in torch.Tensor.__dict__
     try:
         x, y = _batch()
         model(x.to("cpu"), y.to(torch.int64)).backward()
