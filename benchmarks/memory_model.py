@@ -52,6 +52,9 @@ TRACKER = [  # (name, cfg, batch, dtype, flash, checkpointing, accum)
     (None, small(4, 256, 8, 512, 128), 4, "fp32", True, True, 2),
     (None, small(6, 384, 6, 2048, 256), 2, "bf16", True, False, 2),
     (None, small(8, 512, 8, 8192, 128), 2, "bf16", True, False, 2),
+    (None, small(2, 128, 4, 4096, 256), 8, "fp16", True, False, 2),
+    (None, small(4, 256, 4, 1024, 64), 2, "bf16", True, True, 2),
+    (None, small(4, 256, 4, 256, 128), 8, "bf16", True, True, 2),
 ]
 FAKE = [
     ("gpt2", preset_config("gpt2", 1024), 1, "bf16", True, False, 2),
@@ -59,6 +62,7 @@ FAKE = [
     ("gpt2", preset_config("gpt2", 1024), 16, "fp32", True, False, 2),
     ("gpt2", preset_config("gpt2", 1024), 16, "bf16", False, False, 2),
     ("gpt2", preset_config("gpt2", 1024), 16, "bf16", True, True, 2),
+    ("gpt2 T=256", preset_config("gpt2", 256), 4, "bf16", True, True, 2),
     ("gpt2", preset_config("gpt2", 1024), 256, "bf16", True, False, 4),
     ("gpt2-medium", preset_config("gpt2-medium", 1024), 8, "bf16", True, False, 2),
     ("gpt2-xl", preset_config("gpt2-xl", 1024), 4, "bf16", True, False, 2),

@@ -1,6 +1,6 @@
 """The memory model: peak bytes of one nanoGPT training configuration, term by term.
 
-The peak of a nanoGPT step is not at the end of the forward: it is at the start of the backward,
+The peak of a nanoGPT step is usually not at the end of the forward but at the start of the backward,
 inside the loss's gradient, when every saved activation is still alive and the loss's
 B·T·vocab buffers are at their largest. The model adds, at that moment:
 
@@ -15,7 +15,10 @@ B·T·vocab buffers are at their largest. The model adds, at that moment:
                      buffers while the loss backward runs (eager: s·V + 4V + 8V per token)
   batch              idx/targets (int64), current and prefetched: 32 B/token
 
-and then what the caching allocator and CUDA add on top: allocator overhead (10% of the
+Other moments are evaluated too and the largest wins: the end of the eager forward (the previous
+micro-step's logits still held, autocast's cache holding every weight cast — it wins under
+checkpointing with few tokens), the recompute of the last block under checkpointing, and the
+optimizer step. Then what the caching allocator and CUDA add on top: allocator overhead (10% of the
 allocated peak: block rounding and fragmentation, reserved > allocated) and the CUDA context
 (1 GiB: context, kernel images, cuBLAS workspaces). `fits` compares the total against the
 capacity minus a stated margin (5%).
@@ -167,88 +170,88 @@ def estimate_memory(cfg: GPTConfig, batch_size: int, *, dtype: str = "bf16", fla
     s = compute_bytes(dtype)
     tokens = batch_size * cfg.block_size
     P = param_count(cfg, non_embedding=False)
+    Term = MemoryTerm
 
-    weights = MemoryTerm("weights", 4 * P, f"{P:,} params × 4 B (fp32)")
-    grads_full = 4 * P
-    optimizer = MemoryTerm("optimizer", ADAMW_STATE_BYTES * P, f"AdamW 2 states × {P:,} × 4 B")
-    ddp = 4 * P if world_size > 1 else 0
-    # Under checkpointing the blocks' weight casts are recomputed, not saved; lm_head's stays.
-    copies = 0
-    if s == 2:
-        copies = 2 * (V * d if checkpointing else matmul_params(cfg))
+    state = [Term("weights", 4 * P, f"{P:,} params × 4 B (fp32)")]
+    grads = Term("gradients", 4 * P, "fp32, accumulated across micro-steps")
+    # With accum == 1 zero_grad(set_to_none=True) freed them and the loss has none yet.
+    grads_acc = grads if grad_accum > 1 else Term("gradients", 0, "none yet (accum=1, set_to_none)")
+    optimizer = [Term("optimizer", ADAMW_STATE_BYTES * P, f"AdamW 2 states × {P:,} × 4 B")]
+    if world_size > 1:
+        optimizer.append(Term("ddp_buckets", 4 * P, "DDP gradient buckets (4 B/param)"))
+    all_copies = 2 * matmul_params(cfg) if s == 2 else 0
+    # Saved for the backward: every matmul weight's cast, or under checkpointing only lm_head's.
+    saved_copies = (2 * V * d if checkpointing else all_copies) if s == 2 else 0
 
     layer = layer_bytes_per_token(cfg, dtype, flash, compile)
-    final = 4 * d + 8 + s * d  # ln_f input, stats, ln_f output (lm_head's saved input)
+    final = (4 * d + 8 + s * d) * tokens  # ln_f input, stats, ln_f output (lm_head's input)
     loss = loss_bytes_per_token(cfg, dtype, compile)
-    batch = BATCH_BYTES_PER_TOKEN * tokens
     attn_note = "flash" if flash else "math attention (B·H·T·T probs)"
-    fixed = weights.bytes + optimizer.bytes + ddp
-
-    # Moment 1: the loss backward. Gradients exist from the previous micro-step (accum > 1);
-    # with accum == 1 they were freed by zero_grad(set_to_none=True) and none exist yet.
-    grads_m1 = grads_full if grad_accum > 1 else 0
     if checkpointing:
         saved_layers = L * 4 * d * tokens  # each block keeps only its fp32 input
-        layers_note = f"checkpointing: {L} × 4d B/token block inputs"
+        layers_note = f"checkpointing: {L} × {4 * d:,} B/token block inputs + final LayerNorm"
     else:
         saved_layers = L * layer * tokens
-        layers_note = f"{L} layers × {layer:,} B/token ({dtype}, {attn_note}{', compiled' if compile else ''})"
-    acts = saved_layers + final * tokens
-    loss_total = (loss["logits"] + loss["loss_saved"] + loss["loss_grad"]) * tokens
-    m1 = fixed + grads_m1 + copies + acts + loss_total + batch
+        layers_note = (f"{L} layers × {layer:,} B/token ({dtype}, {attn_note}"
+                       f"{', compiled' if compile else ''}) + final LayerNorm")
+    acts = Term("activations", saved_layers + final, layers_note)
+    logits = Term("logits", loss["logits"] * tokens,
+                  f"B·T·V × {s} B, held by `logits, loss = model(X, Y)`")
+    batch = Term("batch", BATCH_BYTES_PER_TOKEN * tokens, "idx/targets int64, current + prefetched")
 
-    # Moment 2 (checkpointing): recomputing the last block in the backward. The loss buffers
-    # are gone except the held logits; one block's activations plus their gradients exist.
-    m2 = copies_m2 = 0
+    def copies(n, what):
+        return [Term("autocast_copies", n, f"{dtype} casts of {what}")] if n else []
+
+    moments = {}
+    # The loss backward: all saved activations and the largest B·T·V buffers at once.
+    lb = [*state, grads_acc, *optimizer, *copies(saved_copies, "matmul weights, saved"), acts,
+          logits]
+    if loss["loss_saved"]:
+        lb.append(Term("loss_fp32", loss["loss_saved"] * tokens,
+                       "cross_entropy's fp32 log-probs (upcast), saved"))
+    lb.append(Term("loss_backward", loss["loss_grad"] * tokens,
+                   "gradient buffers of the compiled loss backward" if compile
+                   else "fp32 gradient buffers of the loss backward"))
+    moments["loss backward"] = lb + [batch]
+
+    # The end of the forward, inside eager cross_entropy: the previous micro-step's logits are
+    # still held, and autocast's cache holds every weight cast until the forward's `with`
+    # ends — which wins under checkpointing, where the casts are not saved for the backward.
+    if not compile:
+        upcast = 4 * V if s == 2 else 0
+        moments["loss forward"] = [
+            *state, grads_acc, *optimizer, *copies(all_copies, "all matmul weights, cached"),
+            acts, Term("logits", 2 * loss["logits"] * tokens,
+                       f"B·T·V × {s} B, this and the previous micro-step's (still held)"),
+            Term("loss_fp32", (upcast + 4 * V) * tokens,
+                 "cross_entropy's fp32 upcast and log-probs" if upcast
+                 else "cross_entropy's log-probs"),
+            Term("batch", 16 * tokens, "idx/targets int64"),
+        ]
+
+    # Recomputing the last block under checkpointing: the loss buffers are gone but the held
+    # logits; one block's activations, weight casts and activation gradients exist.
     if checkpointing:
-        grad_tmp = (4 * d + s * 4 * d) * tokens  # residual grad (fp32) + MLP hidden grad
-        copies_m2 = copies + (2 * 12 * d * d if s == 2 else 0)  # the recomputed block's casts
-        m2 = (fixed + grads_full + copies_m2 + saved_layers + (layer + final) * tokens
-              + loss["logits"] * tokens + grad_tmp + batch)
+        moments["recompute (checkpointing)"] = [
+            *state, grads, *optimizer,
+            *copies(saved_copies + (2 * 12 * d * d if s == 2 else 0),
+                    "lm_head and the recomputed block"),
+            Term("activations", saved_layers + final + layer * tokens,
+                 layers_note + " + one recomputed block"),
+            logits, Term("temporaries", (4 * d + s * 4 * d) * tokens,
+                         "activation gradients of one block"),
+            batch,
+        ]
 
-    # Moment 3: the optimizer step: all gradients, the held logits, optimizer temporaries.
-    largest = V * d
-    opt_tmp = 0 if fused_adamw else 3 * 4 * largest  # for-loop AdamW: a few param-sized temps
-    m3 = fixed + grads_full + loss["logits"] * tokens + batch + opt_tmp
+    # The optimizer step: all gradients, the held logits, the optimizer's temporaries.
+    opt = [*state, grads, *optimizer, logits, batch]
+    if not fused_adamw:
+        opt.append(Term("temporaries", 3 * 4 * V * d, "for-loop AdamW temporaries"))
+    moments["optimizer step"] = opt
 
-    peak, moment = max((m1, "loss backward"), (m2, "recompute (checkpointing)"),
-                       (m3, "optimizer step"))
-    terms = [weights]
-    if moment == "loss backward":
-        g = grads_m1
-    else:
-        g = grads_full
-    terms.append(MemoryTerm("gradients", g, "fp32, accumulated across micro-steps" if g
-                            else "none yet (accum=1, set_to_none)"))
-    terms.append(optimizer)
-    if ddp:
-        terms.append(MemoryTerm("ddp_buckets", ddp, "DDP gradient buckets (4 B/param)"))
-    if moment == "optimizer step":
-        terms.append(MemoryTerm("logits", loss["logits"] * tokens, f"B·T·V × {s} B held by caller"))
-        terms.append(MemoryTerm("batch", batch, "idx/targets int64, current + prefetched"))
-        if opt_tmp:
-            terms.append(MemoryTerm("temporaries", opt_tmp, "for-loop AdamW temporaries"))
-    else:
-        c = copies if moment == "loss backward" else copies_m2
-        if c:
-            terms.append(MemoryTerm("autocast_copies", c, f"{dtype} copies of matmul weights"))
-        if moment == "loss backward":
-            terms.append(MemoryTerm("activations", acts, layers_note + " + final LayerNorm"))
-            terms.append(MemoryTerm("logits", loss["logits"] * tokens,
-                                    f"B·T·V × {s} B, held by `logits, loss = model(X, Y)`"))
-            if loss["loss_saved"]:
-                terms.append(MemoryTerm("loss_fp32", loss["loss_saved"] * tokens,
-                                        "cross_entropy's fp32 log-probs (upcast), saved"))
-            terms.append(MemoryTerm("loss_backward", loss["loss_grad"] * tokens,
-                                    "gradient buffers of the compiled loss backward" if compile
-                                    else "fp32 gradient buffers of the loss backward"))
-        else:
-            terms.append(MemoryTerm("activations", saved_layers + (layer + final) * tokens,
-                                    layers_note + " + one recomputed block"))
-            terms.append(MemoryTerm("logits", loss["logits"] * tokens, "held by the caller"))
-            terms.append(MemoryTerm("temporaries", grad_tmp, "activation gradients of one block"))
-        terms.append(MemoryTerm("batch", batch, "idx/targets int64, current + prefetched"))
-    assert sum(t.bytes for t in terms) == peak, (terms, peak)
+    moment, chosen = max(moments.items(), key=lambda kv: sum(t.bytes for t in kv[1]))
+    terms = [t for t in chosen if t.bytes or t.name == "gradients"]
+    peak = sum(t.bytes for t in terms)
 
     total = peak
     if cuda:
