@@ -95,13 +95,13 @@ def test_from_real_cpu_profile():
 
 
 def test_measure_on_cpu():
-    r = invoke("-t", "256", "--model", "tiny", "--block-size", "32", "--dtype", "fp32",
-               "--no-compile", "--measure", "--measure-budget", "20", "--json")
+    r = invoke("-t", "128", "--model", "tiny", "--block-size", "16", "--dtype", "fp32",
+               "--no-compile", "--measure", "--measure-budget", "3", "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["throughput"]["source"] == "measured"
     assert d["measure"]["device"] == "cpu" and d["measure"]["points"][0]["batch_size"] == 1
-    assert all(c["tokens"] == c["batch_size"] * 32 * c["grad_accum"] for c in d["candidates"])
+    assert all(c["tokens"] == c["batch_size"] * 16 * c["grad_accum"] for c in d["candidates"])
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -24,7 +24,7 @@ WIDE_VOCAB = GPTConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=4096, block_si
     (SMALL, 4, "fp16", True, False, 2),
     # checkpointing with few tokens: the peak is the forward's end, where autocast still
     # caches every weight cast
-    (GPTConfig(n_layer=4, n_head=4, n_embd=256, vocab_size=1024, block_size=64), 2, "bf16",
+    (GPTConfig(n_layer=3, n_head=4, n_embd=192, vocab_size=256, block_size=32), 2, "bf16",
      True, True, 2),
 ])
 def test_model_matches_measured_peak(cfg, batch, dtype, flash, ckpt, accum):
