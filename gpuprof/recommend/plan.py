@@ -1,9 +1,9 @@
 """Which (batch_size, gradient_accumulation_steps) reaches a token target fastest and fits.
 
-Candidates: every micro-batch B (all B ≤ 64, multiples of 8 above, every power of two) with
-the accumulation A whose B·T·A·world_size lies within ±tolerance of the target — the A
-closest to the target, and also the power-of-two A when one is in range. Each gets the memory
-model's estimate and, when a throughput model is known, a step time.
+Candidates: every micro-batch B up to 65,536 (all B ≤ 64, multiples of 8 above, every power
+of two) with the accumulation A whose B·T·A·world_size lies within ±tolerance of the target:
+the A closest to the target, and also the power-of-two A when one is in range. Each gets the
+memory model's estimate and, when a throughput model is known, a step time.
 
 Ranking: configurations that fit come first, by estimated tokens/s. The winner is then picked
 among the fitting ones whose estimate is within 1% of the fastest (the models cannot resolve
@@ -172,8 +172,28 @@ def token_window(target: int, tolerance: float) -> tuple[int, int]:
     return -(-lo.numerator // lo.denominator), hi.numerator // hi.denominator
 
 
+MAX_MICRO_BATCH = 1 << 16  # sequences per micro-step; far beyond any GPU's memory
+
+
 def _micro_batches(limit: int) -> list[int]:
+    limit = min(limit, MAX_MICRO_BATCH)
     return [b for b in range(1, limit + 1) if b <= 64 or b % 8 == 0 or is_power_of_two(b)]
+
+
+def _accumulations(b: int, a_lo: int, a_hi: int, exact: Fraction) -> set[int]:
+    """The accumulation closest to the target for micro-batch b, and the closest power of two
+    in [a_lo, a_hi] if there is one. Arithmetic, not a search: the range can be huge."""
+    x = exact / b
+    near = {max(a_lo, min(a_hi, v)) for v in (x.numerator // x.denominator,
+                                               -(-x.numerator // x.denominator))}
+    out = {min(near, key=lambda a: (abs(b * a - exact), a))}
+    xc = max(a_lo, min(a_hi, x.numerator // x.denominator))
+    p = 1 << (xc.bit_length() - 1)  # the powers of two around x, and at the range's ends
+    ends = (1 << (a_hi.bit_length() - 1), 1 << (a_lo - 1).bit_length())
+    pows = [q for q in (p, p * 2, *ends) if a_lo <= q <= a_hi]
+    if pows:
+        out.add(min(pows, key=lambda a: (abs(b * a - exact), a)))
+    return out
 
 
 def evaluate(cfg: GPTConfig, batch_size: int, grad_accum: int, *, dtype: str, compile: bool,
@@ -239,11 +259,7 @@ def recommend(model_cfg: GPTConfig, target_tokens: int, gpu: GpuSpec | None = No
         a_lo, a_hi = -(-n_lo // b), n_hi // b
         if a_lo > a_hi:
             continue
-        accs = {min(range(a_lo, a_hi + 1), key=lambda a: (abs(b * a - exact), a))}
-        p2 = [a for a in range(a_lo, a_hi + 1) if is_power_of_two(a)]
-        if p2:
-            accs.add(min(p2, key=lambda a: abs(b * a - exact)))
-        for a in sorted(accs):
+        for a in sorted(_accumulations(b, a_lo, a_hi, exact)):
             cands.append(evaluate(model_cfg, b, a, **kw))
     cands.sort(key=lambda c: _rank_key(c, target_tokens))
     best = _pick_best(cands)

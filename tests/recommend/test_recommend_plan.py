@@ -114,3 +114,14 @@ def test_to_dict_keys():
         assert key in d["best"] and key in d["candidates"][0]
     assert sum(t["bytes"] for t in d["breakdown"]["terms"]) == d["breakdown"]["total_bytes"]
     assert d["flop_floor_s"] == pytest.approx(0.906, abs=0.01)  # FACTS.md: 0.91 s at 100% peak
+
+
+def test_huge_target_with_tiny_block_is_fast_and_exact():
+    import time
+
+    t0 = time.perf_counter()
+    rec = recommend(preset_config("tiny", block_size=8), 10**9, find_gpu("h100"), "bf16")
+    assert time.perf_counter() - t0 < 10
+    lo, hi = token_window(10**9, 0.05)
+    assert all(lo <= c.tokens <= hi and c.batch_size <= 65536 for c in rec.candidates)
+    assert any(c.pow2 for c in rec.candidates)
