@@ -48,13 +48,6 @@ def is_user_file(filename: str) -> bool:
 
 
 @dataclass
-class FunctionKey:
-    function: str
-    file: str
-    line: int  # the function's first line (its `def`)
-
-
-@dataclass
 class _Counts:
     total: int = 0
     lines: dict = field(default_factory=dict)  # current line -> samples
@@ -77,7 +70,7 @@ class StackSampler:
         self._clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._code_cache: dict = {}  # code object -> FunctionKey or None (library code)
+        self._code_cache: dict = {}  # code object -> (key or None for library code, marked)
         self.counts: dict[str, dict[tuple, _Counts]] = {}  # label -> (func, file, line) -> counts
         self.marked: dict[str, int] = {}  # label -> samples with a marked function on the stack
         self.labelled: dict[str, int] = {}  # label -> samples taken under that label
@@ -101,13 +94,18 @@ class StackSampler:
         self.wall_s = self._clock() - self._t0
 
     def _run(self) -> None:
+        # time.sleep, not Event.wait: one C call per period instead of a Condition's Python
+        # machinery (a lock per wait); stopping takes at most one period.
         period = self.interval_s
-        next_t = self._clock() + period
-        while not self._stop.is_set():
-            delay = next_t - self._clock()
-            if delay > 0 and self._stop.wait(delay):
-                break
-            now = self._clock()
+        sleep, clock, stop = time.sleep, self._clock, self._stop
+        next_t = clock() + period
+        while not stop.is_set():
+            delay = next_t - clock()
+            if delay > 0:
+                sleep(delay)
+                if stop.is_set():
+                    break
+            now = clock()
             late = now - next_t
             if late > period:
                 lost = int(late / period)
@@ -133,16 +131,19 @@ class StackSampler:
         f = frame
         while f is not None:
             code = f.f_code
-            key = cache.get(code, False)
-            if key is False:
-                key = (code.co_name, code.co_filename, code.co_firstlineno) if is_user_file(code.co_filename) else None
-                cache[code] = key
+            entry = cache.get(code)
+            if entry is None:  # first sight of this code: (key or None if library, marked)
+                user = is_user_file(code.co_filename)
+                entry = cache[code] = (
+                    (code.co_name, code.co_filename, code.co_firstlineno) if user else None,
+                    bool(user and self._marker is not None and self._marker(code.co_name)))
+            key = entry[0]
             if key is not None:
                 if innermost is None:
                     innermost = (key, f.f_lineno)
                     if self._marker is None:
                         break
-                if self._marker is not None and self._marker(key[0]):
+                if entry[1]:
                     marked = True
                     break
             f = f.f_back
