@@ -94,15 +94,18 @@ class StackSampler:
         self.wall_s = self._clock() - self._t0
 
     def _run(self) -> None:
-        # time.sleep, not Event.wait: one C call per period instead of a Condition's Python
-        # machinery (a lock per wait); stopping takes at most one period.
+        # time.sleep for short periods, not Event.wait: one C call per period instead of a
+        # Condition's Python machinery (a lock per wait); stopping then takes one period.
         period = self.interval_s
         sleep, clock, stop = time.sleep, self._clock, self._stop
         next_t = clock() + period
         while not stop.is_set():
             delay = next_t - clock()
             if delay > 0:
-                sleep(delay)
+                if delay > 0.05:
+                    stop.wait(delay)
+                else:
+                    sleep(delay)
                 if stop.is_set():
                     break
             now = clock()

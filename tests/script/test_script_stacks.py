@@ -68,3 +68,11 @@ def test_library_files_are_not_user_code():
     assert not is_user_file(torch.__file__)
     assert not is_user_file("<frozen runpy>")
     assert is_user_file(__file__)
+
+
+def test_stop_is_prompt_even_with_a_long_period():
+    s = StackSampler(threading.get_ident(), lambda: None, interval_s=60.0)
+    s.start()
+    t = time.perf_counter()
+    s.stop()
+    assert time.perf_counter() - t < 1.0
