@@ -247,3 +247,14 @@ def test_storage_suspect_on_network_fs_only_when_data_waits(profile_factory):
     assert f.saving_s is None and "network" in f.note
     busy = profile_factory({"data": 0.01, "forward": 0.99}, measurements=nfs)
     assert storage.storage_too_slow(ctx_of(busy)) == []
+
+
+def test_no_more_workers_advised_without_an_idle_core(profile_factory):
+    host = {"host": {"phases": {"data": {"samples": 10, "cpu_pct": 98.0}}}, "script": {"dataloader": {"iterations": 10}}}
+    p = profile_factory({"data": 0.4, "forward": 0.6}, measurements=host)
+    p.run["mode"] = "script"
+    (f,) = phases.data_loading_exposed(ctx_of(p))
+    assert "num_workers" not in f.fix and "idle cores" in f.fix
+    host["host"]["phases"]["data"]["cpu_pct"] = 40.0
+    (f,) = phases.data_loading_exposed(ctx_of(p))
+    assert "num_workers" in f.fix

@@ -59,9 +59,15 @@ def data_loading_exposed(ctx: Context) -> list[Finding]:
             confidence = "low"
             note = (f"the host was {busy:.0%} busy during data loading: a background loader would "
                     "compete with compute for the same cores; more cores (or a GPU) lift this")
+    saturated = busy is not None and busy > 0.9
     if mode(ctx) == "script" and (ctx.profile.measurements.get("script") or {}).get("dataloader"):
-        fix = ("DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2) "
-               "so batches are prepared in worker processes while the model computes")
+        if saturated:
+            # More workers need idle cores; there were none while data loaded.
+            fix = ("make each sample cheaper to load (pre-tokenized uint16 files read with memmap, "
+                   "no per-sample decoding); more DataLoader workers need idle cores, and there were none")
+        else:
+            fix = ("DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2) "
+                   "so batches are prepared in worker processes while the model computes")
     else:
         fix = ("prefetch batches in a background thread (a queue of 1-2 ready batches) so get_batch "
                "overlaps forward/backward; on CUDA keep pin_memory + non_blocking copies")
