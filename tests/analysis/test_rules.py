@@ -250,7 +250,7 @@ def test_storage_suspect_on_network_fs_only_when_data_waits(profile_factory):
 
 
 def test_no_more_workers_advised_without_an_idle_core(profile_factory):
-    host = {"host": {"phases": {"data": {"samples": 10, "cpu_pct": 98.0}}}, "script": {"dataloader": {"iterations": 10}}}
+    host = {"host": {"phases": {"data": {"samples": 10, "cpu_pct": 98.0}}}, "script": {"hooks": {"counts": {"dataloader_next": 10}}}}
     p = profile_factory({"data": 0.4, "forward": 0.6}, measurements=host)
     p.run["mode"] = "script"
     (f,) = phases.data_loading_exposed(ctx_of(p))

@@ -60,7 +60,8 @@ def data_loading_exposed(ctx: Context) -> list[Finding]:
             note = (f"the host was {busy:.0%} busy during data loading: a background loader would "
                     "compete with compute for the same cores; more cores (or a GPU) lift this")
     saturated = busy is not None and busy > 0.9
-    if mode(ctx) == "script" and (ctx.profile.measurements.get("script") or {}).get("dataloader"):
+    counts = ((ctx.profile.measurements.get("script") or {}).get("hooks") or {}).get("counts") or {}
+    if mode(ctx) == "script" and counts.get("dataloader_next"):
         if saturated:
             # More workers need idle cores; there were none while data loaded.
             fix = ("make each sample cheaper to load (pre-tokenized uint16 files read with memmap, "
