@@ -72,12 +72,11 @@ def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
     stopped = None
     t_start = clock()
     for size in _sizes(batch, None):
-        reps_needed = 1 + reps
         xb = _resize(x, size)
         yb = _resize(y, size) if y is not None else None
         try:
-            best = float("inf")
-            for r in range(reps_needed):
+            times: list[float] = []
+            for r in range(1 + _max_reps(reps)):
                 if is_cuda:
                     torch.cuda.synchronize()
                 t0 = clock()
@@ -92,8 +91,10 @@ def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
                     torch.cuda.synchronize()
                 dt = clock() - t0
                 if r > 0:  # the first call at a new shape is a warm-up
-                    best = min(best, dt)
-            points.append((size, best))
+                    times.append(dt)
+                    if len(times) >= reps and _settled(times):
+                        break
+            points.append((size, min(times)))
         except torch.cuda.OutOfMemoryError:
             stopped = f"micro-batch {size} does not fit in GPU memory"
             torch.cuda.empty_cache()
@@ -105,8 +106,9 @@ def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
             break
     model.train(was_training)
     result = {
-        "method": "min of %d timed forward+backward per size after one warm-up, %s" % (
-            reps, "CUDA-synchronized wall time" if is_cuda else "wall time"),
+        "method": ("min of %d-%d timed forward+backward per size (until the two fastest agree "
+                   "within 10%%) after one warm-up, %s" % (
+                       reps, 2 * reps, "CUDA-synchronized wall time" if is_cuda else "wall time")),
         "batch_size": batch,
         "points": [{"batch_size": b, "seconds": s} for b, s in points],
         "stopped": stopped,
@@ -119,6 +121,18 @@ def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
         if at_b:
             result["fixed_share_at_batch"] = max(fixed, 0.0) / at_b
     return result
+
+
+def _max_reps(reps: int) -> int:
+    """Timed repetitions allowed per size: `reps`, and up to twice that while they disagree."""
+    return 2 * reps
+
+
+def _settled(times: list[float], within: float = 0.10) -> bool:
+    """True when the two fastest timings agree within 10%: the minimum is then trustworthy on a
+    machine where other processes only ever add time."""
+    a, b = sorted(times)[:2]
+    return b <= a * (1 + within)
 
 
 def _resize(t: torch.Tensor, size: int) -> torch.Tensor:
