@@ -452,6 +452,8 @@ class TrainingHooks:
         return None
 
     def _opt_post(self, opt, args, kwargs):
+        if self.stopped and _get_ident() == self._tid:  # a bare `except:` swallowed the first one
+            raise StopScript(f"gpuprof: stopping the script after {self.steps_done} optimizer steps")
         if not self._active() or not self._opt_prev:
             return None
         self.timer.switch(self._opt_prev.pop())

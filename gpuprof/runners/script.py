@@ -19,6 +19,7 @@ import traceback
 import types
 import warnings
 from dataclasses import dataclass, field
+from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from typing import Callable
 
@@ -355,7 +356,8 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
     run.hooks = hooks
     module = types.ModuleType("__main__")
     module.__dict__.update(__file__=os.path.abspath(path), __cached__=None, __spec__=None,
-                           __loader__=None, __package__=None, __builtins__=__builtins__)
+                           __loader__=SourceFileLoader("__main__", os.path.abspath(path)),
+                           __package__=None, __builtins__=__builtins__)
     run.module = module
     code = compile(path.read_bytes(), os.path.abspath(path), "exec", dont_inherit=True)
 

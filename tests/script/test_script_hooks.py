@@ -143,6 +143,26 @@ def test_stop_after_raises_a_base_exception_that_except_exception_cannot_swallow
     assert len(hooks.timer.steps()) == 2
 
 
+def test_stop_repeats_when_a_bare_except_swallows_it():
+    model, opt, hooks, _ = _setup(stop_after=1)
+    hooks.install()
+    swallowed = 0
+    try:
+        with pytest.raises(StopScript):
+            for _ in range(10):
+                try:
+                    x, y = _batch()
+                    model(x, y).backward()
+                    opt.step()
+                except BaseException:
+                    swallowed += 1
+                    if swallowed > 1:
+                        raise
+    finally:
+        hooks.remove()
+    assert swallowed == 2 and hooks.steps_done == 1  # stopped again at the very next step
+
+
 @pytest.mark.parametrize("accelerator", [False, True])
 def test_every_hook_and_patch_is_removed(monkeypatch, accelerator):
     import gpuprof.measure.hooks as hooks_module
