@@ -77,8 +77,18 @@ def test_micro_batch_too_small_recommends_exact_tokens_and_saves_fixed_cost(prof
     b2, n2 = f.config_overrides["batch_size"], f.config_overrides["gradient_accumulation_steps"]
     assert b2 * n2 == 32  # tokens per step unchanged
     assert b2 == 32 and n2 == 1  # everything fits in host RAM for this tiny model
-    # old: 32 * (10 + 2) ms; new: 1 * (10 + 64) ms
-    assert f.saving_s == pytest.approx(32 * 0.012 - (0.010 + 0.002 * 32))
+    # old: 32 * (10 + 2) ms; new: 1 * (10 + 64) ms; applied to the run's 0.39 s of fwd+bwd
+    assert f.saving_s == pytest.approx(0.39 * (1 - (0.010 + 0.002 * 32) / (32 * 0.012)))
+    assert f.evidence["share"] == pytest.approx(10 / 12 * 0.39 / 0.40)
+
+
+def test_micro_batch_ratio_holds_when_the_run_was_slower_than_the_curve(profile_factory):
+    # A loaded host made the run 10x slower than the back-to-back curve: the shares still hold.
+    p = profile_factory({"forward": 1.3, "backward": 2.6, "data": 0.1}, micro_steps=32,
+                        config={"batch_size": 1, "block_size": 32},
+                        measurements={"microbatch": _curve(0.010, 0.002, [1, 2, 4])})
+    (f,) = batching.micro_batch_too_small(ctx_of(p))
+    assert f.saving_share == pytest.approx(3.9 * (1 - 0.074 / 0.384) / 4.0)
 
 
 def test_micro_batch_quiet_when_fixed_cost_small(profile_factory):

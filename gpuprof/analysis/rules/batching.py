@@ -47,27 +47,34 @@ def _estimate(ctx: Context, gcfg, batch: int, capacity: int | None):
 
 
 def micro_batch_too_small(ctx: Context) -> list[Finding]:
-    """The fixed cost every micro-step pays, times the micro-steps, is a large share of the step."""
+    """The fixed cost every micro-step pays, times the micro-steps, is a large share of the step.
+
+    The micro-batch curve (measure/microbatch.py) gives t(b), the forward+backward time of one
+    micro-batch of b sequences, measured back to back after the run. Its *ratios* carry over to
+    the run even when the run itself was slower (a loaded host slows both alike): the fixed
+    share of a micro-step is fixed / t(B), and a split (B2, n2) with the same tokens costs
+    n2·t(B2) / (n·t(B)) of today's forward+backward time."""
     mb = ctx.profile.measurements.get("microbatch") or {}
     fixed = mb.get("fixed_s")
     total = step_s(ctx)
     n = micro_steps(ctx)
     batch = ctx.config.get("batch_size")
-    if fixed is None or not total or not batch or n <= 1:
-        return []
-    fixed_total = fixed * n
-    if fixed_total / total < FIXED_SHARE_MIN:
-        return []
     measured = {p["batch_size"]: p["seconds"] for p in mb.get("points", [])}
+    if fixed is None or not total or not batch or n <= 1 or batch not in measured:
+        return []
     per_sample = mb.get("per_sample_s", 0.0)
 
     def t(b: int) -> float:  # forward+backward of one micro-step: measured where we can
         return measured.get(b, fixed + per_sample * b)
 
+    fwd_bwd = ctx.seconds("forward") + ctx.seconds("backward")
+    fixed_share = fixed / t(batch) * fwd_bwd / total  # of the whole step
+    if fixed_share < FIXED_SHARE_MIN:
+        return []
     gcfg = _gpt_config(ctx)
     capacity, cap_src = _capacity(ctx)
-    ev = {"fixed_per_micro_s": fixed, "micro_steps": n, "fixed_total_s": fixed_total,
-          "share": fixed_total / total, "batch_size": batch, "capacity_source": cap_src}
+    ev = {"fixed_per_micro_s": fixed, "micro_s_at_batch": t(batch), "micro_steps": n,
+          "fwd_bwd_s": fwd_bwd, "share": fixed_share, "batch_size": batch, "capacity_source": cap_src}
     best = None
     blocked = None
     b2 = batch * 2
@@ -77,31 +84,32 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         if est is not None and est.fits is False:
             blocked = (b2, est)
             break
-        saving = n * t(batch) - n2 * t(b2)
+        saving = fwd_bwd * (1 - n2 * t(b2) / (n * t(batch)))
         if best is None or saving > best[2]:
             best = (b2, n2, saving, est)
         b2 *= 2
+    title = (f"micro-batch too small: {n} micro-steps each pay a fixed {fixed * 1e3:.1f} ms of "
+             f"{t(batch) * 1e3:.1f} ms ({fixed_share:.0%} of the step)")
     if best is None or best[2] <= 0:
         note = "no larger micro-batch that keeps the tokens per step exact would run faster"
         if blocked:
             note = (f"batch_size={blocked[0]} does not fit: needs {blocked[1].total_bytes / 2**30:.1f} GiB "
                     f"of {capacity / 2**30:.1f} GiB; activation checkpointing or a smaller block would lift it")
-        return [Finding(id="micro-batch-too-small",
-                        title=f"{n} micro-steps each pay a fixed {fixed * 1e3:.1f} ms ({fixed_total / total:.0%} of the step)",
-                        saving_s=None, saving_share=None, evidence=ev, confidence="medium", note=note)]
+        return [Finding(id="micro-batch-too-small", title=title, saving_s=None, saving_share=None,
+                        evidence=ev, confidence="medium", note=note)]
     b2, n2, saving, est = best
-    ev.update({"new_batch_size": b2, "new_grad_accum": n2})
+    ev.update({"new_batch_size": b2, "new_grad_accum": n2, "micro_s_at_new_batch": t(b2),
+               "new_batch_measured": b2 in measured})
     if est is not None:
         ev["memory_needed_bytes"] = est.total_bytes
         ev["memory_capacity_bytes"] = capacity
     return [Finding(
-        id="micro-batch-too-small",
-        title=(f"micro-batch too small: {n} micro-steps each pay a fixed {fixed * 1e3:.1f} ms "
-               f"({fixed_total / total:.0%} of the step)"),
+        id="micro-batch-too-small", title=title,
         saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium",
-        fix=(f"batch_size={b2}, gradient_accumulation_steps={n2} (same {b2 * n2 * (ctx.config.get('block_size') or 0):,} "
-             f"tokens per step)"),
-        note=("saving from the measured forward+backward time per micro-batch size"
+        fix=(f"batch_size={b2}, gradient_accumulation_steps={n2} (same "
+             f"{b2 * n2 * (ctx.config.get('block_size') or 0):,} tokens per step)"),
+        note=("saving = forward+backward per step × (1 − n2·t(B2) / (n·t(B))), t from the measured "
+              "micro-batch curve" + ("" if b2 in measured else " (t(B2) extrapolated from its line fit)")
               + (f"; fits: {est.total_bytes / 2**30:.2f} GiB modeled of {capacity / 2**30:.1f} GiB ({cap_src})"
                  if est is not None and capacity else "")),
         config_overrides={"batch_size": b2, "gradient_accumulation_steps": n2},
