@@ -79,6 +79,7 @@ class StackSampler:
         self.misses = 0  # sampling slots lost to late wake-ups
         self.no_user_frame = 0  # samples with no user frame on the stack
         self.wall_s = 0.0
+        self.cpu_s = 0.0  # CPU time of the sampler thread itself
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gpuprof-stack-sampler", daemon=True)
@@ -96,6 +97,7 @@ class StackSampler:
     def _run(self) -> None:
         # time.sleep for short periods, not Event.wait: one C call per period instead of a
         # Condition's Python machinery (a lock per wait); stopping then takes one period.
+        cpu0 = time.thread_time()
         period = self.interval_s
         sleep, clock, stop = time.sleep, self._clock, self._stop
         next_t = clock() + period
@@ -116,6 +118,7 @@ class StackSampler:
                 next_t += lost * period
             next_t += period
             self.sample_once()
+        self.cpu_s = time.thread_time() - cpu0
 
     def sample_once(self) -> None:
         """Take one sample now (the thread loop calls this; tests may call it directly)."""
@@ -188,5 +191,6 @@ class StackSampler:
             "no_user_frame": self.no_user_frame,
             "outside_steps": self.skipped,
             "expected_slots": expected,
+            "thread_cpu_s": self.cpu_s,
             "samples_by_phase": dict(self.labelled),
         }
