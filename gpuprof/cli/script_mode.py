@@ -19,6 +19,7 @@ from typing import Optional
 from rich.console import Console
 
 from gpuprof.errors import GpuprofError, ScriptFailed
+from gpuprof.measure.timer import PHASES
 
 
 def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: int, stop: bool,
@@ -80,7 +81,8 @@ def phase_notes(profile) -> list[str]:
     section = profile.measurements.get("script", {})
     top = section.get("top_functions") or {}
     lines = []
-    for phase, entries in top.items():
+    order = {p: i for i, p in enumerate(PHASES)}
+    for phase, entries in sorted(top.items(), key=lambda kv: order.get(kv[0], len(order))):
         if not entries:
             continue
         e = entries[0]

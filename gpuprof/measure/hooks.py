@@ -2,8 +2,9 @@
 
 `TrainingHooks.install()` drives a PhaseTimer from the script's own calls:
 
-- forward: a global module forward pre-hook catches each outermost module call and a forward
-  hook on that module ends it (see _fwd_pre for why not a global post-hook), with grad enabled. A forward under no_grad/inference_mode is `eval`, and stays `eval` until the
+- forward: a global module forward pre-hook catches each outermost module call with grad
+  enabled, and a forward hook on that module ends it (see _fwd_pre for why not a global
+  post-hook). A forward under no_grad/inference_mode is `eval`, and stays `eval` until the
   next training event (a grad-enabled forward, backward, optimizer work or grad-enabled data
   call), so the loss.item() and batches of an evaluation loop are not training time either.
   A torch.compile'd model counts once: its OptimizedModule is the outermost call; the inner

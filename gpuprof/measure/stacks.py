@@ -78,6 +78,7 @@ class StackSampler:
         self.skipped = 0  # wake-ups outside a labelled moment
         self.misses = 0  # sampling slots lost to late wake-ups
         self.no_user_frame = 0  # samples with no user frame on the stack
+        self.errors = 0  # samples that failed
         self.wall_s = 0.0
         self.cpu_s = 0.0  # CPU time of the sampler thread itself
 
@@ -121,7 +122,14 @@ class StackSampler:
         self.cpu_s = time.thread_time() - cpu0
 
     def sample_once(self) -> None:
-        """Take one sample now (the thread loop calls this; tests may call it directly)."""
+        """Take one sample now (the thread loop calls this; tests may call it directly).
+        Never raises: a failed sample is counted in `errors`."""
+        try:
+            self._sample()
+        except Exception:  # e.g. interpreter shutdown tearing modules down under the thread
+            self.errors += 1
+
+    def _sample(self) -> None:
         tag = self._label()
         if tag is None:
             self.skipped += 1
@@ -189,6 +197,7 @@ class StackSampler:
             "samples": self.samples,
             "misses": self.misses,
             "no_user_frame": self.no_user_frame,
+            "errors": self.errors,
             "outside_steps": self.skipped,
             "expected_slots": expected,
             "thread_cpu_s": self.cpu_s,

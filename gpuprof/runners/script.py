@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from torch.utils.data import Dataset
 
 from gpuprof.analysis.logs import EvalLine, IterLine, parse_line
 from gpuprof.errors import GpuprofError
@@ -86,7 +87,7 @@ class _Tee:
 
     def write(self, s: str) -> int:
         n = self._target.write(s)
-        self._buf += s
+        self._buf += s.replace("\r", "\n")  # a `\r` progress bar ends its lines too
         if "\n" in self._buf:
             *lines, self._buf = self._buf.split("\n")
             for line in lines:
@@ -149,8 +150,12 @@ class _Run:
         dev = first.device if first is not None else (param.device if param is not None else torch.device("cpu"))
         self.device = str(dev)
         self.timer = PhaseTimer.for_device(self.device)
-        self._read_config(eager, compiled, first)
-        self._wrap_data_functions()
+        # Heuristics over arbitrary user objects: a failure here must not end the user's run.
+        for step in (lambda: self._read_config(eager, compiled, first), self._wrap_data_functions):
+            try:
+                step()
+            except Exception as exc:
+                self.source.setdefault("errors", []).append(f"{exc.__class__.__name__}: {exc}")
         self.sampler = StackSampler(self.hooks._tid, self._sample_label, self.sample_interval_s,
                                     marker=data_like_name)
         self.sampler.start()
@@ -194,8 +199,10 @@ class _Run:
     def _lookup(self, spaces, name):
         for where, ns in spaces:
             v = ns.get(name)
-            if isinstance(v, (bool, int, float, str)) or isinstance(v, torch.dtype):
+            if isinstance(v, (bool, int, float, str, torch.dtype)):
                 return v, f"{where} `{name}`"
+            if isinstance(v, torch.device):
+                return str(v), f"{where} `{name}`"
         for where, ns in spaces:
             args = ns.get("model_args")
             if isinstance(args, dict) and isinstance(args.get(name), (int, float, bool)):
@@ -277,9 +284,14 @@ class _Run:
             if cls in seen_classes or cls.__module__ in ("builtins",):
                 continue
             seen_classes.add(cls)
+            # Dunders (__getitem__, __next__, __iter__) only of a Dataset or a data-named class:
+            # a config class's __getitem__ is not data loading.
+            loader = issubclass(cls, Dataset) or data_like_name(cls.__name__)
             for attr, fn in list(vars(cls).items()):
+                dunder = attr.startswith("__")
                 if (isinstance(fn, types.FunctionType) and is_user_file(fn.__code__.co_filename)
-                        and (data_like_name(attr) or (attr in ("__iter__",) and data_like_name(cls.__name__)))):
+                        and (loader if dunder and attr in ("__getitem__", "__next__", "__iter__")
+                             else not dunder and data_like_name(attr))):
                     self.hooks.wrap_attr(cls, attr, f"{cls.__name__}.{attr} ({_where(fn)})")
 
 
