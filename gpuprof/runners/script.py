@@ -46,20 +46,24 @@ MAX_LINES = 2000  # parsed log lines kept in the profile
 
 def check_script(script: str) -> Path:
     """The script path, or a one-line GpuprofError (exit 2) if it is not a runnable Python file."""
+    return _load(script)[0]
+
+
+def _load(script: str):
+    """(path, compiled code) of the script, or a one-line GpuprofError (exit 2)."""
     path = Path(script)
     if not path.exists():
         raise GpuprofError(f"{script}: no such file")
     if not path.is_file():
         raise GpuprofError(f"{script}: not a file (give the training script, e.g. train.py)")
     try:
-        source = path.read_bytes()
-        compile(source, str(path), "exec", dont_inherit=True)
+        code = compile(path.read_bytes(), os.path.abspath(path), "exec", dont_inherit=True)
     except (SyntaxError, ValueError, UnicodeDecodeError) as exc:
         where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
         raise GpuprofError(f"{script}: not a Python script{where}: {exc.__class__.__name__}") from None
     except OSError as exc:
         raise GpuprofError(f"{script}: cannot read ({exc.__class__.__name__})") from None
-    return path
+    return path, code
 
 
 @dataclass
@@ -362,7 +366,7 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
 
     instruments_factory(device, data_path) -> instruments, called at the first forward.
     stdout: where the script's stdout goes (default: the current sys.stdout)."""
-    path = check_script(script)
+    path, code = _load(script)
     run = _Run(path, [script, *args], warmup, instruments_factory, sample_interval_s)
     hooks = TrainingHooks(run.first_forward, on_step=on_step, stop_after=(warmup + steps) if stop else None)
     run.hooks = hooks
@@ -371,7 +375,6 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
                            __loader__=SourceFileLoader("__main__", os.path.abspath(path)),
                            __package__=None, __builtins__=__builtins__)
     run.module = module
-    code = compile(path.read_bytes(), os.path.abspath(path), "exec", dont_inherit=True)
 
     saved = (sys.argv, list(sys.path), sys.modules.get("__main__"), sys.stdout, sys.stderr)
     out = _Tee(stdout if stdout is not None else sys.stdout, run.on_line)

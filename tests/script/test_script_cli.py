@@ -41,11 +41,11 @@ def test_json_keeps_stdout_valid_and_sends_the_script_output_to_stderr(data_dir,
 
 
 def test_report_names_the_data_function(data_dir, tmp_path):
-    res = _invoke(data_dir, tmp_path)
+    res = _invoke(data_dir, tmp_path, "--data_delay=0.02", opts=["--steps", "3"])  # ~24 data samples
     assert res.exit_code == 0, res.output
     assert "iter 0:" in res.stdout  # the script's own output, live
     assert "Where a step's time goes" in res.stdout
-    assert "data:" in res.stdout and "get_batch (nanogpt_train.py:" in res.stdout
+    assert "  data: " in res.stdout and "in get_batch (nanogpt_train.py:" in res.stdout
 
 
 def test_crash_writes_a_partial_profile_and_exits_1(data_dir, tmp_path):
