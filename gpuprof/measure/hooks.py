@@ -168,7 +168,9 @@ class TrainingHooks:
         self._off = True
         self._tid = _get_ident()
         self._pre_handle = None  # the global forward pre-hook, while registered
-        self._post_hooked: dict[int, object] = {}  # id(module) -> its forward-hook handle
+        # module -> its forward-hook handle; weak, so a module created per call (an inline
+        # `nn.CrossEntropyLoss()(...)`) does not leave a stale entry a new one could alias
+        self._post_hooked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._outer = None  # the outermost module whose forward is running
         self._fwd_prev = "other"
         self._fwd_training = False
@@ -229,7 +231,7 @@ class TrainingHooks:
         if self._pre_handle is not None:
             self._pre_handle.remove()
             self._pre_handle = None
-        for h in (*self._handles, *self._post_hooked.values()):
+        for h in (*self._handles, *list(self._post_hooked.values())):
             h.remove()
         self._handles.clear()
         self._post_hooked.clear()
@@ -383,11 +385,13 @@ class TrainingHooks:
             return None
         if self.timer is None and not self._start(module, args, _caller_kwargs()):
             return None
+        if self.timer.current == "backward":
+            return None  # activation checkpointing recomputing a forward: part of the backward
         self._pre_handle.remove()
         self._pre_handle = None
         self._outer = module
-        if id(module) not in self._post_hooked:
-            self._post_hooked[id(module)] = _forward_hook(module, self._fwd_post)
+        if module not in self._post_hooked:
+            self._post_hooked[module] = _forward_hook(module, self._fwd_post)
         if torch.is_grad_enabled():
             if self._in_data:
                 self._not_data()
@@ -430,20 +434,25 @@ class TrainingHooks:
         torch then passes no kwargs). Calls of it nested in another forward are ignored."""
         if module is not self._outer or _is_compiling() or _get_ident() != self._tid:
             return None
-        self._outer = None
-        if self._off:
-            return None
-        self._pre_handle = nn_module.register_module_forward_pre_hook(self._fwd_pre)
-        self.timer.switch(self._fwd_prev)
-        if self._fwd_training:  # counted here: the global pre-hook does not see kwargs
+        self._end_forward()
+        if self._fwd_training and not self._off:  # counted here: the pre-hook sees no kwargs
             self._step.tokens += _tokens_of(args, rest[0] if len(rest) == 2 else {})
         return None
+
+    def _end_forward(self) -> None:
+        self._outer = None
+        if self._off:
+            return
+        self._pre_handle = nn_module.register_module_forward_pre_hook(self._fwd_pre)
+        self.timer.switch(self._fwd_prev)
 
     # -- optimizer hooks -----------------------------------------------------------------------
 
     def _opt_pre(self, opt, args, kwargs):
         if not self._first_event():
             return None
+        if self._outer is not None:  # a forward that never reported its end (it raised on a
+            self._end_forward()  # torch without always_call hooks): end it, watch again
         if self._in_data:
             self._not_data()
         if self._primary_opt is None:

@@ -339,3 +339,42 @@ def test_outermost_calls_only_and_submodules_take_the_hook_free_path():
         hooks.remove()
     assert seen_labels == ["forward", n_global]  # our global pre-hook is off during a forward
     assert hooks.counts["forward"] == 2
+
+
+def test_a_module_created_per_call_is_seen_every_time():
+    model, opt, hooks, _ = _setup()
+    hooks.install()
+    try:
+        for _ in range(6):
+            x, y = _batch()
+            logits = model.head(model.emb(x))
+            crit = nn.CrossEntropyLoss()  # a new module each time, maybe at a freed one's address
+            loss = crit(logits.view(-1, 16), y.view(-1))
+            del crit
+            loss.backward()
+            opt.step()
+        # Only live modules are remembered as hooked: a dead one's address, reused by a new
+        # module, must not look hooked (its forward would never end and hide all later ones).
+        assert len(hooks._post_hooked) == 2  # head and emb
+    finally:
+        hooks.remove()
+    # head, emb and the loss module are three outermost calls per step, all six steps
+    assert [s.extra["forwards"] for s in hooks.timer.steps()] == [3] * 6
+
+
+def test_activation_checkpoint_recompute_is_backward():
+    from torch.utils.checkpoint import checkpoint
+
+    model, opt, hooks, _ = _setup()
+    hooks.install()
+    try:
+        for _ in range(2):
+            x, y = _batch()
+            h = checkpoint(model.emb, x, use_reentrant=False)
+            loss = nn.functional.cross_entropy(model.head(h).view(-1, 16), y.view(-1))
+            loss.backward()
+            opt.step()
+    finally:
+        hooks.remove()
+    steps = hooks.timer.steps()
+    assert [s.extra["forwards"] for s in steps] == [2, 2]  # emb and head; not the recompute
