@@ -121,7 +121,8 @@ def diagnose(
 
         diagnose_script(script, list(script_args or []), steps=steps, warmup=warmup, stop=stop,
                         out=out, as_json=as_json, gpu=gpu, peak_tflops=peak_tflops,
-                        reported_mfu=reported_mfu, samplers=samplers, err=err)
+                        reported_mfu=reported_mfu, samplers=samplers, err=err,
+                        disk=_load_disk_report(disk_report), write=write, force=force)
         return
 
     from gpuprof.runners.builtin import LoopConfig, default_device, run_builtin

@@ -19,12 +19,12 @@ from typing import Optional
 from rich.console import Console
 
 from gpuprof.errors import GpuprofError, ScriptFailed
-from gpuprof.measure.timer import PHASES
 
 
 def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: int, stop: bool,
                     out: Optional[Path], as_json: bool, gpu: Optional[str], peak_tflops: Optional[float],
-                    reported_mfu: Optional[float], samplers: bool, err: Console) -> None:
+                    reported_mfu: Optional[float], samplers: bool, err: Console,
+                    disk: Optional[dict] = None, write: Optional[Path] = None, force: bool = False) -> None:
     """Profile `script script_args...`; emit the report/JSON; raise for the failure exits."""
     from gpuprof.analysis.pipeline import analyze_profile
     from gpuprof.cli.diagnose import _instruments, emit
@@ -48,12 +48,8 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
     reported = profile.measurements.get("script", {}).get("reported", {})
     findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops,
                                reported_mfu_pct=reported_mfu if reported_mfu is not None
-                               else reported.get("mfu_pct_median"))
-    console = Console()
-    emit(profile, findings, out=out, as_json=as_json, console=console)
-    if not as_json:
-        for line in phase_notes(profile):
-            console.print(line, highlight=False)
+                               else reported.get("mfu_pct_median"), disk=disk)
+    emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write, force=force)
     if result.ended == "failed":
         written = f"; partial profile written to {out}" if out is not None else ""
         raise ScriptFailed(f"{result.error_line} (the script failed after {len(profile.steps) + len(profile.warmup_steps)} "
@@ -73,32 +69,3 @@ def _no_profile_error(script: str, result) -> GpuprofError:
     return GpuprofError(
         f"{script} ended without a complete training step: gpuprof marks a step at each "
         f"torch.optim.Optimizer.step() (optimizer step hooks) after an nn.Module forward; it {seen}")
-
-
-def phase_notes(profile) -> list[str]:
-    """One line per phase: the user function the stack sampler found it in most, e.g.
-    "data: 93% of samples in get_batch (train.py:117)"."""
-    section = profile.measurements.get("script", {})
-    top = section.get("top_functions") or {}
-    lines = []
-    order = {p: i for i, p in enumerate(PHASES)}
-    for phase, entries in sorted(top.items(), key=lambda kv: order.get(kv[0], len(order))):
-        if not entries:
-            continue
-        e = entries[0]
-        func = "module level" if e["function"] == "<module>" else e["function"]
-        lines.append(f"  {phase}: {e['share']:.0%} of samples in {func} ({e['file']}:{e['line']}), "
-                     f"hottest line {e['hot_line']}")
-    s = section.get("sampler")
-    if lines and s:
-        lines.insert(0, f"user code by phase (stack samples every {s['interval_s'] * 1e3:.0f} ms: "
-                        f"{s['samples']} samples, {s['misses']} missed):")
-    note = section.get("hooks", {}).get("h2d_note")
-    if note:
-        lines.append(f"h2d: {note}")
-    rep = section.get("reported") or {}
-    if rep.get("lines"):
-        mfu = f", mfu {rep['mfu_pct_median']:.2f}%" if rep.get("mfu_pct_median") is not None else ""
-        ms = f"{rep['step_ms_median']:.2f} ms" if rep.get("step_ms_median") is not None else "?"
-        lines.append(f"the script's own log: {rep['lines']} iter lines, median time {ms}{mfu}")
-    return lines

@@ -48,6 +48,16 @@ def test_report_names_the_data_function(data_dir, tmp_path):
     assert "  data: " in res.stdout and "in get_batch (nanogpt_train.py:" in res.stdout
 
 
+def test_analyze_of_a_saved_script_profile_shows_the_same_attribution(data_dir, tmp_path):
+    out = tmp_path / "run.gpuprof.json"
+    res = _invoke(data_dir, tmp_path, "--data_delay=0.02", opts=["--steps", "3", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    again = runner.invoke(app, ["analyze", str(out)])
+    assert again.exit_code == 0, again.output
+    assert "in get_batch (nanogpt_train.py:" in again.stdout
+    assert "the script's own log: " in again.stdout and "gpuprof measured" in again.stdout
+
+
 def test_crash_writes_a_partial_profile_and_exits_1(data_dir, tmp_path):
     out = tmp_path / "crash.gpuprof.json"
     res = _invoke(data_dir, tmp_path, "--crash_at=2", opts=["--out", str(out), "--steps", "5"])
