@@ -181,6 +181,7 @@ class TrainingHooks:
         self._undo: list[Callable[[], None]] = []  # restores patched attributes, newest last
         self.counts = dict(forward=0, eval_forward=0, backward=0, optimizer_step=0,
                            other_optimizer_step=0, h2d_copies=0, h2d_bytes=0, pin_memory=0,
+                           h2d_pageable=0, h2d_blocking=0,
                            dataloader_iter=0, dataloader_next=0, data_calls=0, optimizer_aux=0,
                            skipped_optimizer_step=0)
         self.accelerator = False  # set by install(): whether h2d copies are wrapped at all
@@ -361,6 +362,12 @@ class TrainingHooks:
                 return fn(tensor, *args, **kwargs)
             hooks.counts["h2d_copies"] += 1
             hooks.counts["h2d_bytes"] += tensor.numel() * tensor.element_size()
+            # A copy from pageable memory is staged by the driver and blocks the host; only a
+            # pinned source with non_blocking=True overlaps compute (the h2d-pageable rule).
+            if not tensor.is_pinned():
+                hooks.counts["h2d_pageable"] += 1
+            if not kwargs.get("non_blocking", False):
+                hooks.counts["h2d_blocking"] += 1
             prev = hooks._enter("h2d")
             try:
                 return fn(tensor, *args, **kwargs)

@@ -268,3 +268,13 @@ def test_no_more_workers_advised_without_an_idle_core(profile_factory):
     host["host"]["phases"]["data"]["cpu_pct"] = 40.0
     (f,) = phases.data_loading_exposed(ctx_of(p))
     assert "num_workers" in f.fix
+
+
+def test_h2d_pageable_from_script_hook_counts(profile_factory):
+    hooks = {"script": {"hooks": {"counts": {"h2d_copies": 8, "h2d_pageable": 8, "h2d_blocking": 8}}}}
+    p = profile_factory({"h2d": 0.05, "forward": 0.45, "backward": 0.5}, device="cuda", measurements=hooks)
+    p.run["mode"] = "script"
+    (f,) = gpu.h2d_pageable(ctx_of(p))
+    assert f.evidence["pageable_copies"] == 8 and f.config_overrides == {}
+    hooks["script"]["hooks"]["counts"].update(h2d_pageable=0, h2d_blocking=0)
+    assert gpu.h2d_pageable(ctx_of(p)) == []

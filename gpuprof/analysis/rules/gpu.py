@@ -17,8 +17,9 @@ def h2d_pageable(ctx: Context) -> list[Finding]:
         return []
     total = step_s(ctx)
     h2d_host = ctx.summary.get("phases", {}).get("h2d", {}).get("host_seconds", 0.0)
-    script = ctx.profile.measurements.get("script") or {}
-    copies = script.get("h2d") or {}
+    counts = ((ctx.profile.measurements.get("script") or {}).get("hooks") or {}).get("counts") or {}
+    copies = {"count": counts["h2d_copies"], "pageable": counts.get("h2d_pageable", 0),
+              "blocking": counts.get("h2d_blocking", 0)} if counts.get("h2d_copies") else {}
     pageable = copies.get("pageable", 0) if copies else (0 if ctx.config.get("pin_memory", True) else 1)
     blocking = copies.get("blocking", 0)
     if not (pageable or blocking) or not total or h2d_host / total < 0.01:
