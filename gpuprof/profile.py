@@ -122,6 +122,7 @@ def summarize(steps: list[StepRecord]) -> dict:
         "timeline": "gpu" if on_gpu else "host",
         "n_steps": n,
         "step_s": step_s,
+        "mean_step_s": total,  # sum of the mean phase seconds: the denominator of every share
         "step_s_p10": _quantile(times, 0.1),
         "step_s_p90": _quantile(times, 0.9),
         "step_s_min": min(times),

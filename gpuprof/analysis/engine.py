@@ -77,7 +77,7 @@ def rank(findings: list[Finding], summary: dict | None = None) -> list[Finding]:
         return (_KIND_ORDER.get(f.kind, 4), f.saving_s is None, -(f.saving_s or 0.0), f.id)
 
     summary = summary or {}
-    step_s = summary.get("step_s")
+    step_s = summary.get("mean_step_s") or summary.get("step_s")
     ordered = sorted(findings, key=key)
     budget = {p: e.get("seconds", 0.0) for p, e in (summary.get("phases") or {}).items()}
     owners: dict[str, list[str]] = {}

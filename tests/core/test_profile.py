@@ -20,6 +20,7 @@ def _steps():
 def test_summary_numbers():
     s = P.summarize(_steps())
     assert s["step_s"] == 1.5 and s["timeline"] == "host"
+    assert s["mean_step_s"] == pytest.approx(1.5)  # (1 + 2 + 1.5) / 3
     assert s["tokens_per_s"] == pytest.approx(1000 / 1.5)
     assert s["phases"]["data"]["seconds"] == pytest.approx(0.75)
     assert s["phases"]["data"]["share"] == pytest.approx(0.75 / 1.5)

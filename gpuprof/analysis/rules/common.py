@@ -23,7 +23,10 @@ def exposed_s(ctx: Context, phase: str) -> float:
 
 
 def step_s(ctx: Context) -> float:
-    return ctx.summary.get("step_s") or 0.0
+    """The step that savings are shares of: the mean step (the sum of the mean phase seconds),
+    the same denominator as every phase share, so a finding's share and the phase table agree.
+    summary.step_s, the median, is what the report shows as "the" step time."""
+    return ctx.summary.get("mean_step_s") or ctx.summary.get("step_s") or 0.0
 
 
 def mode(ctx: Context) -> str:
