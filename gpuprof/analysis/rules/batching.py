@@ -73,7 +73,7 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         return []
     gcfg = _gpt_config(ctx)
     capacity, cap_src = _capacity(ctx)
-    ev = {"fixed_per_micro_s": fixed, "micro_s_at_batch": t(batch), "micro_steps": n,
+    ev = {"fixed_per_micro_s": fixed, "micro_at_batch_s": t(batch), "micro_steps": n,
           "fwd_bwd_s": fwd_bwd, "share": fixed_share, "batch_size": batch, "capacity_source": cap_src}
     best = None
     blocked = None
@@ -98,7 +98,7 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         return [Finding(id="micro-batch-too-small", title=title, saving_s=None, saving_share=None,
                         evidence=ev, confidence="medium", note=note)]
     b2, n2, saving, est = best
-    ev.update({"new_batch_size": b2, "new_grad_accum": n2, "micro_s_at_new_batch": t(b2),
+    ev.update({"new_batch_size": b2, "new_grad_accum": n2, "micro_at_new_batch_s": t(b2),
                "new_batch_measured": b2 in measured})
     if est is not None:
         ev["memory_needed_bytes"] = est.total_bytes
