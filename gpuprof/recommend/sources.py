@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from gpuprof.errors import GpuprofError
 from gpuprof.hardware import GPUS, GpuSpec, find_gpu
-from gpuprof.recommend.config import FROM_NANOGPT_DTYPES, read_config
+from gpuprof.recommend.config import read_config
 from gpuprof.runners.gpt import PRESETS, GPTConfig, preset_config, validate_config
 
 NANOGPT_DEFAULTS = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, bias=False,

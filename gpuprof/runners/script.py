@@ -419,7 +419,7 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
 
 
 def _build_profile(run: _Run, ended: str, error: dict | None, run_wall: float) -> Profile | None:
-    hooks, timer = run.hooks, run.timer
+    timer = run.timer
     if timer is None:
         return None
     timer.abandon_step()

@@ -12,15 +12,6 @@ from gpuprof.cli import app
 from gpuprof.recommend.config import read_config
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matmuls: one thread is faster, and immune to OpenMP spin-waits on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 runner = CliRunner()
 

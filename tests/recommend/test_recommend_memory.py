@@ -11,15 +11,6 @@ from gpuprof.recommend.tracker import MemoryTracker
 from gpuprof.runners.gpt import GPTConfig, param_count, preset_config
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matmuls: one thread is faster, and immune to OpenMP spin-waits on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 SMALL = GPTConfig(n_layer=2, n_head=2, n_embd=64, vocab_size=512, block_size=64)
 WIDE_VOCAB = GPTConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=4096, block_size=32)
 

@@ -4,7 +4,6 @@ FLOPs; and the --measure sweep's stop rules, driven by a fake clock."""
 import os
 
 import pytest
-import torch
 
 from gpuprof.errors import GpuprofError
 from gpuprof.hardware import find_gpu
@@ -12,15 +11,6 @@ from gpuprof.profile import load
 from gpuprof.recommend.sweep import OutOfMemory, sweep
 from gpuprof.recommend.throughput import ThroughputModel
 from gpuprof.runners.gpt import preset_config
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matmuls: one thread is faster, and immune to OpenMP spin-waits on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
