@@ -112,6 +112,9 @@ def diagnose(
     from gpuprof.analysis.pipeline import analyze_profile
 
     err = Console(stderr=True)
+    disk = _load_disk_report(disk_report)  # before any run: a bad file fails fast
+    if write is not None and write.exists() and not force:
+        raise GpuprofError(f"{write} already exists; pass --force to replace it")
     if steps <= 0:
         raise GpuprofError(f"--steps must be positive, got {steps}")
     if warmup < 0:
@@ -122,7 +125,7 @@ def diagnose(
         diagnose_script(script, list(script_args or []), steps=steps, warmup=warmup, stop=stop,
                         out=out, as_json=as_json, gpu=gpu, peak_tflops=peak_tflops,
                         reported_mfu=reported_mfu, samplers=samplers, err=err,
-                        disk=_load_disk_report(disk_report), write=write, force=force)
+                        disk=disk, write=write, force=force)
         return
 
     from gpuprof.runners.builtin import LoopConfig, default_device, run_builtin
@@ -149,7 +152,7 @@ def diagnose(
         profile = run_builtin(cfg, instruments=instruments,
                               on_step=lambda i, n: progress.update(task, completed=i))
     findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
-                               disk=_load_disk_report(disk_report))
+                               disk=disk)
     emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write, force=force)
 
 

@@ -83,3 +83,17 @@ def test_analyze_bad_files(tmp_path, content, text):
     path = tmp_path / "p.json"
     path.write_text(content)
     _one_line_error(runner.invoke(app, ["analyze", str(path)]), text)
+
+
+def test_write_refuses_an_existing_file_before_running(tmp_path):
+    target = tmp_path / "corrected.py"
+    target.write_text("batch_size = 12\n")
+    res = runner.invoke(app, ["diagnose", *FAST, "--write", str(target)])
+    _one_line_error(res, "already exists")
+    assert target.read_text() == "batch_size = 12\n"
+
+
+def test_bad_disk_report_fails_before_running(tmp_path):
+    bad = tmp_path / "disk.json"
+    bad.write_text('{"hello": 1}')
+    _one_line_error(runner.invoke(app, ["diagnose", *FAST, "--disk-report", str(bad)]), "not a bench-disk JSON result")
