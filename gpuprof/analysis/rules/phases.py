@@ -132,7 +132,7 @@ def compute_bound(ctx: Context) -> list[Finding]:
         return []
     compute_share = sum(ctx.share(p) for p in COMPUTE_PHASES)
     ev = {"compute_share": compute_share, "non_compute_exposed_share": share, "step_s": total}
-    title = f"compute-bound: forward, backward and optimizer are {compute_share:.0%} of the step"
+    title = f"compute-bound: forward, backward and optimizer are {compute_share:.1%} of the step"
     mfu = ctx.mfu or {}
     floor = mfu.get("floor_s")
     if floor:
