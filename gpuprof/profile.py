@@ -174,8 +174,9 @@ def load(path: str | os.PathLike) -> Profile:
 
 
 def from_data(data, where: str = "profile") -> Profile:
-    if not isinstance(data, dict) or "schema_version" not in data or (
-        data.get("tool", {}).get("name") != "gpuprof"
+    tool = data.get("tool") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or "schema_version" not in data or not isinstance(tool, dict) or (
+        tool.get("name") != "gpuprof"
     ):
         raise GpuprofError(f"{where}: not a gpuprof profile (no schema_version/tool)")
     version = data["schema_version"]

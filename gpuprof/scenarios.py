@@ -141,6 +141,10 @@ def run(sc: Scenario, *, on_step=None, instruments=None) -> ScenarioResult:
                             "pin_memory": bool(inj.get("pin_memory", sc.config.get("pin_memory", True)))})
     except TypeError as exc:
         raise GpuprofError(f"scenario {sc.path}: bad [config] ({exc})") from None
+    bad = {k: v for k, v in sc.config.items() if k in ("batch_size", "block_size", "grad_accum", "steps", "warmup")
+           and not isinstance(v, int)}
+    if bad:
+        raise GpuprofError(f"scenario {sc.path}: [config] values must be integers: {bad}")
     faults = LoopFaults(
         loader=LoaderFaults(read_latency_s=float(inj.get("read_latency_s", 0.0)),
                             read_bandwidth_bytes_s=float(inj.get("read_bandwidth_bytes_s", 0.0)),

@@ -128,11 +128,11 @@ def diagnose(
                         disk=disk, write=write, force=force)
         return
 
-    from gpuprof.runners.builtin import LoopConfig, default_device, run_builtin
+    from gpuprof.runners.builtin import LoopConfig, bf16_native, default_device, run_builtin
 
     dev = device or default_device()
     defaults = CUDA_DEFAULTS if dev.startswith("cuda") else CPU_DEFAULTS
-    if dev.startswith("cuda") and torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
+    if dev.startswith("cuda") and torch.cuda.is_available() and not bf16_native(dev):
         defaults = dict(defaults, dtype="fp16")
     cfg = LoopConfig(
         model=model or defaults["model"], n_layer=n_layer, n_head=n_head, n_embd=n_embd,

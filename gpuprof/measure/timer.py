@@ -69,8 +69,9 @@ class StepRecord:
             phases={k: float(v) for k, v in d["phases"].items()},
             tokens=int(d.get("tokens", 0)),
             micro_steps=int(d.get("micro_steps", 0)),
-            gpu_s=d.get("gpu_s"),
-            gpu_phases=d.get("gpu_phases"),
+            gpu_s=None if d.get("gpu_s") is None else float(d["gpu_s"]),
+            gpu_phases=None if d.get("gpu_phases") is None
+            else {k: float(v) for k, v in d["gpu_phases"].items()},
             start_s=float(d.get("start_s", 0.0)),
             extra=d.get("extra") or {},
         )

@@ -65,10 +65,17 @@ class LoopConfig:
         if self.dtype not in DTYPES:
             raise GpuprofError(f"unknown dtype {self.dtype!r}; choose one of: {', '.join(DTYPES)}")
         dev = str(self.device)
-        if dev.startswith("cuda") and not torch.cuda.is_available():
-            raise GpuprofError(f"device {dev!r} requested but CUDA is not available here")
-        if not (dev == "cpu" or dev.startswith("cuda") or dev == "mps"):
-            raise GpuprofError(f"unknown device {dev!r}; use cpu, cuda or cuda:N")
+        try:
+            d = torch.device(dev)
+        except RuntimeError:
+            raise GpuprofError(f"unknown device {dev!r}; use cpu, cuda or cuda:N") from None
+        if d.type not in ("cpu", "cuda"):
+            raise GpuprofError(f"unsupported device {dev!r}; use cpu, cuda or cuda:N")
+        if d.type == "cuda":
+            if not torch.cuda.is_available():
+                raise GpuprofError(f"device {dev!r} requested but CUDA is not available here")
+            if d.index is not None and d.index >= torch.cuda.device_count():
+                raise GpuprofError(f"device {dev!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
 
     @property
     def tokens_per_step(self) -> int:
@@ -108,6 +115,12 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def bf16_native(device: str) -> bool:
+    """bf16 tensor-core math (Ampere, compute capability 8.0, and later). torch's
+    is_bf16_supported() also says yes where bf16 is only emulated (V100, T4)."""
+    return torch.cuda.get_device_capability(torch.device(device))[0] >= 8
+
+
 def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | None = None,
                 faults: LoopFaults | None = None, timing: bool = True) -> Profile:
     """Run warmup + measured steps of the built-in GPT loop and return the Profile."""
@@ -117,8 +130,11 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
                          n_head=cfg.n_head, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size)
     device = cfg.device
     is_cuda = device.startswith("cuda")
-    if cfg.dtype == "bf16" and is_cuda and not torch.cuda.is_bf16_supported():
-        raise GpuprofError("bf16 is not supported on this GPU; use --dtype fp16 or fp32")
+    if is_cuda:
+        # Events, peak-memory counters and kernels all follow the current device.
+        torch.cuda.set_device(torch.device(device))
+    if cfg.dtype == "bf16" and is_cuda and not bf16_native(device):
+        raise GpuprofError("bf16 is only emulated on this GPU (compute capability < 8.0); use --dtype fp16 or fp32")
 
     data_path = cfg.data or str(generated_dataset(gcfg.vocab_size))
     torch.manual_seed(cfg.seed)

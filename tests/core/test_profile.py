@@ -68,3 +68,12 @@ def test_bad_files_are_one_line_errors(tmp_path, content, message):
 def test_missing_file(tmp_path):
     with pytest.raises(GpuprofError, match="no such file"):
         P.load(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("content", ['{"schema_version": 1, "tool": "x"}',
+                                     '{"schema_version": 1, "tool": {"name": "gpuprof"}, "steps": [{"index": 0, "wall_s": 1, "phases": {}, "gpu_s": "x"}]}'])
+def test_wrongly_typed_fields_are_one_line_errors(tmp_path, content):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(GpuprofError):
+        P.load(path)
