@@ -12,7 +12,6 @@ Its stdout/stderr are teed: the user sees them live, and nanoGPT `iter`/`step` l
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -31,7 +30,8 @@ from gpuprof.errors import GpuprofError
 from gpuprof.measure.hooks import StopScript, TrainingHooks, data_like_name
 from gpuprof.measure.stacks import StackSampler, is_user_file
 from gpuprof.measure.timer import PhaseTimer
-from gpuprof.profile import Profile, environment, summarize
+from gpuprof.profile import Profile
+from gpuprof.runners.script_profile import _build_profile
 from gpuprof.runners.builtin import RunContext
 
 DTYPE_NAMES = {"float32": "fp32", "fp32": "fp32", "float": "fp32", "bfloat16": "bf16", "bf16": "bf16",
@@ -416,116 +416,3 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
     if hooks.stopped:
         ended = "stopped"
     return ScriptRun(_build_profile(run, ended, error, run_wall), ended, error, dict(hooks.counts))
-
-
-def _build_profile(run: _Run, ended: str, error: dict | None, run_wall: float) -> Profile | None:
-    timer = run.timer
-    if timer is None:
-        return None
-    timer.abandon_step()
-    records = timer.steps()
-    if not records:
-        return None
-    w = run.warmup if len(records) > run.warmup else len(records) - 1
-    warm, measured = records[:w], records[w:]
-    attribution = _attribute_data(run, measured)
-    cfg = run.config
-    micro = statistics.median([r.micro_steps for r in measured])
-    if cfg.get("grad_accum") is None:
-        cfg["grad_accum"], run.source["grad_accum"] = int(micro), "measured: backward calls per optimizer step"
-    tokens = int(statistics.median([r.tokens for r in measured]))
-    if tokens:
-        cfg["tokens_per_step"], run.source["tokens_per_step"] = tokens, "measured: token ids into the training forwards of a step"
-    elif all(cfg.get(k) for k in ("batch_size", "block_size", "grad_accum")):
-        cfg["tokens_per_step"] = cfg["batch_size"] * cfg["block_size"] * cfg["grad_accum"]
-        run.source["tokens_per_step"] = "batch_size × block_size × grad_accum"
-    cfg["source"] = run.source
-    run_info = {
-        "mode": "script",
-        "command": run.command,
-        "rank": int(os.environ.get("RANK", 0)),
-        "world_size": int(os.environ.get("WORLD_SIZE", 1)),
-        "data_path": cfg.pop("data_path", None),
-        "run_wall_s": run_wall,
-        "ended": ended,
-        "partial": ended in ("failed", "interrupted"),
-        "error": error,
-        "warmup_used": w,
-        "config": cfg,
-    }
-    profile = Profile(run=run_info, steps=measured, warmup_steps=warm,
-                      environment=environment(run.device), summary=summarize(measured))
-    profile.measurements["script"] = _script_section(run, attribution)
-    if run.ctx is not None:
-        run.ctx.profile = profile
-    for inst in run.instruments:
-        try:
-            section = inst.stop(run.ctx)
-        except Exception as exc:
-            run.instrument_errors.append(f"{getattr(inst, 'name', inst)}: stop: {exc!r}")
-            continue
-        if section is not None:
-            profile.measurements[inst.name] = section
-    if run.instrument_errors:
-        profile.measurements["script"]["instrument_errors"] = run.instrument_errors
-    return profile
-
-
-def _attribute_data(run: _Run, measured) -> dict:
-    """Second data method: `other` time the sampler finds inside an unwrapped data-like user
-    function (a get_batch closure, a loader in another module) moves to `data`, in proportion
-    to the share of `other` samples taken inside one."""
-    s = run.sampler
-    other = s.labelled.get("other", 0) if s else 0
-    marked = s.marked.get("other", 0) if s else 0
-    share = marked / other if other else 0.0
-    if share > 0:
-        for r in measured:
-            for phases in (r.phases, r.gpu_phases):
-                if phases and phases.get("other"):
-                    moved = phases["other"] * share
-                    phases["other"] -= moved
-                    phases["data"] = phases.get("data", 0.0) + moved
-    return {
-        "method": ("wrapped: the script's get_batch-like functions and DataLoader iteration are "
-                   "timed as `data`; plus sampled: `other` time whose stack samples fall in an "
-                   "unwrapped data-like user function moves to `data` by its sample share"),
-        "wrapped": list(run.hooks.wrapped),
-        "dropped": sorted(run.hooks.disqualified),
-        "other_samples": other,
-        "other_samples_in_data_functions": marked,
-        "other_moved_to_data_share": share,
-    }
-
-
-def _script_section(run: _Run, attribution: dict) -> dict:
-    iters = run.iter_lines
-    settled = iters[run.warmup:] if len(iters) > run.warmup else iters
-    # nanoGPT prints mfu -100.00% until local_iter_num >= 5: a placeholder, not a measurement.
-    mfus = [x.mfu_pct for x in iters if x.mfu_pct is not None and x.mfu_pct > -99.0]
-    reported = {
-        "lines": len(iters),
-        "step_ms_median": statistics.median([x.time_ms for x in settled]) if settled else None,
-        "mfu_pct_median": statistics.median(mfus) if mfus else None,
-        "mfu_lines": len(mfus),
-        "skipped_first": min(run.warmup, len(iters)),
-    }
-    counts = dict(run.hooks.counts)
-    hooks = {"counts": counts}
-    if not run.hooks.accelerator:
-        hooks["h2d_note"] = "no accelerator available to torch: a CPU-only run has no host-to-device copies"
-    elif counts["h2d_copies"] == 0:
-        hooks["h2d_note"] = "no host-to-device copies seen"
-    section = {
-        "reported": reported,
-        "iter_lines": [vars(x) for x in iters],
-        "eval_lines": [vars(x) for x in run.eval_lines],
-        "hooks": hooks,
-        "data_attribution": attribution,
-    }
-    if run.sampler is not None:
-        base = os.path.dirname(run.file)
-        section["sampler"] = run.sampler.stats()
-        section["top_functions"] = {p: run.sampler.top(p, 5, relative_to=base)
-                                    for p in run.sampler.counts}
-    return section
