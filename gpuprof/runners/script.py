@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 from torch.utils.data import Dataset
 
-from gpuprof.analysis.logs import EvalLine, IterLine, parse_line
+from gpuprof.nanogpt_log import EvalLine, IterLine, parse_line
 from gpuprof.errors import GpuprofError
 from gpuprof.measure.hooks import StopScript, TrainingHooks, data_like_name
 from gpuprof.measure.stacks import StackSampler, is_user_file
