@@ -57,7 +57,8 @@ def _bytes(x) -> str:
         return NM
     for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(x) >= div:
-            return f"{x / div:.2f} {unit}"
+            v = x / div
+            return f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}" if abs(v) >= 10 else f"{v:.2f} {unit}"
     return f"{x:.0f} B"
 
 
@@ -131,25 +132,25 @@ _NVML_COLS = [("gpu_util_pct", "GPU util", lambda v: _num(v, "{:.0f}", "%")),
               ("temp_c", "temp", lambda v: _num(v, "{:.0f}", " °C")),
               ("pcie_rx_bytes_s", "PCIe rx", _bytes_s),
               ("pcie_tx_bytes_s", "PCIe tx", _bytes_s)]
-_HOST_COLS = [("cpu_pct", "CPU (all cores)", lambda v: _num(v, "{:.0f}", "%")),
-              ("cpu_pct_max_core", "busiest core", lambda v: _num(v, "{:.0f}", "%")),
-              ("proc_cpu_pct", "process CPU", lambda v: _num(v, "{:.0f}", "%")),
+_HOST_COLS = [("cpu_pct", "CPU", lambda v: _num(v, "{:.0f}", "%")),
+              ("cpu_pct_max_core", "max core", lambda v: _num(v, "{:.0f}", "%")),
+              ("proc_cpu_pct", "proc CPU", lambda v: _num(v, "{:.0f}", "%")),
               ("rss_bytes", "RSS", _bytes),
-              ("read_bytes_s", "process reads", _bytes_s),
-              ("major_faults_s", "major faults", lambda v: _num(v, "{:.1f}", "/s")),
-              ("disk_read_bytes_s", "disk reads", _bytes_s)]
+              ("read_bytes_s", "reads", _bytes_s),
+              ("major_faults_s", "faults", lambda v: _num(v, "{:.1f}", "/s")),
+              ("disk_read_bytes_s", "disk", _bytes_s)]
 _PHASE_ORDER = ["data", "h2d", "forward", "backward", "optimizer", "eval", "other", "warmup", "outside"]
 
 
 def _phase_table(section: dict, cols) -> Table:
     t = Table(show_edge=False, pad_edge=False)
     t.add_column("phase")
-    t.add_column("samples", justify="right")
+    t.add_column("n", justify="right")
     for _, label, _ in cols:
         t.add_column(label, justify="right")
     phases = section.get("phases") or {}
     overall = section.get("summary") or {}
-    t.add_row("[bold]measured steps[/bold]", str(sum(p.get("samples", 0) for k, p in phases.items()
+    t.add_row("[bold]steps[/bold]", str(sum(p.get("samples", 0) for k, p in phases.items()
                                                      if k not in ("warmup", "outside"))),
               *[fmt((overall.get(key) or {}).get("mean")) for key, _, fmt in cols])
     for ph in sorted(phases, key=lambda p: _PHASE_ORDER.index(p) if p in _PHASE_ORDER else 99):
