@@ -12,12 +12,12 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuprof import __version__
 from gpuprof.errors import GpuprofError
+from gpuprof.files import atomic_write, read_user_text
 from gpuprof.measure.timer import PHASES, StepRecord
 
 SCHEMA_VERSION = 1
@@ -137,35 +137,14 @@ def summarize(steps: list[StepRecord]) -> dict:
 
 
 def save(profile: Profile, path: str | os.PathLike) -> None:
-    """Write the profile atomically: a temp file in the same folder, then rename."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise GpuprofError(f"cannot write {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(profile.to_json())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write the profile atomically (a temp file in the same folder, then rename)."""
+    atomic_write(path, profile.to_json())
 
 
 def load(path: str | os.PathLike) -> Profile:
     """Read and validate a profile. Every user-causable problem is a one-line GpuprofError."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise GpuprofError(f"{path}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise GpuprofError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+    text = read_user_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuprof.errors import GpuprofError
+from gpuprof.files import read_user_text
 
 INJECT_KEYS = {"read_latency_s", "read_bandwidth_bytes_s", "batch_delay_s", "sync_every_micro",
                "eval_every_step", "pin_memory"}
@@ -66,10 +67,9 @@ def default_folder() -> Path:
 
 def load(path: str | Path) -> Scenario:
     path = Path(path)
+    text = read_user_text(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise GpuprofError(f"scenario {path}: no such file") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise GpuprofError(f"scenario {path}: not valid TOML ({exc})") from None
     kind = data.get("kind", "run")

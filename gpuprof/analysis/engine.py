@@ -42,7 +42,6 @@ class Context:
     disk: dict | None = None  # a bench-disk result
     mfu: dict | None = None  # analysis.mfu result
     gpu: object | None = None  # hardware.GpuSpec
-    recommendation: object | None = None  # from the recommend engine, when available
 
     @property
     def summary(self) -> dict:

@@ -160,13 +160,13 @@ def _load_disk_report(path: Optional[Path]) -> Optional[dict]:
     """A bench-disk JSON result, validated enough for the storage rule to read it."""
     import json
 
+    from gpuprof.files import read_user_text
+
     if path is None:
         return None
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise GpuprofError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(read_user_text(path))
+    except json.JSONDecodeError as exc:
         raise GpuprofError(f"{path}: not a bench-disk JSON result ({exc.__class__.__name__})") from None
     if not isinstance(data, dict) or "random" not in data or "loader" not in data:
         raise GpuprofError(f"{path}: not a bench-disk JSON result (no random/loader sections)")

@@ -17,10 +17,10 @@ import ast
 import operator
 import os
 import shlex
-import tempfile
 from pathlib import Path
 
 from gpuprof.errors import GpuprofError
+from gpuprof.files import atomic_write, read_user_text
 
 # nanoGPT's names for the dtypes gpuprof calls fp32/bf16/fp16.
 NANOGPT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -35,14 +35,7 @@ _BINOPS = {
 
 def read_config(path: str | os.PathLike) -> dict:
     """The literal `key = value` assignments of a nanoGPT config file, in file order."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise GpuprofError(f"{path}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise GpuprofError(f"{path}: cannot read ({exc.__class__.__name__})") from None
-    return parse_config(text, str(path))
+    return parse_config(read_user_text(path), str(path))
 
 
 def parse_config(text: str, where: str = "config") -> dict:
@@ -137,39 +130,7 @@ def format_config(overrides: dict, header_comment: str = "") -> str:
 def write_config(path: str | os.PathLike, overrides: dict, header: str = "",
                  force: bool = False) -> Path:
     """Write a config file atomically. An existing file is never replaced unless force=True."""
-    path = Path(path)
-    text = format_config(overrides, header)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise GpuprofError(f"cannot write {path}: folder {folder} does not exist")
-    if path.exists() and not force:
-        raise GpuprofError(f"{path} already exists; pass --force to replace it")
-    if path.is_dir():
-        raise GpuprofError(f"cannot write {path}: it is a directory")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if force:
-            os.replace(tmp, path)
-        else:
-            # link() fails if the name appeared meanwhile: no race can clobber a user's file.
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise GpuprofError(f"{path} already exists; pass --force to replace it") from None
-            except OSError:  # filesystems without hard links
-                if path.exists():
-                    raise GpuprofError(f"{path} already exists; pass --force to replace it") from None
-                os.replace(tmp, path)
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-    return path
+    return atomic_write(path, format_config(overrides, header), overwrite=force)
 
 
 def flags(overrides: dict) -> str:

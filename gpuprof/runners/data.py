@@ -8,7 +8,6 @@ else ~/.cache/gpuprof) and reused.
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import numpy as np
 import torch
 
 from gpuprof.errors import GpuprofError
+from gpuprof.files import atomic_write
 
 TOKEN_BYTES = 2  # uint16, as nanoGPT's prepare.py writes
 DEFAULT_TOKENS = 4 * 1024 * 1024  # 8 MiB: plenty of distinct offsets for any block size
@@ -38,15 +38,7 @@ def generated_dataset(vocab_size: int, n_tokens: int = DEFAULT_TOKENS, seed: int
         return path
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, vocab_size, size=n_tokens, dtype=np.uint16)
-    fd, tmp = tempfile.mkstemp(prefix=".synthetic.", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            tokens.tofile(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, tokens.tobytes())
 
 
 def check_token_file(path: str | os.PathLike, block_size: int) -> int:
