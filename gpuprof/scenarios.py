@@ -163,10 +163,9 @@ def run(sc: Scenario, *, on_step=None, instruments=None) -> ScenarioResult:
     injected = injected_seconds_per_step(sc)
     if phase and injected:
         tol = float(sc.expect.get("tolerance", 0.03))
-        # Shares are mean phase seconds over the mean step, so the truth uses the mean step too
-        # (the median step_s would disagree whenever one step is disturbed).
-        mean_step = sum(e["seconds"] for e in profile.summary["phases"].values())
-        truth = injected / mean_step
+        # Shares are over the mean step, so the truth uses it too (the median step_s would
+        # disagree whenever one step is disturbed).
+        truth = injected / profile.summary["mean_step_s"]
         measured = profile.summary["phases"].get(phase, {}).get("share", 0.0)
         checks.append((f"{phase} share", abs(measured - truth) <= tol,
                        f"measured {measured:.1%} vs injected {truth:.1%} (±{tol * 100:.0f} points)"))
