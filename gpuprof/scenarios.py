@@ -129,7 +129,7 @@ def run(sc: Scenario, *, on_step=None, instruments=None) -> ScenarioResult:
     import torch
 
     from gpuprof.analysis.pipeline import analyze_profile
-    from gpuprof.measure.standard import standard_instruments
+    from gpuprof.measure.instruments import default_instruments
     from gpuprof.runners.builtin import LoopConfig, LoopFaults, run_builtin
     from gpuprof.runners.data import LoaderFaults
 
@@ -153,7 +153,7 @@ def run(sc: Scenario, *, on_step=None, instruments=None) -> ScenarioResult:
         eval_every_step=int(inj.get("eval_every_step", 0)),
     )
     if instruments is None:
-        instruments = standard_instruments(sc.device, cfg.data, probe=False)
+        instruments = default_instruments(sc.device, cfg.data, probe=False)
     profile = run_builtin(cfg, instruments=instruments, on_step=on_step, faults=faults)
     profile.run["scenario"] = sc.name
     findings = analyze_profile(profile)

@@ -26,9 +26,9 @@ def _progress(console: Console):
 
 
 def _instruments(device: str, data_path: Optional[str], samplers: bool) -> list:
-    from gpuprof.measure.standard import standard_instruments
+    from gpuprof.measure.instruments import default_instruments
 
-    return standard_instruments(device, data_path, samplers=samplers, probe=samplers)
+    return default_instruments(device, data_path, samplers=samplers, probe=samplers)
 
 
 def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Console,

@@ -1,24 +1,32 @@
-"""The instruments the CLI hands to a run: samplers, FLOP counting, the matmul ceiling."""
+"""The instruments a diagnose run carries, in the order they must stop.
+
+Instruments stop in list order: the sync counter first (it only restores a torch setting) and
+the storage facts (a residency read), then the samplers (so later work does not pollute their
+samples), then the post-run measurements that compute: the micro-batch curve, the FLOP count,
+the matmul ceiling. The NVML sampler is only added for CUDA devices."""
 
 from __future__ import annotations
 
 from gpuprof.measure.flops import FlopsInstrument
+from gpuprof.measure.host import HostSampler
+from gpuprof.measure.microbatch import MicroBatchProbe
+from gpuprof.measure.nvml import NvmlSampler
 from gpuprof.measure.probe import CeilingProbe
-from gpuprof.measure.samplers import HostSampler, NvmlSampler
+from gpuprof.measure.storage import StorageFacts
+from gpuprof.measure.syncs import SyncCounter
 
 
-def default_instruments(device: str, data_path: str | None, *, nvml_interval_s: float = 0.1,
-                        host_interval_s: float = 0.1, probe: bool = True, flops: bool = True) -> list:
-    """Instruments for a run on `device` reading `data_path` (None: known only after the run).
-
-    Order matters: instruments stop in list order, so the samplers stop before the FLOP count
-    and the matmul probe run, and neither pollutes the samples. The NVML sampler is only added
-    for CUDA devices; a CPU run has no GPU to sample."""
-    out: list = []
-    if str(device).startswith("cuda") and nvml_interval_s and nvml_interval_s > 0:
-        out.append(NvmlSampler(nvml_interval_s))
-    if host_interval_s and host_interval_s > 0:
-        out.append(HostSampler(host_interval_s, data_path))
+def default_instruments(device: str, data_path: str | None, *, samplers: bool = True,
+                        interval_s: float = 0.1, microbatch: bool = True, flops: bool = True,
+                        probe: bool = True) -> list:
+    """Instruments for a run on `device` reading `data_path` (None: taken from the run)."""
+    out: list = [SyncCounter(), StorageFacts(data_path)]
+    if samplers and str(device).startswith("cuda"):
+        out.append(NvmlSampler(interval_s))
+    if samplers:
+        out.append(HostSampler(interval_s, data_path))
+    if microbatch:
+        out.append(MicroBatchProbe())
     if flops:
         out.append(FlopsInstrument())
     if probe:
