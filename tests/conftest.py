@@ -7,6 +7,9 @@ makes every time share meaningless. With one thread the other core absorbs the n
 This is a test-environment choice: gpuprof itself never changes the thread count.
 """
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -17,3 +20,15 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# tests/fakes/ holds contract fakes shared by several test folders (import as `fakes.cuda`).
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """torch.cuda replaced by the contract fake (one H200-like device) for this test."""
+    from fakes.cuda import FakeCuda
+
+    return FakeCuda().install(monkeypatch)

@@ -1,9 +1,11 @@
 """The NVML sampler: what the GPU does during the run (nvidia-ml-py's pynvml).
 
 An Instrument: start(ctx) starts a daemon thread sampling every `interval_s`; stop(ctx) joins it
-and summarises the samples overall and per phase. Only the GPU the run uses is read (its torch
-UUID, else CUDA_VISIBLE_DEVICES). A field that cannot be read is counted and reported; the run
-goes on. It reports its own sample count, late ticks and cost (CPU time of its thread).
+and summarises the samples overall and per phase. Only the GPU the run uses is read: its torch
+UUID (a whole GPU or a MIG instance), else, with an old torch, CUDA_VISIBLE_DEVICES; a torch UUID
+NVML does not know leaves the GPU not measured rather than guessed. A field that cannot be read
+(on a MIG instance: utilization, clocks, power) is counted and reported; the run goes on. It
+reports its own sample count, late ticks and cost (CPU time of its thread).
 """
 
 from __future__ import annotations
@@ -42,31 +44,31 @@ def resolve_nvml_handle(nvml, device: str, env: Mapping[str, str] | None = None,
                         uuid: str | None = None):
     """(handle, description) of the NVML device behind a torch device string.
 
-    A UUID (from torch's device properties) is exact. Otherwise CUDA_VISIBLE_DEVICES maps the
-    visible index to a physical index or a (possibly abbreviated) GPU-/MIG- UUID. Raises
-    LookupError with a readable reason when it cannot be mapped."""
+    A UUID from torch's device properties is exact: it is looked up as given when it carries a
+    GPU-/MIG- prefix, else as "GPU-<uuid>" then "MIG-<uuid>" (a MIG instance). When it resolves
+    to nothing, LookupError: falling back to an index would read the parent GPU or another GPU.
+    Only without a torch UUID does CUDA_VISIBLE_DEVICES map the visible index to a physical index
+    or a (possibly abbreviated) GPU-/MIG- UUID, and `via` says which way was taken. Raises
+    LookupError with a readable reason when the device cannot be mapped."""
     env = os.environ if env is None else env
     dev = str(device)
-    idx = int(dev.split(":", 1)[1]) if ":" in dev else 0
+    idx = _visible_index(dev)
     if uuid:
-        try:
-            return nvml.nvmlDeviceGetHandleByUUID(uuid), {"visible_index": idx, "uuid": uuid, "via": "torch uuid"}
-        except Exception:  # noqa: BLE001 - e.g. a MIG UUID torch spells differently: use the env
-            pass
+        return _by_torch_uuid(nvml, uuid, idx)
+    # CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; NVML by PCI bus id.
+    order_note = None
+    if env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" and _count(nvml) > 1:
+        order_note = "CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA and NVML may number GPUs differently"
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is None:
-        note = None
-        if env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" and _count(nvml) > 1:
-            note = "CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA and NVML may number GPUs differently"
-        return nvml.nvmlDeviceGetHandleByIndex(idx), {"visible_index": idx, "nvml_index": idx,
-                                                      "via": "index", "note": note}
+        return _by_index(nvml, idx), {"visible_index": idx, "nvml_index": idx, "via": "index", "note": order_note}
     entries = [e.strip() for e in cvd.split(",") if e.strip()]
     if idx >= len(entries):
         raise LookupError(f"{dev} is not visible with CUDA_VISIBLE_DEVICES={cvd!r}")
     entry = entries[idx]
     if entry.isdigit():
-        return nvml.nvmlDeviceGetHandleByIndex(int(entry)), {"visible_index": idx, "nvml_index": int(entry),
-                                                             "via": "CUDA_VISIBLE_DEVICES index"}
+        return _by_index(nvml, int(entry)), {"visible_index": idx, "nvml_index": int(entry),
+                                             "via": "CUDA_VISIBLE_DEVICES index", "note": order_note}
     if entry.upper().startswith(("GPU-", "MIG-")):
         try:
             return nvml.nvmlDeviceGetHandleByUUID(entry), {"visible_index": idx, "uuid": entry,
@@ -85,6 +87,40 @@ def resolve_nvml_handle(nvml, device: str, env: Mapping[str, str] | None = None,
     raise LookupError(f"cannot map CUDA_VISIBLE_DEVICES entry {entry!r} to an NVML device")
 
 
+def _visible_index(device: str) -> int:
+    """The CUDA index a torch device string names ("cuda" alone: 0)."""
+    dev = str(device)
+    return int(dev.split(":", 1)[1]) if ":" in dev else 0
+
+
+def _uuid_spellings(uuid: str) -> list[str]:
+    u = uuid.strip()
+    if u.upper().startswith(("GPU-", "MIG-")):
+        return [u]
+    # torch prints the bare 16-byte UUID; NVML names a whole GPU GPU-<uuid>, a MIG instance MIG-<uuid>
+    return [f"GPU-{u}", f"MIG-{u}"]
+
+
+def _by_torch_uuid(nvml, uuid: str, idx: int):
+    tried = []
+    for spelling in _uuid_spellings(uuid):
+        try:
+            handle = nvml.nvmlDeviceGetHandleByUUID(spelling)
+        except Exception as exc:  # noqa: BLE001 - NotFound for the spelling that is not this device
+            tried.append(f"{spelling}: {_err(exc)}")
+            continue
+        return handle, {"visible_index": idx, "uuid": spelling, "via": "torch uuid"}
+    raise LookupError(f"NVML knows no device with torch's UUID {uuid} ({'; '.join(tried)}); "
+                      "not guessing by index, which could be the parent GPU or another one")
+
+
+def _by_index(nvml, i: int):
+    try:
+        return nvml.nvmlDeviceGetHandleByIndex(i)
+    except Exception as exc:  # noqa: BLE001 - past the last GPU: NVML says Invalid Argument
+        raise LookupError(f"NVML has no GPU {i} ({_count(nvml)} GPUs): {_err(exc)}") from None
+
+
 def _count(nvml) -> int:
     try:
         return int(nvml.nvmlDeviceGetCount())
@@ -96,16 +132,45 @@ def _text(x) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
 
 
+def _not_supported(exc: Exception) -> bool:
+    return "NotSupported" in type(exc).__name__ or "Not Supported" in str(exc)
+
+
+def _mig_info(nvml, handle) -> dict:
+    """{"mig": True/False/None, "mig_parent_uuid": ...}: whether NVML says the handle is a MIG
+    instance (None when it cannot tell), and the UUID of the GPU it is carved from."""
+    is_mig = getattr(nvml, "nvmlDeviceIsMigDeviceHandle", None)
+    if is_mig is None:
+        return {"mig": None}
+    try:
+        flag = is_mig(handle)
+    except Exception as exc:  # noqa: BLE001
+        # a GPU that cannot be partitioned answers NotSupported: it is not a MIG instance
+        return {"mig": False if _not_supported(exc) else None}
+    if not bool(getattr(flag, "value", flag)):  # pynvml returns a ctypes c_uint
+        return {"mig": False}
+    info: dict = {"mig": True, "mig_parent_uuid": None}
+    try:
+        parent = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+        info["mig_parent_uuid"] = _text(nvml.nvmlDeviceGetUUID(parent))
+    except Exception:  # noqa: BLE001 - the parent is context, not a measurement
+        pass
+    return info
+
+
 def _torch_uuid(device: str) -> str | None:
+    """torch's UUID of the CUDA device (bare or GPU-/MIG- prefixed, as torch prints it); None when
+    torch has no CUDA or no UUID (old torch), which leaves the CUDA_VISIBLE_DEVICES mapping."""
     try:
         import torch
 
         if not torch.cuda.is_available():
             return None
-        u = str(torch.cuda.get_device_properties(torch.device(device)).uuid)
-        return u if u.upper().startswith(("GPU-", "MIG-")) else f"GPU-{u}"
+        props = torch.cuda.get_device_properties(torch.device("cuda", _visible_index(device)))
+        u = str(props.uuid).strip()
     except Exception:  # noqa: BLE001 - old torch without .uuid: fall back to the env mapping
         return None
+    return u or None
 
 
 class NvmlSampler:
@@ -158,7 +223,8 @@ class NvmlSampler:
             uuid = self.uuid_of(ctx.device) if self.uuid_of else None
             handle, desc = resolve_nvml_handle(nvml, ctx.device, self.env, uuid)
         except Exception as exc:  # noqa: BLE001
-            self._reason = f"cannot find {ctx.device} in NVML: {_err(exc)}"
+            why = str(exc) if isinstance(exc, LookupError) else _err(exc)
+            self._reason = f"cannot find {ctx.device} in NVML: {why}"
             return
         self._handles = [handle]
         self._gpus = [dict(desc, **self._static(handle))]
@@ -212,7 +278,7 @@ class NvmlSampler:
             self._field_errors[field] = self._field_errors.get(field, 0) + 1
             self._unreadable[field] = _err(exc)
             self._fails[field] = self._fails.get(field, 0) + 1
-            if "NotSupported" in type(exc).__name__ or "Not Supported" in str(exc) or self._fails[field] >= 3:
+            if _not_supported(exc) or self._fails[field] >= 3:
                 self._disabled.add(field)  # stop paying for a field that will not answer
             return None
 
@@ -227,7 +293,8 @@ class NvmlSampler:
                 "uuid": _text(uuid) if uuid is not None else None,
                 "memory_total_bytes": int(mem.total) if mem is not None else None,
                 "sm_clock_max_mhz": float(clk) if clk else None,
-                "power_limit_w": lim / 1000.0 if lim else None}
+                "power_limit_w": lim / 1000.0 if lim else None,
+                **_mig_info(n, h)}
 
     def _tick(self, t_ns: int) -> None:
         n = self._nvml

@@ -1,105 +1,22 @@
-"""NVML and host samplers: fakes for NVML, per-phase summaries from synthetic samples."""
+"""NVML and host samplers: NVML through the contract fake (tests/fakes/nvml.py), per-phase summaries from
+synthetic samples."""
 
 import sys
 import time
 import types
 
 import pytest
+from fakes.nvml import FakeNvml
 
 from gpuprof.measure.samplers import (HostSampler, NvmlSampler, PhaseLookup, _SamplerThread, decode_throttle,
                                       disk_for_path, per_phase, resolve_nvml_handle)
 from gpuprof.measure.timer import PhaseTimer, StepRecord
 
 
-class NVMLError(Exception):
-    pass
-
-
-class NVMLError_NotSupported(NVMLError):
-    pass
-
-
-class FakeNvml:
-    """A pynvml-like module: two GPUs, scripted readings, optional failures."""
-
-    NVML_CLOCK_SM = 1
-    NVML_TEMPERATURE_GPU = 0
-    NVML_PCIE_UTIL_TX_BYTES = 0
-    NVML_PCIE_UTIL_RX_BYTES = 1
-    NVMLError = NVMLError
-
-    def __init__(self, fail_init=False, fail=(), uuids=("GPU-aaaa-1111", "GPU-bbbb-2222")):
-        self.fail_init = fail_init
-        self.fail = set(fail)
-        self.uuids = list(uuids)
-        self.calls = {}
-        self.util = 80
-        self.shutdown = False
-
-    def _hit(self, name):
-        self.calls[name] = self.calls.get(name, 0) + 1
-        if name in self.fail:
-            raise NVMLError_NotSupported("Not Supported") if name == "power" else NVMLError("Unknown Error")
-
-    def nvmlInit(self):
-        if self.fail_init:
-            raise NVMLError("Driver Not Loaded")
-
-    def nvmlShutdown(self):
-        self.shutdown = True
-
-    def nvmlDeviceGetCount(self):
-        return len(self.uuids)
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        if i >= len(self.uuids):
-            raise NVMLError("Invalid Argument")
-        return i
-
-    def nvmlDeviceGetHandleByUUID(self, u):
-        if u not in self.uuids:
-            raise NVMLError("Not Found")
-        return self.uuids.index(u)
-
-    def nvmlDeviceGetUUID(self, h):
-        return self.uuids[h]
-
-    def nvmlDeviceGetName(self, h):
-        return b"NVIDIA H200"  # old bindings return bytes
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        self._hit("memory")
-        return types.SimpleNamespace(total=141e9, used=50e9 + h, free=91e9)
-
-    def nvmlDeviceGetMaxClockInfo(self, h, kind):
-        return 1980
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, h):
-        return 700_000
-
-    def nvmlDeviceGetUtilizationRates(self, h):
-        self._hit("utilization")
-        return types.SimpleNamespace(gpu=self.util, memory=40)
-
-    def nvmlDeviceGetClockInfo(self, h, kind):
-        self._hit("sm_clock")
-        return 990
-
-    def nvmlDeviceGetPowerUsage(self, h):
-        self._hit("power")
-        return 350_000
-
-    def nvmlDeviceGetTemperature(self, h, kind):
-        self._hit("temperature")
-        return 60
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        self._hit("throttle_reasons")
-        return 0x4 | 0x40  # sw power cap + hw thermal slowdown
-
-    def nvmlDeviceGetPcieThroughput(self, h, counter):
-        self._hit("pcie")
-        return 1000 if counter == self.NVML_PCIE_UTIL_RX_BYTES else 10
+def _live(fake: FakeNvml) -> FakeNvml:
+    """The fake after nvmlInit: resolve_nvml_handle is only ever called on a started library."""
+    fake.nvmlInit()
+    return fake
 
 
 def _ctx(device="cuda:0", timer=None, profile=None):
@@ -206,20 +123,21 @@ def test_nvml_absent_driver_missing_and_cpu_runs_go_on(monkeypatch):
     ({"CUDA_VISIBLE_DEVICES": " GPU-bbbb "}, "cuda", 1),  # CUDA accepts unique UUID prefixes
 ])
 def test_cuda_visible_devices_mapping(env, device, expect):
-    h, desc = resolve_nvml_handle(FakeNvml(), device, env)
+    h, desc = resolve_nvml_handle(_live(FakeNvml()), device, env)
     assert h == expect
     assert desc["visible_index"] == (int(device.split(":")[1]) if ":" in device else 0)
 
 
 def test_cuda_visible_devices_errors_and_torch_uuid():
     with pytest.raises(LookupError):
-        resolve_nvml_handle(FakeNvml(), "cuda:1", {"CUDA_VISIBLE_DEVICES": "0"})
+        resolve_nvml_handle(_live(FakeNvml()), "cuda:1", {"CUDA_VISIBLE_DEVICES": "0"})
     with pytest.raises(LookupError):
-        resolve_nvml_handle(FakeNvml(uuids=("GPU-ab1", "GPU-ab2")), "cuda", {"CUDA_VISIBLE_DEVICES": "GPU-ab"})
-    h, desc = resolve_nvml_handle(FakeNvml(), "cuda:0", {"CUDA_VISIBLE_DEVICES": "0"}, uuid="GPU-bbbb-2222")
+        resolve_nvml_handle(_live(FakeNvml(uuids=("GPU-ab1", "GPU-ab2"))), "cuda", {"CUDA_VISIBLE_DEVICES": "GPU-ab"})
+    h, desc = resolve_nvml_handle(_live(FakeNvml()), "cuda:0", {"CUDA_VISIBLE_DEVICES": "0"}, uuid="GPU-bbbb-2222")
     assert h == 1 and desc["via"] == "torch uuid"
-    h, desc = resolve_nvml_handle(FakeNvml(), "cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}, uuid="GPU-unknown")
-    assert h == 1 and desc["via"] == "CUDA_VISIBLE_DEVICES index"
+    # a UUID NVML does not know is not guessed from the env: that GPU may not be the run's
+    with pytest.raises(LookupError, match="GPU-unknown"):
+        resolve_nvml_handle(_live(FakeNvml()), "cuda:0", {"CUDA_VISIBLE_DEVICES": "1"}, uuid="GPU-unknown")
 
 
 def test_sampler_thread_never_raises():
