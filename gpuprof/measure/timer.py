@@ -5,12 +5,15 @@ current (``other`` by default), and `switch` closes the current span and opens t
 host spans of a step add up to its wall time by construction, and nested phases (a copy inside
 a forward) are exclusive: the parent is paused while the child runs.
 
-On CUDA each transition also records a CUDA event on the current stream. Recording an event does
-not synchronize; the events are resolved only after the run (or when `event.query()` says they
-are done), so timing adds no sync inside the step. The GPU reaches a transition's event when it
+On CUDA each transition also records a CUDA event, from a pool, on the training stream of the
+measured device (gpuprof.measure.cuda.CudaEvents). Recording does not synchronize, and events
+are read only after the run (`steps()`), so timing adds no sync inside the step and no CUDA
+error can surface in the user's optimizer step. The GPU reaches a transition's event when it
 has finished all work enqueued before it, so the elapsed time between two consecutive events is
 the phase's span on the GPU timeline. For a phase that enqueues no GPU work (data loading on the
-host) that span is exactly the time the GPU sat idle waiting for the host: the exposed idle.
+host) that span is exactly the time the GPU sat idle waiting for the host: the exposed idle. A
+step whose events cannot be read keeps its host times and is reported as not measured on the
+GPU timeline, with the reason.
 """
 
 from __future__ import annotations
@@ -77,32 +80,6 @@ class StepRecord:
         )
 
 
-class _EventSource:
-    """CUDA events on the current stream; a separate object so tests can pass a fake."""
-
-    def __init__(self):
-        import torch
-
-        self._torch = torch
-
-    def record(self):
-        ev = self._torch.cuda.Event(enable_timing=True)
-        ev.record()
-        return ev
-
-    @staticmethod
-    def elapsed_s(a, b) -> float:
-        return a.elapsed_time(b) / 1000.0  # ms -> s
-
-    @staticmethod
-    def ready(ev) -> bool:
-        return ev.query()
-
-    @staticmethod
-    def wait(ev) -> None:
-        ev.synchronize()
-
-
 @dataclass
 class _Pending:
     index: int
@@ -119,10 +96,12 @@ class PhaseTimer:
     """Times the phases of training steps.
 
     clock: a nanosecond clock (perf_counter_ns); tests inject a fake one.
-    events: None on CPU; on CUDA `PhaseTimer.for_device(dev)` supplies real CUDA events.
+    events: None on CPU; on CUDA `PhaseTimer.for_device(dev)` supplies a CudaEvents source
+    (record() -> event or None, elapsed_s(a, b), wait(ev), top_up(n), report()).
     """
 
-    def __init__(self, clock: Callable[[], int] = time.perf_counter_ns, events=None):
+    def __init__(self, clock: Callable[[], int] = time.perf_counter_ns, events=None,
+                 gpu_unavailable: str | None = None):
         self._clock = clock
         self._events = events
         self._origin = clock()
@@ -130,15 +109,32 @@ class PhaseTimer:
         self._in_step = False
         self._pending: list[_Pending] = []
         self._done: list[StepRecord] = []
+        self._resolved = False
         self._index = 0
+        self._most_events = 0  # the most events one step has recorded (sizes the pool top-up)
         self.enabled = True
+        self.gpu_unavailable = gpu_unavailable  # why there is no GPU timeline at all
+        self.unresolved: dict[int, str] = {}  # step index -> why its GPU timeline is not measured
         # Host-time spans (start_ns, end_ns, label) relative to the origin, for aligning
         # sampler data to phases. Appending a tuple per transition is ~0.1 µs.
         self.spans: list[tuple[int, int, str]] = []
 
     @classmethod
-    def for_device(cls, device, clock: Callable[[], int] = time.perf_counter_ns) -> "PhaseTimer":
-        events = _EventSource() if str(device).startswith("cuda") else None
+    def for_device(cls, device, clock: Callable[[], int] = time.perf_counter_ns,
+                   pool: int = 256) -> "PhaseTimer":
+        """A timer for `device`: with CUDA events on its stream when it is a CUDA device. If the
+        events cannot be set up, the timer still times the host and says why there is no GPU
+        timeline (it never raises into a training script)."""
+        from gpuprof.measure.cuda import CudaEvents, is_cuda
+
+        if not is_cuda(device):
+            return cls(clock=clock)
+        try:
+            events = CudaEvents(device, pool=pool)
+        except Exception as exc:  # noqa: BLE001
+            return cls(clock=clock, gpu_unavailable=f"CUDA events unavailable: {exc.__class__.__name__}: {exc}")
+        if events.failed:
+            return cls(clock=clock, gpu_unavailable=events.failed)
         return cls(clock=clock, events=events)
 
     @property
@@ -148,6 +144,11 @@ class PhaseTimer:
     @property
     def in_step(self) -> bool:
         return self._in_step
+
+    @property
+    def step_index(self) -> int | None:
+        """Index of the open step (0 for the first, warmup included), None between steps."""
+        return self._index if self._in_step else None
 
     def start_step(self) -> None:
         """Open a step; the current label continues (a step starts in `other` unless switched)."""
@@ -185,7 +186,8 @@ class PhaseTimer:
             self.switch(prev)
 
     def end_step(self, tokens: int = 0, micro_steps: int = 0, extra: dict | None = None) -> None:
-        """Close the step. On CUDA its events are resolved later, without waiting here."""
+        """Close the step. Its CUDA events are only read after the run (`steps()`): nothing here
+        waits for the GPU or can raise a CUDA error into the training script."""
         if not self._in_step:
             return
         now = self._clock()
@@ -200,27 +202,37 @@ class PhaseTimer:
         )
         self._index += 1
         self._in_step = False
-        self._resolve(wait=False)
+        if self._events is not None:
+            # Refill the pool between steps, so the next step creates no event of its own.
+            self._most_events = max(self._most_events, len(self._ev))
+            self._events.top_up(self._most_events + 8)
 
     def abandon_step(self) -> None:
         """Drop an unfinished step (the run stopped in the middle of it)."""
         self._in_step = False
 
-    def _resolve(self, wait: bool) -> None:
-        while self._pending:
-            p = self._pending[0]
-            gpu_s = gpu_phases = None
-            if self._events is not None and p.events:
-                last = p.events[-1][0]
-                if not wait and not self._events.ready(last):
-                    return  # GPU still busy with this step; try again later
-                if wait:
-                    self._events.wait(last)
-                gpu_phases = {}
-                for (a, _), (b, label) in zip(p.events, p.events[1:]):
-                    gpu_phases[label] = gpu_phases.get(label, 0.0) + self._events.elapsed_s(a, b)
-                gpu_s = self._events.elapsed_s(p.events[0][0], last)
-            self._pending.pop(0)
+    def _gpu_timeline(self, p: _Pending) -> tuple[float | None, dict | None]:
+        """(gpu_s, gpu_phases) of a pending step, waiting for its last event; (None, None) and a
+        reason in self.unresolved when its events cannot be read."""
+        if self._events is None:
+            return None, None
+        if not p.events or any(ev is None for ev, _ in p.events):
+            self.unresolved[p.index] = self._events.failed or "a CUDA event of this step was not recorded"
+            return None, None
+        try:
+            last = p.events[-1][0]
+            self._events.wait(last)  # every earlier event is on the same stream: done too
+            gpu_phases: dict[str, float] = {}
+            for (a, _), (b, label) in zip(p.events, p.events[1:]):
+                gpu_phases[label] = gpu_phases.get(label, 0.0) + self._events.elapsed_s(a, b)
+            return self._events.elapsed_s(p.events[0][0], last), gpu_phases
+        except Exception as exc:  # noqa: BLE001 - e.g. an event on another device or stream
+            self.unresolved[p.index] = f"{exc.__class__.__name__}: {exc}"
+            return None, None
+
+    def _resolve(self) -> None:
+        for p in self._pending:
+            gpu_s, gpu_phases = self._gpu_timeline(p)
             self._done.append(
                 StepRecord(
                     index=p.index,
@@ -234,11 +246,27 @@ class PhaseTimer:
                     extra=p.extra,
                 )
             )
+        self._pending.clear()
 
     def steps(self) -> list[StepRecord]:
-        """All closed steps, waiting for the GPU to finish the ones still in flight."""
-        self._resolve(wait=True)
+        """All closed steps. Called after the run: waits for the GPU to finish and reads the CUDA
+        events; a step whose events cannot be read keeps its host times (see `gpu_report`)."""
+        self._resolve()
         return list(self._done)
+
+    def gpu_report(self) -> dict | None:
+        """How the GPU timeline was measured (None on CPU): events, pool, steps not measured."""
+        if self._events is None and self.gpu_unavailable is None:
+            return None
+        out = {"gpu_timeline": self._events is not None and not self.unresolved,
+               "method": "CUDA events on the training stream, read after the run",
+               "steps_unresolved": sorted(self.unresolved),
+               "reasons": sorted(set(self.unresolved.values()))}
+        if self.gpu_unavailable:
+            out.update(gpu_timeline=False, reasons=[self.gpu_unavailable])
+        if self._events is not None:
+            out.update(self._events.report())
+        return out
 
     def now_s(self) -> float:
         """Seconds since the timer was created, on the timer's clock (for aligning samplers)."""

@@ -54,48 +54,115 @@ def test_time_outside_steps_is_not_counted():
     assert sum(step.phases.values()) == 1.0
 
 
-class FakeEvents:
-    """GPU timeline stand-in: each event completes at a GPU time we script."""
-
-    def __init__(self, gpu_times):
-        self.gpu_times = list(gpu_times)
-        self.recorded = []
-        self.waited = False
-
-    def record(self):
-        ev = {"t": self.gpu_times[len(self.recorded)], "done": False}
-        self.recorded.append(ev)
-        return ev
-
-    def elapsed_s(self, a, b):
-        return b["t"] - a["t"]
-
-    def ready(self, ev):
-        return ev["done"]
-
-    def wait(self, ev):
-        self.waited = True
-        ev["done"] = True
-
-
-def test_gpu_phases_come_from_events_resolved_after_the_step():
-    clock = FakeClock()
-    # transitions: start, ->forward, ->data (forward ends), ->backward (data ends), end
-    events = FakeEvents([0.0, 0.0, 0.050, 0.062, 0.162])
-    timer = PhaseTimer(clock=clock, events=events)
+def _step_with_gpu_work(timer, clock, fake, side=None):
+    """forward enqueues 50 ms of GPU work; data keeps the host busy 60 ms with no GPU work (the
+    GPU finishes the forward at 50 ms and idles 10 ms); backward enqueues 100 ms."""
     timer.start_step()
-    timer.switch("forward"); clock.advance(0.005)  # host launches quickly
-    timer.switch("data"); clock.advance(0.060)  # GPU finishes forward at 50 ms, idles till 62
-    timer.switch("backward"); clock.advance(0.004)
+    timer.switch("forward")
+    fake.enqueue(0.050)
+    clock.advance(0.005); fake.advance(0.005)
+    timer.switch("data")
+    clock.advance(0.060); fake.advance(0.060)
+    if side is not None:  # a side-stream prefetcher: x.cuda(non_blocking=True) under stream(s)
+        with fake.stream(side):
+            timer.switch("h2d")
+            fake.enqueue(1.0)  # the side stream lags far behind
+            timer.switch("data")
+    timer.switch("backward")
+    fake.enqueue(0.100)
+    clock.advance(0.004); fake.advance(0.004)
     timer.end_step()
-    assert not events.waited  # nothing waited inside or at the end of the step
+
+
+def test_gpu_phases_come_from_events_read_after_the_run(fake_cuda):
+    clock = FakeClock()
+    timer = PhaseTimer.for_device("cuda", clock=clock, pool=16)
+    _step_with_gpu_work(timer, clock, fake_cuda)
+    assert fake_cuda.event_waits == 0  # nothing waited inside or at the end of the step
     (step,) = timer.steps()  # now it waits for the last event
-    assert events.waited
-    assert step.gpu_s == 0.162
-    assert step.gpu_phases["forward"] == 0.050
-    assert abs(step.gpu_phases["data"] - 0.012) < 1e-12
-    assert abs(step.gpu_phases["backward"] - 0.100) < 1e-12
+    assert fake_cuda.event_waits == 1
+    assert abs(step.gpu_s - 0.165) < 1e-9
+    assert abs(step.gpu_phases["forward"] - 0.050) < 1e-9
+    assert abs(step.gpu_phases["data"] - 0.015) < 1e-9  # idle: forward done at 50 ms, host at 65
+    assert abs(step.gpu_phases["backward"] - 0.100) < 1e-9
     assert step.idle_exposed["data"] == step.gpu_phases["data"]
+    report = timer.gpu_report()
+    assert report["gpu_timeline"] and report["events_created_in_steps"] == 0
+
+
+def test_timer_on_cuda1_never_touches_gpu0(monkeypatch):
+    # nanoGPT --device=cuda:1 never calls set_device: the current device stays 0.
+    from fakes.cuda import FakeCuda
+
+    fake = FakeCuda(n_devices=2).install(monkeypatch)
+    clock = FakeClock()
+    timer = PhaseTimer.for_device("cuda:1", clock=clock, pool=16)
+    timer.start_step()
+    timer.switch("forward")
+    fake.enqueue(0.050, stream=fake._streams[1])
+    clock.advance(0.001)
+    timer.end_step()
+    (step,) = timer.steps()
+    assert fake.contexts == {1}
+    assert {c[1] for c in fake.calls if c[0] == "Event.record"} == {1}
+    assert abs(step.gpu_phases["forward"] - 0.050) < 1e-9
+
+
+def test_side_stream_copy_neither_raises_nor_leaves_the_training_stream(fake_cuda):
+    clock = FakeClock()
+    side = fake_cuda.Stream()
+    timer = PhaseTimer.for_device("cuda", clock=clock, pool=16)
+    for _ in range(2):
+        _step_with_gpu_work(timer, clock, fake_cuda, side=side)
+    # every event went to the training stream (id 0), never to the lagging side stream
+    assert {c[2] for c in fake_cuda.calls if c[0] == "Event.record"} == {0}
+    steps = timer.steps()
+    assert all(s.gpu_phases is not None for s in steps)
+    assert timer.gpu_report()["steps_unresolved"] == []
+
+
+def test_an_event_that_cannot_be_recorded_never_raises_into_the_step(fake_cuda):
+    clock = FakeClock()
+    timer = PhaseTimer.for_device("cuda", clock=clock, pool=16)
+    _step_with_gpu_work(timer, clock, fake_cuda)
+    # the pooled events were created on device 0; pointing the source at another device's
+    # stream makes the real CUDAEvent refuse the record (RuntimeError) -- inside a step
+    from fakes.cuda import FakeStream
+
+    timer._events.stream = FakeStream(fake_cuda, 0, 0)
+    timer._events.stream.device_index = 1
+    _step_with_gpu_work(timer, clock, fake_cuda)  # must not raise
+    first, second = timer.steps()
+    assert first.gpu_phases is not None
+    assert second.gpu_phases is None and second.wall_s > 0  # host times kept
+    report = timer.gpu_report()
+    assert report["steps_unresolved"] == [1] and not report["gpu_timeline"]
+    assert "does not match recording stream's device" in report["reasons"][0]
+
+
+def test_unreadable_events_are_not_measured_with_the_reason(fake_cuda):
+    clock = FakeClock()
+    timer = PhaseTimer.for_device("cuda", clock=clock, pool=16)
+    _step_with_gpu_work(timer, clock, fake_cuda)
+
+    def refuse(a, b):
+        raise RuntimeError("CUDA error: invalid resource handle")
+
+    timer._events.elapsed_s = refuse
+    (step,) = timer.steps()
+    assert step.gpu_s is None and step.gpu_phases is None
+    assert timer.gpu_report()["reasons"] == ["RuntimeError: CUDA error: invalid resource handle"]
+
+
+def test_event_pool_is_refilled_between_steps(fake_cuda):
+    clock = FakeClock()
+    timer = PhaseTimer.for_device("cuda", clock=clock, pool=2)  # smaller than one step needs
+    _step_with_gpu_work(timer, clock, fake_cuda)
+    created_in_first = timer._events.created_in_steps
+    assert created_in_first > 0
+    _step_with_gpu_work(timer, clock, fake_cuda)
+    assert timer._events.created_in_steps == created_in_first  # the second step created none
+    assert len(timer.steps()) == 2
 
 
 def test_null_timer_records_nothing():
