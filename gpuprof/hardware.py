@@ -215,3 +215,23 @@ def peak_for(spec: GpuSpec | None, dtype: str | None, tf32_allowed: bool = False
 def known_gpu_keys() -> list[str]:
     """The short keys `--gpu` accepts, in table order."""
     return [g.key for g in GPUS]
+
+
+def compute_dtype(autocast_dtype: str | None, param_dtype: str | None, tf32: bool | None,
+                  device: str | None) -> str:
+    """The dtype a step's matmuls run in, from what was observed: the autocast dtype; else the
+    weights' dtype when they are half precision (a model cast with .to(torch.bfloat16) runs bf16
+    without autocast); else fp32, which CUDA runs as TF32 when TF32 matmuls are allowed. Both the
+    MFU's peak and the ceiling probe take their dtype from here, so they always agree."""
+    if autocast_dtype:
+        return normalize_dtype(autocast_dtype)
+    if param_dtype:
+        try:
+            d = normalize_dtype(param_dtype)
+        except ValueError:
+            d = "fp32"
+        if d in ("bf16", "fp16"):
+            return d
+    if tf32 and str(device or "").startswith("cuda"):
+        return "tf32"
+    return "fp32"

@@ -21,7 +21,13 @@ MATCH_TOLERANCE = 0.15  # a cause explains a misreport when it predicts the rati
 def compute_dtype(config: dict) -> tuple[str, bool]:
     """(dtype the matmuls run in, tf32 allowed) from a run config.
 
-    autocast dtype wins; else `dtype` (fp32 by default), with TF32 per `tf32_matmul`."""
+    A run measured by gpuprof records what it observed in config['precision'] (autocast, the
+    weights' dtype, the TF32 state) and the compute dtype derived from it — the same one the
+    ceiling probe measured. Older profiles: the autocast dtype, else `dtype` with `tf32_matmul`."""
+    prec = config.get("precision") or {}
+    if prec.get("compute_dtype"):
+        d = normalize_dtype(prec["compute_dtype"])
+        return ("fp32", True) if d == "tf32" else (d, bool(prec.get("tf32_matmul")))
     ac = config.get("autocast_dtype")
     tf32 = bool(config.get("tf32_matmul") or config.get("allow_tf32"))
     if ac:
@@ -110,6 +116,12 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
     ceiling = probe.get("tflops")
     if probe.get("error"):
         warnings.append(f"matmul probe failed: {probe['error']}")
+    if ceiling and probe.get("dtype") and probe["dtype"] != peak["dtype"]:
+        # A ceiling in another dtype is not this step's ceiling (an fp32 probe beside a TF32
+        # step would be 7x low on an H200): leave it out rather than divide by it.
+        warnings.append(f"the matmul ceiling was measured in {probe['dtype']}, the step runs in "
+                        f"{peak['dtype']}: MFU vs ceiling not measured")
+        ceiling = None
     out = {
         "device": env.get("device"), "device_name": env.get("device_name"),
         **peak,

@@ -23,21 +23,26 @@ def matmul_ceiling(device: str = "cpu", dtype: str = "fp32", seconds: float = 1.
                    size: int | None = None) -> dict:
     """Achieved dense matmul TFLOP/s on `device` in `dtype` (fp32, tf32, bf16, fp16).
 
-    fp32 uses the process's current TF32 setting (as the run did); 'tf32' turns it on for the
-    probe only. fp8 is probed as bf16 (no portable fp8 matmul). Returns tflops (best batch),
-    tflops_mean, method, size, dtype, matmuls, seconds."""
+    On CUDA 'fp32' turns TF32 off and 'tf32' turns it on for the probe only (restored after),
+    so the probe measures exactly the dtype asked for. fp8 is probed as bf16 (no portable fp8
+    matmul). Returns tflops (best batch), tflops_mean, method, size, dtype, matmuls, seconds."""
     import torch
+
+    from gpuprof.measure.cuda import is_cuda
+    from gpuprof.measure.precision import matmul_tf32_state, tf32_matmul
 
     want = normalize_dtype(dtype)
     probe_dtype = "bf16" if want == "fp8" else want
     tdtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
               "fp16": torch.float16}[probe_dtype]
-    is_cuda = str(device).startswith("cuda")
+    on_cuda = is_cuda(device)
     t_start = time.perf_counter()
     deadline = t_start + max(0.1, float(seconds))
-    tf32_ctx = _tf32(torch, on=True) if (probe_dtype == "tf32" and is_cuda) else contextlib.nullcontext()
+    tf32_ctx = (tf32_matmul(probe_dtype == "tf32") if on_cuda and probe_dtype in ("fp32", "tf32")
+                else contextlib.nullcontext())
     with tf32_ctx, torch.no_grad():
-        if is_cuda:
+        tf32_during = matmul_tf32_state()["tf32_matmul"] if on_cuda else None
+        if on_cuda:
             res = _cuda(torch, device, tdtype, size or _CUDA_SIZE[probe_dtype], deadline)
         else:
             res = _cpu(torch, device, tdtype, size, deadline)
@@ -45,7 +50,7 @@ def matmul_ceiling(device: str = "cpu", dtype: str = "fp32", seconds: float = 1.
         "device": str(device),
         "dtype": probe_dtype,
         "requested_dtype": want,
-        "tf32_allowed": bool(torch.backends.cuda.matmul.allow_tf32) if is_cuda else None,
+        "tf32_during_probe": tf32_during,
         "seconds": time.perf_counter() - t_start,
     })
     return res
@@ -84,29 +89,35 @@ def _cpu(torch, device, tdtype, size, deadline) -> dict:
 
 
 def _cuda(torch, device, tdtype, n, deadline) -> dict:
+    # Everything on the measured device and its current stream: torch.cuda's defaults follow
+    # the current device, which for a script on cuda:1 is an idle GPU 0.
+    from gpuprof.measure.cuda import cuda_device
+
+    dev = cuda_device(device)
+    stream = torch.cuda.current_stream(dev)
     while True:
         try:
-            a = torch.randn(n, n, dtype=tdtype, device=device)
-            b = torch.randn(n, n, dtype=tdtype, device=device)
+            a = torch.randn(n, n, dtype=tdtype, device=dev)
+            b = torch.randn(n, n, dtype=tdtype, device=dev)
             break
         except torch.cuda.OutOfMemoryError:
             if n <= 1024:
                 raise
             n //= 2
-    out = torch.empty(n, n, dtype=tdtype, device=device)
+    out = torch.empty(n, n, dtype=tdtype, device=dev)
     for _ in range(3):  # warm-up: cuBLAS heuristics, clocks up
         torch.matmul(a, b, out=out)
-    torch.cuda.synchronize(device)
+    torch.cuda.synchronize(dev)
     flops = 2.0 * n**3
     k = 10
     rates, matmuls = [], 0
     while time.perf_counter() < deadline or not rates:
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
-        start.record()
+        start.record(stream)
         for _ in range(k):
             torch.matmul(a, b, out=out)
-        end.record()
+        end.record(stream)
         end.synchronize()
         ms = start.elapsed_time(end)
         rates.append(k * flops / (ms / 1e3) / 1e12)
@@ -116,30 +127,9 @@ def _cuda(torch, device, tdtype, n, deadline) -> dict:
             "size": n, "matmuls": matmuls, "batches": len(rates)}
 
 
-@contextlib.contextmanager
-def _tf32(torch, on: bool):
-    prev = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = on
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = prev
-
-
-def run_dtype(autocast_dtype, device: str) -> str:
-    """The dtype the run's matmuls ran in: the autocast dtype, else fp32 (tf32 when allowed)."""
-    if autocast_dtype is not None:
-        return normalize_dtype(str(autocast_dtype))
-    if str(device).startswith("cuda"):
-        import torch
-
-        if torch.backends.cuda.matmul.allow_tf32:
-            return "tf32"
-    return "fp32"
-
-
 class CeilingProbe:
-    """Runs matmul_ceiling in the run's dtype after the measured steps → measurements['probe']."""
+    """Runs matmul_ceiling after the measured steps in the run's compute dtype (the same one the
+    MFU divides by: ctx.precision['compute_dtype']) → measurements['probe']."""
 
     name = "probe"
 
@@ -150,9 +140,11 @@ class CeilingProbe:
         return None
 
     def stop(self, ctx) -> dict | None:
-        dtype = run_dtype(ctx.autocast_dtype, ctx.device)
+        precision = getattr(ctx, "precision", None) or {}
+        dtype = precision.get("compute_dtype") or "fp32"
         try:
             return matmul_ceiling(ctx.device, dtype, self.seconds)
         except Exception as exc:  # the run's result stands without a ceiling
             return {"tflops": None, "dtype": dtype, "device": str(ctx.device),
+                    "not_measured": f"matmul probe failed: {exc.__class__.__name__}: {exc}",
                     "error": f"{exc.__class__.__name__}: {exc}"}

@@ -1,0 +1,111 @@
+"""The precision a step's matmuls run in, read without tripping torch's API traps.
+
+torch 2.13 has two TF32 APIs. The legacy one (`torch.backends.cuda.matmul.allow_tf32`,
+`torch.set_float32_matmul_precision`) and the new one (`torch.backends.cuda.matmul.fp32_precision`
+= "tf32" / "ieee", inheriting `torch.backends.fp32_precision` when "none"). Once a script used
+the new API, *reading* the legacy flag or `torch.get_float32_matmul_precision()` raises
+RuntimeError ("mix of the legacy and new APIs"). The new getter reflects settings made through
+either API (reproduced on the CPU build), so it is read first; the legacy ones only where they
+answer. Older torch has only the legacy API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from gpuprof.hardware import compute_dtype
+
+
+def matmul_tf32_state() -> dict:
+    """TF32 for CUDA matmuls as every API reports it, and the effective answer (`tf32_matmul`:
+    True/False, None when no API answered)."""
+    import torch
+
+    m = torch.backends.cuda.matmul
+    out: dict = {"tf32_matmul": None, "fp32_precision": None, "allow_tf32": None,
+                 "float32_matmul_precision": None, "tf32_source": None}
+    try:
+        new = m.fp32_precision
+        out["fp32_precision"] = str(new)
+    except (AttributeError, RuntimeError):
+        new = None
+    try:
+        out["allow_tf32"] = bool(m.allow_tf32)
+    except RuntimeError:  # the legacy flag after the new API was used
+        pass
+    try:
+        out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    except RuntimeError:
+        pass
+    if new is not None:
+        out["tf32_matmul"] = new == "tf32"
+        out["tf32_source"] = "torch.backends.cuda.matmul.fp32_precision"
+    elif out["allow_tf32"] is not None:
+        out["tf32_matmul"] = out["allow_tf32"]
+        out["tf32_source"] = "torch.backends.cuda.matmul.allow_tf32"
+    return out
+
+
+@contextlib.contextmanager
+def tf32_matmul(on: bool):
+    """TF32 CUDA matmuls on or off inside the block, restored afterwards, through the same API
+    the state is read from (so a script's later reads still answer)."""
+    import torch
+
+    m = torch.backends.cuda.matmul
+    try:
+        prev = m.fp32_precision
+        new_api = True
+    except (AttributeError, RuntimeError):
+        prev, new_api = m.allow_tf32, False
+    if new_api:
+        m.fp32_precision = "tf32" if on else "ieee"
+    else:
+        m.allow_tf32 = on
+    try:
+        yield
+    finally:
+        if new_api:
+            m.fp32_precision = prev
+        else:
+            m.allow_tf32 = prev
+
+
+def param_dtype(model) -> str | None:
+    """The floating dtype holding most of the model's parameters ('float32', 'bfloat16'...)."""
+    sizes: dict[str, int] = {}
+    try:
+        for p in model.parameters():
+            if p.is_floating_point():
+                k = str(p.dtype).replace("torch.", "")
+                sizes[k] = sizes.get(k, 0) + p.numel()
+    except Exception:  # noqa: BLE001 - an odd user module: the dtype stays unknown
+        return None
+    return max(sizes, key=sizes.get) if sizes else None
+
+
+def _has_tf32(device) -> bool:
+    import torch
+
+    from gpuprof.measure.cuda import cuda_device
+
+    try:
+        return torch.cuda.get_device_capability(cuda_device(device))[0] >= 8
+    except Exception:  # noqa: BLE001 - unknown: take the flag at its word
+        return True
+
+
+def read_precision(model, autocast_dtype, device: str) -> dict:
+    """What the step computes in: autocast dtype, weights' dtype, TF32 state, and the resulting
+    compute dtype (hardware.compute_dtype) that the MFU peak and the ceiling probe both use."""
+    ac = str(autocast_dtype).replace("torch.", "") if autocast_dtype is not None else None
+    pd = param_dtype(model) if model is not None else None
+    if str(device).startswith("cuda"):
+        state = matmul_tf32_state()
+        if state.get("tf32_matmul") and not _has_tf32(device):
+            state["tf32_matmul"] = False
+            state["tf32_note"] = "TF32 is allowed but this GPU has no TF32 (compute capability < 8.0)"
+    else:
+        state = {"tf32_matmul": False, "tf32_source": "not applicable on " + str(device)}
+    return {"autocast_dtype": ac, "param_dtype": pd, **state,
+            "compute_dtype": compute_dtype(ac, pd, state.get("tf32_matmul"), device)}
