@@ -15,6 +15,8 @@ import time
 
 import torch
 
+from gpuprof.measure.cuda import synchronize as sync
+
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Theil-Sen (intercept, slope) of ys on xs: medians of pairwise slopes and of
@@ -63,6 +65,7 @@ class MicroBatchProbe:
 def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
                   budget_s: float = 4.0, clock=time.perf_counter) -> dict:
     is_cuda = str(device).startswith("cuda")
+    on = x.device if x.is_cuda else device  # where the model's work runs
     batch = x.shape[0]
     ctx = (torch.autocast("cuda" if is_cuda else "cpu", dtype=autocast_dtype)
            if autocast_dtype is not None else contextlib.nullcontext())
@@ -78,7 +81,7 @@ def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
             times: list[float] = []
             for r in range(1 + _max_reps(reps)):
                 if is_cuda:
-                    torch.cuda.synchronize()
+                    sync(on)  # the measured device, never the current one
                 t0 = clock()
                 with ctx:
                     out = model(xb, yb) if yb is not None else model(xb)
@@ -88,7 +91,7 @@ def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
                 loss = loss.float().mean()
                 loss.backward()
                 if is_cuda:
-                    torch.cuda.synchronize()
+                    sync(on)
                 dt = clock() - t0
                 if r > 0:  # the first call at a new shape is a warm-up
                     times.append(dt)
@@ -131,6 +134,8 @@ def _max_reps(reps: int) -> int:
 def _settled(times: list[float], within: float = 0.10) -> bool:
     """True when the two fastest timings agree within 10%: the minimum is then trustworthy on a
     machine where other processes only ever add time."""
+    if len(times) < 2:
+        return False
     a, b = sorted(times)[:2]
     return b <= a * (1 + within)
 

@@ -1,35 +1,55 @@
-"""Counting host-device synchronizations inside training steps (CUDA only).
+"""Counting host-device synchronizations inside measured training steps (CUDA only).
 
-torch's sync debug mode makes every synchronizing CUDA call (`.item()`, `.cpu()`,
-`torch.cuda.synchronize`, a blocking copy, printing a CUDA tensor) emit a warning. We count
-those warnings by the phase that was current, without changing what the script does.
+Two sources, because torch reports only some syncs:
+- torch's sync debug mode ("warn") makes stream synchronize and memcpy-and-sync (`.item()`,
+  `.cpu()`, `.tolist()`, a blocking copy, printing a CUDA tensor) emit a warning; we count those
+  warnings by the phase that was current, without changing what the script does.
+- `torch.cuda.synchronize()` (a device synchronize) does not go through that path in torch 2.13
+  (c10's device_synchronize never warns), so a script that synchronizes every step — a common
+  tutorial pattern for timing — would never be flagged. It is wrapped while the run is measured.
+
+Counts are kept per step index, and only the measured steps make the per-step figure: nanoGPT's
+iter-0 `estimate_loss` runs hundreds of `.item()` in warmup. Syncs inside the `h2d` phase are the
+blocking copies themselves (the h2d-pageable rule's business): reported apart, not as syncs.
+The user's sync-debug mode, warning filters and torch.cuda.synchronize are restored at stop.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 SYNC_MESSAGE = "called a synchronizing CUDA operation"
+WARNED = "sync-debug warnings"
+DEVICE_SYNC = "torch.cuda.synchronize"
 
 
 class SyncCounter:
-    """Instrument: counts synchronizing CUDA calls per phase during the measured run."""
+    """Instrument: counts synchronizing CUDA calls per step and phase during the run."""
 
     name = "syncs"
 
     def __init__(self, torch_module=None):
         self._torch = torch_module
-        self.counts: dict[str, int] = {}
-        self.total = 0
+        self._counts: dict[tuple, int] = {}  # (step index or None, phase, kind) -> calls
         self._old_mode = None
         self._old_showwarning = None
+        self._filter = None
+        self._orig_sync = None
+        self._in_device_sync = False
         self._timer = None
+
+    def _count(self, kind: str) -> None:
+        t = self._timer
+        index = t.step_index if t is not None else None
+        label = t.current if index is not None else "outside-steps"
+        key = (index, label, kind)
+        self._counts[key] = self._counts.get(key, 0) + 1
 
     def _on_warning(self, message, category, filename, lineno, file=None, line=None):
         if SYNC_MESSAGE in str(message):
-            label = self._timer.current if (self._timer is not None and self._timer.in_step) else "outside-steps"
-            self.counts[label] = self.counts.get(label, 0) + 1
-            self.total += 1
+            if not self._in_device_sync:  # a torch that warns there too: counted once
+                self._count(WARNED)
             return
         if self._old_showwarning is not None:
             self._old_showwarning(message, category, filename, lineno, file, line)
@@ -46,14 +66,61 @@ class SyncCounter:
         self._old_showwarning = warnings.showwarning
         warnings.showwarning = self._on_warning
         warnings.filterwarnings("always", message=".*" + SYNC_MESSAGE)
+        self._filter = warnings.filters[0]  # ours: removed by identity at stop
         torch.cuda.set_sync_debug_mode("warn")
+        orig = self._orig_sync = torch.cuda.synchronize
+
+        @functools.wraps(orig)
+        def synchronize(device=None):
+            self._count(DEVICE_SYNC)
+            self._in_device_sync = True
+            try:
+                return orig(device)
+            finally:
+                self._in_device_sync = False
+
+        torch.cuda.synchronize = synchronize
 
     def stop(self, ctx) -> dict | None:
         if self._old_mode is None:
             return None
-        self._torch.cuda.set_sync_debug_mode(self._old_mode)
+        torch = self._torch
+        torch.cuda.set_sync_debug_mode(self._old_mode)
+        if self._orig_sync is not None:
+            torch.cuda.synchronize = self._orig_sync
         warnings.showwarning = self._old_showwarning
-        steps = max(len(ctx.profile.steps) + len(ctx.profile.warmup_steps), 1) if ctx.profile else 1
-        in_steps = sum(v for k, v in self.counts.items() if k != "outside-steps")
-        return {"method": "torch.cuda.set_sync_debug_mode('warn')", "total": self.total,
-                "per_phase": dict(self.counts), "per_step": in_steps / steps}
+        try:
+            warnings.filters.remove(self._filter)
+            warnings._filters_mutated()  # the filter cache must forget ours
+        except (ValueError, AttributeError):
+            pass
+        return self.summary(ctx)
+
+    def summary(self, ctx) -> dict:
+        prof = ctx.profile
+        measured = {s.index for s in prof.steps} if prof is not None else set()
+        warm = {s.index for s in prof.warmup_steps} if prof is not None else set()
+        n = max(len(measured), 1)
+        per_phase: dict[str, int] = {}
+        calls = {WARNED: 0, DEVICE_SYNC: 0}
+        warmup_total = outside = 0
+        for (index, label, kind), c in self._counts.items():
+            if index in measured:
+                per_phase[label] = per_phase.get(label, 0) + c
+                calls[kind] += c
+            elif index in warm:
+                warmup_total += c
+            else:
+                outside += c
+        in_copies = per_phase.get("h2d", 0)
+        total = sum(per_phase.values())
+        return {"method": ("torch.cuda.set_sync_debug_mode('warn') warnings + a wrapper on "
+                           "torch.cuda.synchronize; measured steps only"),
+                "measured_steps": len(measured),
+                "total": total,
+                "per_step": (total - in_copies) / n,
+                "per_phase": per_phase,
+                "calls": calls,
+                "in_copies_per_step": in_copies / n,
+                "warmup_total": warmup_total,
+                "outside_steps": outside}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gpuprof.measure.microbatch import _settled, _sizes, fit_line, measure_curve
-from gpuprof.measure.syncs import SYNC_MESSAGE, SyncCounter
+from gpuprof.measure.syncs import SyncCounter
 from gpuprof.measure.timer import PhaseTimer
 from gpuprof.runners.gpt import GPT, GPTConfig
 
@@ -37,36 +37,71 @@ def test_measure_curve_on_a_small_gpt_leaves_no_gradients():
     assert all(p.grad is None for p in model.parameters())
 
 
-class FakeCuda:
-    def __init__(self):
-        self.mode = 0
+def test_measure_curve_synchronizes_the_measured_device(monkeypatch):
+    # A model on cuda:1 whose script never called set_device: waiting on the current device
+    # (0) would time nothing and create a context on GPU 0.
+    from fakes.cuda import FakeCuda
 
-    def get_sync_debug_mode(self):
-        return self.mode
+    fake = FakeCuda(n_devices=2).install(monkeypatch)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=64, block_size=16))
+    x = torch.randint(0, 64, (2, 16))
+    out = measure_curve(model, x, x, "cuda:1", reps=1, budget_s=5)
+    assert len(out["points"]) >= 2
+    assert {c[1] for c in fake.calls if c[0] == "synchronize"} == {1} and fake.contexts == {1}
 
-    def set_sync_debug_mode(self, mode):
-        self.mode = mode
 
-
-def test_sync_counter_counts_by_phase_and_restores():
-    fake_torch = types.SimpleNamespace(cuda=FakeCuda())
-    timer = PhaseTimer()
-    ctx = types.SimpleNamespace(device="cuda", timer=timer, profile=None)
-    counter = SyncCounter(torch_module=fake_torch)
+def _sync_run(fake, counter, timer, warmup_items=50, steps=2):
+    """A warmup step whose eval does `warmup_items` .item() calls (nanoGPT's iter-0
+    estimate_loss), then `steps` measured steps each with 3 .item() in the forward, 2
+    torch.cuda.synchronize() (a tutorial's timing) and one blocking host-to-device copy."""
+    ctx = types.SimpleNamespace(device="cuda:0", timer=timer, profile=None)
     counter.start(ctx)
-    assert fake_torch.cuda.mode == "warn"
     timer.start_step()
-    for _ in range(3):
-        with timer.phase("forward"):
-            warnings.warn(f"{SYNC_MESSAGE} (item)", UserWarning)
+    with timer.phase("eval"):
+        for _ in range(warmup_items):
+            fake.item()
     timer.end_step()
-    ctx.profile = types.SimpleNamespace(steps=timer.steps(), warmup_steps=[])
-    out = counter.stop(ctx)
-    assert out["per_phase"] == {"forward": 3} and out["per_step"] == 3
-    assert fake_torch.cuda.mode == 0
+    for _ in range(steps):
+        timer.start_step()
+        with timer.phase("forward"):
+            for _ in range(3):
+                fake.item()
+        torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        with timer.phase("h2d"):
+            fake.item()  # a pageable x.to("cuda") is a memcpy-and-sync
+        timer.end_step()
+    records = timer.steps()
+    ctx.profile = types.SimpleNamespace(steps=records[1:], warmup_steps=records[:1])
+    return counter.stop(ctx)
 
 
-def test_sync_counter_does_nothing_on_cpu():
-    counter = SyncCounter(torch_module=types.SimpleNamespace(cuda=FakeCuda()))
+def test_sync_counter_counts_device_synchronize_and_only_measured_steps(fake_cuda):
+    filters, showwarning = list(warnings.filters), warnings.showwarning
+    out = _sync_run(fake_cuda, SyncCounter(), PhaseTimer.for_device("cuda", pool=64))
+    assert out["per_step"] == 5  # 3 .item() + 2 synchronize; the copy is not a "sync"
+    assert out["calls"] == {"sync-debug warnings": 8, "torch.cuda.synchronize": 4}
+    assert out["in_copies_per_step"] == 1
+    assert out["per_phase"] == {"forward": 6, "other": 4, "h2d": 2}
+    assert out["warmup_total"] == 50 and out["measured_steps"] == 2
+    # the user's settings are back exactly
+    assert torch.cuda.synchronize == fake_cuda.synchronize
+    assert fake_cuda.sync_mode == 0
+    assert warnings.filters == filters and warnings.showwarning is showwarning
+
+
+def test_device_synchronize_does_not_warn_in_torch_sync_debug_mode(fake_cuda):
+    # The fake is as strict as torch 2.13: a device synchronize never reaches the warning path,
+    # so counting warnings alone misses it.
+    fake_cuda.set_sync_debug_mode("warn")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.synchronize()
+        fake_cuda.item()
+    assert [str(w.message) for w in seen] == ["called a synchronizing CUDA operation"]
+
+
+def test_sync_counter_keeps_other_warnings_and_does_nothing_on_cpu(fake_cuda):
+    counter = SyncCounter()
     counter.start(types.SimpleNamespace(device="cpu", timer=PhaseTimer(), profile=None))
-    assert counter.stop(None) is None
+    assert counter.stop(None) is None and fake_cuda.sync_mode == 0
