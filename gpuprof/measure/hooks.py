@@ -74,9 +74,22 @@ class _StepCounts:
     eval_forwards: int = 0
     backwards: int = 0
     tokens: int = 0
+    h2d_copies: int = 0
+    h2d_bytes: int = 0
+    h2d_pageable: int = 0
+    h2d_pageable_bytes: int = 0
+    h2d_blocking: int = 0
 
     def reset(self) -> None:
-        self.forwards = self.eval_forwards = self.backwards = self.tokens = 0
+        for name in self.__dataclass_fields__:
+            setattr(self, name, 0)
+
+    def extra(self) -> dict:
+        d = {"forwards": self.forwards, "backwards": self.backwards, "eval_forwards": self.eval_forwards}
+        if self.h2d_copies:
+            d.update(h2d_copies=self.h2d_copies, h2d_bytes=self.h2d_bytes, h2d_pageable=self.h2d_pageable,
+                     h2d_pageable_bytes=self.h2d_pageable_bytes, h2d_blocking=self.h2d_blocking)
+        return d
 
 
 def _first_tensor(args, kwargs):
@@ -134,6 +147,21 @@ def _is_accelerator(dev) -> bool:
     if isinstance(dev, int) and not isinstance(dev, bool):
         return True  # a bare index means cuda:N
     return False
+
+
+def _non_blocking(method: str, args, kwargs) -> bool:
+    """The non_blocking flag of a Tensor.cuda / Tensor.to call, keyword or positional:
+    cuda(device, non_blocking); to(dtype, non_blocking), to(tensor, non_blocking),
+    to(device, dtype, non_blocking)."""
+    if "non_blocking" in kwargs:
+        return bool(kwargs["non_blocking"])
+    if method == "cuda":
+        pos = 1
+    elif args and isinstance(args[0], (torch.dtype, torch.Tensor)):
+        pos = 1
+    else:
+        pos = 2
+    return bool(args[pos]) if len(args) > pos and isinstance(args[pos], bool) else False
 
 
 def _to_target_is_accelerator(args, kwargs) -> bool:
@@ -217,8 +245,8 @@ class TrainingHooks:
                                                                "optimizer", "optimizer_aux"))
         self.accelerator = accelerator_available()
         if self.accelerator:  # with no accelerator there is no host-to-device copy to time
-            self._patch(torch.Tensor, "to", self._wrap_copy(torch.Tensor.to, always=False))
-            self._patch(torch.Tensor, "cuda", self._wrap_copy(torch.Tensor.cuda, always=True))
+            self._patch(torch.Tensor, "to", self._wrap_copy(torch.Tensor.to, "to"))
+            self._patch(torch.Tensor, "cuda", self._wrap_copy(torch.Tensor.cuda, "cuda"))
             self._patch(torch.Tensor, "pin_memory", self._wrap(torch.Tensor.pin_memory, "h2d", "pin_memory"))
         from torch.utils.data import dataloader as dl
 
@@ -351,23 +379,31 @@ class TrainingHooks:
         # Training work inside a wrapped "data" function: it was misnamed, stop wrapping it.
         self.disqualified.update(self._in_data)
 
-    def _wrap_copy(self, fn, always: bool):
+    def _wrap_copy(self, fn, method: str):
         """Tensor.to / Tensor.cuda: the `h2d` phase when a CPU tensor goes to an accelerator."""
         hooks = self
+        always = method == "cuda"
 
         @functools.wraps(fn)
         def wrapper(tensor, *args, **kwargs):
             if (_is_compiling() or hooks._off or not tensor.is_cpu
                     or not (always or _to_target_is_accelerator(args, kwargs)) or not hooks._active()):
                 return fn(tensor, *args, **kwargs)
-            hooks.counts["h2d_copies"] += 1
-            hooks.counts["h2d_bytes"] += tensor.numel() * tensor.element_size()
+            nbytes = tensor.numel() * tensor.element_size()
+            c, s = hooks.counts, hooks._step
+            c["h2d_copies"] += 1
+            c["h2d_bytes"] += nbytes
+            s.h2d_copies += 1
+            s.h2d_bytes += nbytes
             # A copy from pageable memory is staged by the driver and blocks the host; only a
             # pinned source with non_blocking=True overlaps compute (the h2d-pageable rule).
             if not tensor.is_pinned():
-                hooks.counts["h2d_pageable"] += 1
-            if not kwargs.get("non_blocking", False):
-                hooks.counts["h2d_blocking"] += 1
+                c["h2d_pageable"] += 1
+                s.h2d_pageable += 1
+                s.h2d_pageable_bytes += nbytes
+            if not _non_blocking(method, args, kwargs):
+                c["h2d_blocking"] += 1
+                s.h2d_blocking += 1
             prev = hooks._enter("h2d")
             try:
                 return fn(tensor, *args, **kwargs)
@@ -484,9 +520,7 @@ class TrainingHooks:
 
     def _close_step(self) -> None:
         s = self._step
-        self.timer.end_step(tokens=s.tokens, micro_steps=s.backwards or s.forwards,
-                            extra={"forwards": s.forwards, "backwards": s.backwards,
-                                   "eval_forwards": s.eval_forwards})
+        self.timer.end_step(tokens=s.tokens, micro_steps=s.backwards or s.forwards, extra=s.extra())
         s.reset()
         self.steps_done += 1
         if self._on_step is not None:

@@ -2,11 +2,19 @@
 
 Instruments stop in list order: the sync counter first (it only restores a torch setting) and
 the storage facts (a residency read), then the samplers (so later work does not pollute their
-samples), then the post-run measurements that compute: the micro-batch curve, the FLOP count,
-the matmul ceiling. The NVML sampler is only added for CUDA devices."""
+samples), then the post-run measurements that compute: the copy bandwidths, the micro-batch
+curve, the FLOP count, the matmul ceiling. The NVML sampler and the copy bandwidth probe are only
+added for CUDA devices.
+
+An instrument must never take the run down: `start_instruments` and `stop_instruments` run each
+one guarded, and a failure becomes `measurements[name] = {"not_measured": "<reason>"}`, which
+the report prints as "not measured: <reason>"."""
 
 from __future__ import annotations
 
+from typing import Callable
+
+from gpuprof.measure.copies import CopyBandwidthProbe
 from gpuprof.measure.flops import FlopsInstrument
 from gpuprof.measure.host import HostSampler
 from gpuprof.measure.microbatch import MicroBatchProbe
@@ -25,6 +33,8 @@ def default_instruments(device: str, data_path: str | None, *, samplers: bool = 
         out.append(NvmlSampler(interval_s))
     if samplers:
         out.append(HostSampler(interval_s, data_path))
+    if probe and str(device).startswith("cuda"):
+        out.append(CopyBandwidthProbe())
     if microbatch:
         out.append(MicroBatchProbe())
     if flops:
@@ -32,3 +42,42 @@ def default_instruments(device: str, data_path: str | None, *, samplers: bool = 
     if probe:
         out.append(CeilingProbe())
     return out
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{exc.__class__.__name__}: {exc}"
+
+
+def guarded(fn: Callable, problems: dict, name: str):
+    """fn() or, when it raises, None with the reason stored at problems[name]."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - post-run work never loses the run
+        problems[name] = _reason(exc)
+        return None
+
+
+def start_instruments(instruments: list, ctx) -> tuple[list, dict]:
+    """Start each instrument; (those that started, {name: why one did not})."""
+    started, problems = [], {}
+    for inst in instruments:
+        try:
+            inst.start(ctx)
+            started.append(inst)
+        except Exception as exc:  # noqa: BLE001 - an instrument must not take the run down
+            problems[getattr(inst, "name", repr(inst))] = f"start failed: {_reason(exc)}"
+    return started, problems
+
+
+def stop_instruments(instruments: list, ctx) -> dict:
+    """Stop each instrument in order; {name: its section, or {"not_measured": reason}}."""
+    sections = {}
+    for inst in instruments:
+        name = getattr(inst, "name", repr(inst))
+        try:
+            section = inst.stop(ctx)
+        except Exception as exc:  # noqa: BLE001 - e.g. a CUDA error in a post-run probe
+            section = {"not_measured": f"{name} failed: {_reason(exc)}"}
+        if section is not None:
+            sections[name] = section
+    return sections

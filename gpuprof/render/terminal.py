@@ -45,10 +45,40 @@ def run_header(profile: Profile) -> Table:
             extra.append(f"{key}={cfg[key]}")
     if extra:
         t.add_row("settings", "  ".join(extra))
+    prec = cfg.get("precision") or {}
+    if prec.get("compute_dtype"):
+        t.add_row("precision", precision_line(prec))
     if profile.run.get("data_path"):
         gen = " (generated)" if profile.run.get("data_generated") else ""
         t.add_row("data", f"{profile.run['data_path']}{gen}")
     return t
+
+
+def precision_line(prec: dict) -> str:
+    """What the matmuls computed in, and the observations it rests on."""
+    ac = prec.get("autocast_dtype")
+    seen = [f"autocast {ac}" if ac else "no autocast", f"weights {prec.get('param_dtype') or 'not measured'}"]
+    if prec.get("tf32_source") and not str(prec["tf32_source"]).startswith("not applicable"):
+        tf32 = prec.get("tf32_matmul")
+        seen.append("TF32 " + ("not measured" if tf32 is None else "on" if tf32 else "off"))
+    line = f"{prec['compute_dtype']} matmuls ({', '.join(seen)})"
+    if prec.get("tf32_note"):
+        line += f"; {prec['tf32_note']}"
+    return line
+
+
+def not_measured_lines(profile: Profile) -> list[str]:
+    """What could not be measured in this run, and why (a failed probe, unreadable CUDA events)."""
+    lines = []
+    timer = profile.measurements.get("timer") or {}
+    if timer.get("reasons"):
+        which = timer.get("steps_unresolved") or []
+        scope = f"{len(which)} step(s)" if which else "this run"
+        lines.append(f"GPU timeline not measured for {scope} (host wall time used): {'; '.join(timer['reasons'])}")
+    for name, section in profile.measurements.items():
+        if isinstance(section, dict) and section.get("not_measured"):
+            lines.append(f"{name}: not measured: {section['not_measured']}")
+    return lines
 
 
 def phase_table(profile: Profile) -> Table:
@@ -143,6 +173,8 @@ def render_diagnosis(profile: Profile, findings: list, console: Console, extra: 
         return
     console.print(phase_table(profile))
     console.print(step_line(profile))
+    for line in not_measured_lines(profile):
+        console.print(line, style="yellow", highlight=False)
     for renderable in extra or []:
         console.print(renderable)
     for line in script_lines(profile):

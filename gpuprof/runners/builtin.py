@@ -17,6 +17,9 @@ from typing import Callable, Protocol
 import torch
 
 from gpuprof.errors import GpuprofError
+from gpuprof.measure.cuda import cuda_device, is_cuda, memory_stats, resolve_device
+from gpuprof.measure.instruments import guarded, start_instruments, stop_instruments
+from gpuprof.measure.precision import read_precision, tf32_matmul
 from gpuprof.measure.timer import NullTimer, PhaseTimer
 from gpuprof.profile import Profile, environment, summarize
 from gpuprof.runners.data import LoaderFaults, MemmapLoader, generated_dataset
@@ -45,6 +48,7 @@ class LoopConfig:
     block_size: int = 256
     grad_accum: int = 4
     dtype: str = "fp32"
+    tf32: bool = True  # TF32 matmuls for fp32 math on CUDA, as nanoGPT's train.py sets
     compile: bool = False
     device: str = "cpu"
     pin_memory: bool = True
@@ -109,6 +113,7 @@ class RunContext:
     autocast_dtype: torch.dtype | None
     profile: Profile | None = None
     data_path: str | None = None  # the token file the loop reads, when there is one
+    precision: dict | None = None  # measure.precision.read_precision: compute dtype, TF32 state
 
 
 def default_device() -> str:
@@ -118,28 +123,45 @@ def default_device() -> str:
 def bf16_native(device: str) -> bool:
     """bf16 tensor-core math (Ampere, compute capability 8.0, and later). torch's
     is_bf16_supported() also says yes where bf16 is only emulated (V100, T4)."""
-    return torch.cuda.get_device_capability(torch.device(device))[0] >= 8
+    return torch.cuda.get_device_capability(cuda_device(device))[0] >= 8
+
+
+def events_per_step(cfg: LoopConfig, faults: LoopFaults) -> int:
+    """CUDA events one step of this loop records: per micro-step forward, data, h2d and backward
+    each open and close a span (8); the optimizer 2; start, end and slack 4; eval 2."""
+    return 8 * cfg.grad_accum + 6 + (2 if faults.eval_every_step else 0)
 
 
 def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | None = None,
                 faults: LoopFaults | None = None, timing: bool = True) -> Profile:
-    """Run warmup + measured steps of the built-in GPT loop and return the Profile."""
+    """Run warmup + measured steps of the built-in GPT loop and return the Profile.
+
+    On CUDA, TF32 matmuls follow cfg.tf32 for the whole run (nanoGPT's train.py allows them at
+    import) and are restored afterwards."""
     cfg.validate()
     faults = faults or LoopFaults()
+    # 'cuda' -> 'cuda:N' once: set_device needs an index, and every later CUDA call (events,
+    # synchronize, memory counters) names the measured device instead of the current one.
+    device = resolve_device(cfg.device)
+    if is_cuda(device):
+        torch.cuda.set_device(cuda_device(device))
+        if cfg.dtype == "bf16" and not bf16_native(device):
+            raise GpuprofError("bf16 is only emulated on this GPU (compute capability < 8.0); use --dtype fp16 or fp32")
+    with tf32_matmul(cfg.tf32) if is_cuda(device) else contextlib.nullcontext():
+        return _run(cfg, device, list(instruments), on_step, faults, timing)
+
+
+def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopFaults,
+         timing: bool) -> Profile:
     gcfg = preset_config(cfg.model, block_size=cfg.block_size, n_layer=cfg.n_layer,
                          n_head=cfg.n_head, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size)
-    device = cfg.device
-    is_cuda = device.startswith("cuda")
-    if is_cuda:
-        # Events, peak-memory counters and kernels all follow the current device.
-        torch.cuda.set_device(torch.device(device))
-    if cfg.dtype == "bf16" and is_cuda and not bf16_native(device):
-        raise GpuprofError("bf16 is only emulated on this GPU (compute capability < 8.0); use --dtype fp16 or fp32")
-
+    cuda = is_cuda(device)
     data_path = cfg.data or str(generated_dataset(gcfg.vocab_size))
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    timer = PhaseTimer.for_device(device) if timing else NullTimer()
+    total = cfg.warmup + cfg.steps
+    timer = (PhaseTimer.for_device(device, pool=total * events_per_step(cfg, faults)) if timing
+             else NullTimer())
     loader = MemmapLoader(data_path, cfg.batch_size, cfg.block_size, device,
                           pin_memory=cfg.pin_memory, faults=faults.loader, generator=gen,
                           timer=timer if timing else None)
@@ -147,29 +169,29 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
 
     model = GPT(gcfg).to(device)
     ptdtype = DTYPES[cfg.dtype]
-    device_type = "cuda" if is_cuda else "cpu"
+    device_type = "cuda" if cuda else "cpu"
     autocast_dtype = ptdtype if ptdtype != torch.float32 else None
     ctx = (torch.autocast(device_type=device_type, dtype=ptdtype) if autocast_dtype
            else contextlib.nullcontext())
     # GradScaler only matters for fp16; disabled it is a no-op, as in nanoGPT.
-    scaler = torch.amp.GradScaler(device_type, enabled=(cfg.dtype == "fp16" and is_cuda))
-    optimizer = _adamw(model, cfg, is_cuda)
+    scaler = torch.amp.GradScaler(device_type, enabled=(cfg.dtype == "fp16" and cuda))
+    optimizer = _adamw(model, cfg, cuda)
     step_model = torch.compile(model) if cfg.compile else model
+    precision = read_precision(model, autocast_dtype, device)
 
-    if is_cuda:
-        torch.cuda.reset_peak_memory_stats()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(cuda_device(device))
     X, Y = loader.get_batch()  # first batch before the loop, as nanoGPT
     run_ctx = RunContext(cfg, gcfg, model, (X, Y), {}, device, timer, autocast_dtype,
-                         data_path=data_path)
-    for inst in instruments:
-        inst.start(run_ctx)
+                         data_path=data_path, precision=precision)
+    started, problems = start_instruments(instruments, run_ctx)
 
-    total = cfg.warmup + cfg.steps
     accum = cfg.grad_accum
     tokens = cfg.tokens_per_step
     losses = []
     run_t0 = time.perf_counter()
     for it in range(total):
+        copied = dict(loader.copied)
         timer.start_step()
         for micro in range(accum):
             with timer.phase("forward"):
@@ -192,19 +214,16 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
-        timer.end_step(tokens=tokens, micro_steps=accum)
+        timer.end_step(tokens=tokens, micro_steps=accum,
+                       extra={k: v - copied[k] for k, v in loader.copied.items()} if cuda else None)
         losses.append(loss.detach())
         if on_step is not None:
             on_step(it + 1, total)
     run_wall = time.perf_counter() - run_t0
 
-    records = timer.steps()  # waits for the GPU to finish and resolves CUDA events
-    memory = None
-    if is_cuda:
-        free, total_mem = torch.cuda.mem_get_info()
-        memory = {"peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-                  "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-                  "capacity_bytes": total_mem, "method": "torch.cuda.max_memory_allocated"}
+    # After the measured steps nothing may lose the run: each part that touches the GPU again
+    # is guarded, and a failure is recorded as "not measured: <reason>".
+    records = timer.steps()  # waits for the GPU and reads the CUDA events (never raises)
     warm, measured = records[: cfg.warmup], records[cfg.warmup :]
     run = {
         "mode": "builtin",
@@ -217,25 +236,32 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
         "timing": timing,
         "config": {
             **{k: v for k, v in asdict(cfg).items() if k not in ("n_layer", "n_head", "n_embd", "vocab_size")},
+            "device": device,
             "model_dims": gcfg.to_dict(),
             "param_count": param_count(gcfg),
             "tokens_per_step": tokens,
-            "autocast_dtype": str(autocast_dtype).replace("torch.", "") if autocast_dtype else None,
-            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32) if is_cuda else False,
+            "autocast_dtype": precision["autocast_dtype"],
+            "tf32_matmul": bool(precision.get("tf32_matmul")),
+            "precision": precision,
             "fused_adamw": bool(getattr(optimizer, "defaults", {}).get("fused")),
             "faults": asdict(faults) if (faults.loader.any() or faults.sync_every_micro or faults.eval_every_step) else None,
         },
-        "losses": [float(x) * accum for x in torch.stack(losses).cpu().tolist()] if losses else [],
+        "losses": guarded(lambda: [float(x) * accum for x in torch.stack(losses).cpu().tolist()] if losses else [],
+                          problems, "losses"),
     }
     profile = Profile(run=run, steps=measured, warmup_steps=warm,
                       environment=environment(device), summary=summarize(measured))
-    if memory:
-        profile.measurements["memory"] = memory
+    gpu_report = timer.gpu_report()
+    if gpu_report:
+        profile.measurements["timer"] = gpu_report
+    if cuda:
+        memory = guarded(lambda: memory_stats(device), problems, "memory")
+        if memory:
+            profile.measurements["memory"] = memory
     run_ctx.profile = profile
-    for inst in instruments:
-        section = inst.stop(run_ctx)
-        if section is not None:
-            profile.measurements[inst.name] = section
+    profile.measurements.update(stop_instruments(started, run_ctx))
+    for name, why in problems.items():  # instruments that did not start, parts that failed
+        profile.measurements.setdefault(name, {"not_measured": why})
     return profile
 
 

@@ -28,6 +28,8 @@ from torch.utils.data import Dataset
 from gpuprof.nanogpt_log import EvalLine, IterLine, parse_line
 from gpuprof.errors import GpuprofError
 from gpuprof.measure.hooks import StopScript, TrainingHooks, data_like_name
+from gpuprof.measure.instruments import start_instruments
+from gpuprof.measure.precision import read_precision
 from gpuprof.measure.stacks import StackSampler, is_user_file
 from gpuprof.measure.timer import PhaseTimer
 from gpuprof.profile import Profile
@@ -127,6 +129,7 @@ class _Run:
         self.sampler: StackSampler | None = None
         self.ctx: RunContext | None = None
         self.instruments: list = []
+        self.not_started: dict[str, str] = {}
         self.instrument_errors: list[str] = []
         self.device = "cpu"
         self.config: dict = {}
@@ -169,15 +172,23 @@ class _Run:
         if dev_type and torch.is_autocast_enabled(dev_type):
             autocast = torch.get_autocast_dtype(dev_type)
         self.config["autocast_dtype"] = str(autocast).replace("torch.", "") if autocast else None
+        # What the step really computes in (observed: autocast, the weights' dtype, TF32 as the
+        # script set it) -- the script's `dtype` global is only a claim.
+        try:
+            precision = read_precision(eager, autocast, self.device)
+        except Exception as exc:  # noqa: BLE001 - never end the user's run over a reading
+            precision = {"error": f"{exc.__class__.__name__}: {exc}"}
+        self.config["precision"] = precision
+        self.config["tf32_matmul"] = bool(precision.get("tf32_matmul"))
         self.ctx = RunContext(self.config, gcfg, eager, tuple(args), dict(kwargs), self.device,
-                              self.timer, autocast)
+                              self.timer, autocast, precision=precision)
         if self.instruments_factory is not None:
-            for inst in self.instruments_factory(self.device, self.config.get("data_path")):
-                try:
-                    inst.start(self.ctx)
-                    self.instruments.append(inst)
-                except Exception as exc:  # an instrument must not take the user's run down
-                    self.instrument_errors.append(f"{getattr(inst, 'name', inst)}: start: {exc!r}")
+            try:
+                wanted = list(self.instruments_factory(self.device, self.config.get("data_path")))
+            except Exception as exc:  # noqa: BLE001
+                wanted = []
+                self.instrument_errors.append(f"instruments: {exc!r}")
+            self.instruments, self.not_started = start_instruments(wanted, self.ctx)
         return self.timer
 
     def _sample_label(self):

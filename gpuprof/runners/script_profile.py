@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import statistics
 
+from gpuprof.measure.instruments import stop_instruments
 from gpuprof.profile import Profile, environment, summarize
 
 
@@ -47,16 +48,15 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     profile = Profile(run=run_info, steps=measured, warmup_steps=warm,
                       environment=environment(run.device), summary=summarize(measured))
     profile.measurements["script"] = _script_section(run, attribution)
+    gpu_report = timer.gpu_report()
+    if gpu_report:
+        profile.measurements["timer"] = gpu_report
     if run.ctx is not None:
         run.ctx.profile = profile
-    for inst in run.instruments:
-        try:
-            section = inst.stop(run.ctx)
-        except Exception as exc:
-            run.instrument_errors.append(f"{getattr(inst, 'name', inst)}: stop: {exc!r}")
-            continue
-        if section is not None:
-            profile.measurements[inst.name] = section
+    # Post-run measurements are guarded: a failure is "not measured", never a lost profile.
+    profile.measurements.update(stop_instruments(run.instruments, run.ctx))
+    for name, why in run.not_started.items():
+        profile.measurements.setdefault(name, {"not_measured": why})
     if run.instrument_errors:
         profile.measurements["script"]["instrument_errors"] = run.instrument_errors
     return profile
