@@ -192,7 +192,9 @@ def environment(device: str | None = None) -> dict:
         "device_name": platform.processor() or platform.machine(),
     }
     if device and str(device).startswith("cuda") and torch.cuda.is_available():
-        idx = torch.device(device).index or 0
+        from gpuprof.measure.cuda import cuda_index
+
+        idx = cuda_index(device)  # "cuda" alone is the current device, not necessarily 0
         env["device_name"] = torch.cuda.get_device_name(idx)
         env["device_memory_bytes"] = torch.cuda.get_device_properties(idx).total_memory
         try:

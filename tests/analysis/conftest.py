@@ -8,13 +8,15 @@ from gpuprof.profile import Profile, summarize
 
 def make_profile(phases: dict, *, n_steps: int = 4, device: str = "cpu", gpu_phases: dict | None = None,
                  config: dict | None = None, measurements: dict | None = None, environment: dict | None = None,
-                 micro_steps: int = 4, tokens: int = 4096, warmup: list | None = None) -> Profile:
+                 micro_steps: int = 4, tokens: int = 4096, warmup: list | None = None,
+                 extra: dict | None = None) -> Profile:
     steps = []
     for i in range(n_steps):
         wall = sum(phases.values())
         gp = dict(gpu_phases) if gpu_phases else None
         steps.append(StepRecord(i, wall, dict(phases), tokens=tokens, micro_steps=micro_steps,
-                                gpu_s=sum(gp.values()) if gp else None, gpu_phases=gp))
+                                gpu_s=sum(gp.values()) if gp else None, gpu_phases=gp,
+                                extra=dict(extra or {})))
     cfg = {"device": device, "batch_size": 8, "block_size": 128, "grad_accum": micro_steps, "dtype": "fp32",
            "compile": False, "pin_memory": True, "tokens_per_step": tokens,
            "model_dims": {"n_layer": 2, "n_head": 4, "n_embd": 128, "vocab_size": 4096, "block_size": 128},

@@ -110,14 +110,33 @@ def test_micro_batch_respects_memory(profile_factory):
 
 
 # ------------------------------------------------------------------ GPU rules
-def test_h2d_pageable(profile_factory):
-    p = profile_factory({"h2d": 0.1, "forward": 0.4, "backward": 0.5}, device="cuda",
-                        config={"pin_memory": False}, gpu_phases={"h2d": 0.1, "forward": 0.4, "backward": 0.5})
+def test_h2d_pageable_saving_comes_from_bytes_and_measured_bandwidths(profile_factory):
+    # 0.3 s of host time "in the copy" is mostly the previous forward (a pageable copy waits for
+    # the GPU queue): the saving is 200 MB × (1/10 − 1/50 GB/s) = 16 ms, not 0.3 s.
+    copies = {"copies": {"pageable_bytes_s": 10e9, "pinned_bytes_s": 50e9}}
+    extra = {"h2d_copies": 8, "h2d_pageable": 8, "h2d_pageable_bytes": 200e6, "h2d_blocking": 8}
+    p = profile_factory({"h2d": 0.3, "forward": 0.4, "backward": 0.5}, device="cuda", extra=extra,
+                        measurements=copies, config={"pin_memory": False},
+                        gpu_phases={"h2d": 0.05, "forward": 0.7, "backward": 0.5})
     (f,) = gpu.h2d_pageable(ctx_of(p))
-    assert f.saving_s == pytest.approx(0.1) and "pin_memory" in f.fix
-    pinned = profile_factory({"h2d": 0.1, "forward": 0.9}, device="cuda", config={"pin_memory": True})
-    assert gpu.h2d_pageable(ctx_of(pinned)) == []
+    assert f.saving_s == pytest.approx(0.016) and f.claims == {"h2d": f.saving_s}
+    assert f.evidence["pageable_bytes_per_step"] == 200e6 and f.config_overrides == {"pin_memory": True}
+    # without the bandwidths: the copies' span on the GPU timeline, an upper bound
+    del p.measurements["copies"]
+    (f,) = gpu.h2d_pageable(ctx_of(p))
+    assert f.saving_s == pytest.approx(0.05) and f.note.startswith("upper bound")
+    # pinned, non-blocking copies: nothing to fix; a CPU run has no copies
+    p_pinned = profile_factory({"h2d": 0.1, "forward": 0.9}, device="cuda",
+                               extra={"h2d_copies": 8, "h2d_bytes": 200e6})
+    assert gpu.h2d_pageable(ctx_of(p_pinned)) == []
     assert gpu.h2d_pageable(ctx_of(profile_factory({"h2d": 0.1, "forward": 0.9}, config={"pin_memory": False}))) == []
+
+
+def test_h2d_pageable_below_one_percent_of_the_step_is_not_reported(profile_factory):
+    copies = {"copies": {"pageable_bytes_s": 10e9, "pinned_bytes_s": 50e9}}
+    p = profile_factory({"h2d": 0.2, "forward": 0.4, "backward": 0.5}, device="cuda", measurements=copies,
+                        extra={"h2d_pageable": 2, "h2d_pageable_bytes": 1e6, "h2d_blocking": 2})
+    assert gpu.h2d_pageable(ctx_of(p)) == []  # 80 µs of a 1.1 s step
 
 
 def test_optimizer_slow_uses_the_bandwidth_floor(profile_factory):
@@ -270,11 +289,12 @@ def test_no_more_workers_advised_without_an_idle_core(profile_factory):
     assert "num_workers" in f.fix
 
 
-def test_h2d_pageable_from_script_hook_counts(profile_factory):
+def test_h2d_pageable_from_script_hook_counts_of_an_older_profile(profile_factory):
     hooks = {"script": {"hooks": {"counts": {"h2d_copies": 8, "h2d_pageable": 8, "h2d_blocking": 8}}}}
     p = profile_factory({"h2d": 0.05, "forward": 0.45, "backward": 0.5}, device="cuda", measurements=hooks)
     p.run["mode"] = "script"
     (f,) = gpu.h2d_pageable(ctx_of(p))
-    assert f.evidence["pageable_copies"] == 8 and f.config_overrides == {}
+    assert f.evidence["pageable_copies_per_step"] == 8 and f.config_overrides == {}
+    assert f.saving_s is None  # no bandwidths, no GPU timeline: not estimated, never the host time
     hooks["script"]["hooks"]["counts"].update(h2d_pageable=0, h2d_blocking=0)
     assert gpu.h2d_pageable(ctx_of(p)) == []

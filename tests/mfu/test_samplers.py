@@ -167,7 +167,7 @@ def test_host_sampler_real_psutil_short_run(tmp_path):
     smp = HostSampler(interval_s=0.01, data_path=str(data))
     ctx = _ctx(device="cpu", timer=timer)
     smp.start(ctx)
-    t_end = time.perf_counter() + 0.4  # long enough for samples on a loaded 2-core machine
+    t_end = time.perf_counter() + 0.8  # long enough for samples on a loaded 2-core machine
     timer.start_step()
     while time.perf_counter() < t_end:
         with timer.phase("forward"):

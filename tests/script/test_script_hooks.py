@@ -378,3 +378,32 @@ def test_activation_checkpoint_recompute_is_backward():
         hooks.remove()
     steps = hooks.timer.steps()
     assert [s.extra["forwards"] for s in steps] == [2, 2]  # emb and head; not the recompute
+
+
+def test_positional_non_blocking_is_read_and_copies_counted_per_step():
+    from gpuprof.measure.hooks import _non_blocking
+
+    x = torch.zeros(4, dtype=torch.int64)
+    assert _non_blocking("cuda", (0, True), {}) and not _non_blocking("cuda", (0,), {})
+    assert _non_blocking("to", ("cuda", torch.int64, True), {})
+    assert _non_blocking("to", (torch.int64, True), {}) and _non_blocking("to", (x, True), {})
+    assert not _non_blocking("to", ("cuda",), {}) and _non_blocking("to", ("cuda",), {"non_blocking": True})
+
+    model, opt, hooks, _ = _setup()
+    hooks.install()
+    try:
+        xb, yb = _batch()
+        model(xb, yb).backward()  # starts the run
+        # the real Tensor.cuda needs a GPU: wrap a stand-in with the same signature
+        cuda = hooks._wrap_copy(lambda t, *a, **k: t, "cuda")
+        to = hooks._wrap_copy(lambda t, *a, **k: t, "to")
+        cuda(x, 0, True)  # x.cuda(0, True): non_blocking, but from pageable memory
+        to(x, "cuda", torch.int64, True)
+        cuda(x, 0)  # blocking
+        opt.step()
+    finally:
+        hooks.remove()
+    (step,) = hooks.timer.steps()
+    assert step.extra["h2d_copies"] == 3 and step.extra["h2d_blocking"] == 1
+    assert step.extra["h2d_pageable"] == 3 and step.extra["h2d_pageable_bytes"] == 3 * 32
+    assert hooks.counts["h2d_blocking"] == 1

@@ -241,3 +241,17 @@ def test_unwrappable_loader_is_found_by_the_sampler():
     assert attribution["other_samples_in_data_functions"] > 0
     truth = delay / statistics.mean(s.wall_s for s in p.steps)
     assert abs(p.summary["phases"]["data"]["share"] - truth) <= 0.10
+
+
+def test_precision_is_observed_not_taken_from_the_dtype_global(data_dir, tmp_path):
+    # nanoGPT on a CPU: dtype = 'bfloat16' is a global, but its ctx is nullcontext (fp32 math).
+    from gpuprof.analysis.mfu import compute_mfu
+
+    run = run_script(NANOGPT, _args(data_dir, tmp_path, "--dtype=bfloat16", "--n_layer=1"), steps=2,
+                     warmup=1, stdout=io.StringIO())
+    cfg = run.profile.run["config"]
+    assert cfg["dtype"] == "bf16"  # the claim, kept as the script's setting
+    prec = cfg["precision"]
+    assert prec["compute_dtype"] == "fp32" and prec["autocast_dtype"] is None
+    assert prec["param_dtype"] == "float32"
+    assert compute_mfu(run.profile)["dtype"] == "fp32"

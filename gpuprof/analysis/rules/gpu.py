@@ -11,31 +11,64 @@ OPTIMIZER_MIN_SHARE = 0.10
 ADAMW_BYTES_PER_PARAM = 28
 
 
+def _per_step(ctx: Context, key: str) -> float:
+    """Mean per measured step of a count the runner kept in each step's extra (copies, bytes)."""
+    steps = ctx.profile.steps
+    return sum(float((s.extra or {}).get(key, 0)) for s in steps) / len(steps) if steps else 0.0
+
+
 def h2d_pageable(ctx: Context) -> list[Finding]:
-    """Host-to-device copies from pageable memory, or blocking copies."""
+    """Host-to-device copies from pageable memory, or blocking copies.
+
+    The saving is never the host time such a copy blocks: a pageable `x.to("cuda")` first waits
+    for all queued GPU work (memcpy-and-sync), so that time is mostly the previous forward. It is
+    the copied bytes per step × (1/pageable − 1/pinned bandwidth), both measured after the run
+    (measurements.copies); without them, the copies' span on the GPU timeline, an upper bound."""
     if not on_cuda(ctx):
         return []
     total = step_s(ctx)
-    h2d_host = ctx.summary.get("phases", {}).get("h2d", {}).get("host_seconds", 0.0)
+    pageable_bytes = _per_step(ctx, "h2d_pageable_bytes")
+    pageable = _per_step(ctx, "h2d_pageable")
+    blocking = _per_step(ctx, "h2d_blocking")
     counts = ((ctx.profile.measurements.get("script") or {}).get("hooks") or {}).get("counts") or {}
-    copies = {"count": counts["h2d_copies"], "pageable": counts.get("h2d_pageable", 0),
-              "blocking": counts.get("h2d_blocking", 0)} if counts.get("h2d_copies") else {}
-    pageable = copies.get("pageable", 0) if copies else (0 if ctx.config.get("pin_memory", True) else 1)
-    blocking = copies.get("blocking", 0)
-    if not (pageable or blocking) or not total or h2d_host / total < 0.01:
+    if not any(s.extra for s in ctx.profile.steps):  # a profile from before per-step counts
+        pageable = counts.get("h2d_pageable", 0) if counts.get("h2d_copies") else (
+            0 if ctx.config.get("pin_memory", True) else 1)
+        blocking = counts.get("h2d_blocking", 0)
+    if not (pageable or blocking) or not total:
         return []
-    ev = {"h2d_host_s": h2d_host, "share": h2d_host / total}
-    if copies:
-        ev.update({"pageable_copies": pageable, "blocking_copies": blocking, "copies": copies.get("count")})
+    phases = ctx.summary.get("phases", {}).get("h2d", {})
+    h2d_gpu = phases.get("gpu_seconds") if ctx.summary.get("timeline") == "gpu" else None
+    bw = ctx.profile.measurements.get("copies") or {}
+    ev = {"pageable_copies_per_step": pageable, "blocking_copies_per_step": blocking,
+          "pageable_bytes_per_step": pageable_bytes, "h2d_host_s": phases.get("host_seconds", 0.0)}
+    if bw.get("pageable_bytes_s") and bw.get("pinned_bytes_s") and pageable_bytes:
+        saving = pageable_bytes * max(1 / bw["pageable_bytes_s"] - 1 / bw["pinned_bytes_s"], 0.0)
+        ev.update(pageable_gb_s=bw["pageable_bytes_s"] / 1e9, pinned_gb_s=bw["pinned_bytes_s"] / 1e9)
+        note = ("estimate: bytes per step × (1/pageable − 1/pinned bandwidth), both measured after the "
+                "run; the host also stops blocking on the GPU queue at every copy, which is not counted")
+    elif h2d_gpu:
+        saving = h2d_gpu if pageable_bytes else None
+        ev["h2d_gpu_s"] = h2d_gpu
+        note = ("upper bound: the copies' whole span on the GPU timeline (pageable and pinned "
+                "bandwidth not measured)") if saving is not None else "not estimated: no pageable bytes"
     else:
-        ev["pin_memory"] = ctx.config.get("pin_memory")
+        saving = None
+        note = "not estimated: copy bandwidths and the GPU timeline were not measured"
+    share = saving / total if saving is not None else None
+    if share is not None and share < 0.01:
+        return []
+    if share is None and phases.get("host_seconds", 0.0) / total < 0.01:
+        return []
+    what = (f"{pageable:.0f} pageable copies per step ({pageable_bytes / 1e6:.1f} MB)" if pageable
+            else f"{blocking:.0f} blocking copies per step")
     return [Finding(
         id="h2d-pageable",
-        title=f"host-to-device copies block the host {h2d_host / total:.0%} of the step (pageable memory)",
-        saving_s=h2d_host, saving_share=h2d_host / total, evidence=ev, confidence="medium",
+        title=f"host-to-device copies from pageable memory: {what}",
+        saving_s=saving, saving_share=share, evidence=ev, confidence="medium",
         fix="x.pin_memory().to(device, non_blocking=True) (DataLoader: pin_memory=True)",
-        note="a pinned, non_blocking copy returns at once and overlaps compute; the saving is the host time spent copying",
-        claims={"h2d": h2d_host},
+        note=note,
+        claims={"h2d": saving} if saving else {},
         config_overrides={"pin_memory": True} if mode(ctx) == "builtin" else {},
     )]
 
@@ -74,9 +107,15 @@ def no_tensor_cores(ctx: Context) -> list[Finding]:
     """fp32 math without TF32 or autocast on a GPU with tensor cores."""
     if not on_cuda(ctx):
         return []
-    dtype = (ctx.config.get("dtype") or "").lower()
-    if dtype not in ("fp32", "float32") or ctx.config.get("tf32_matmul") or ctx.config.get("autocast_dtype"):
-        return []
+    prec = ctx.config.get("precision") or {}
+    if prec.get("compute_dtype"):  # what the run was observed to compute in
+        if prec["compute_dtype"] != "fp32":
+            return []
+        dtype = "fp32"
+    else:
+        dtype = (ctx.config.get("dtype") or "").lower()
+        if dtype not in ("fp32", "float32") or ctx.config.get("tf32_matmul") or ctx.config.get("autocast_dtype"):
+            return []
     spec = ctx.gpu
     if spec is None or not getattr(spec, "tensor_cores", True) or not spec.bf16:
         return []
