@@ -60,7 +60,10 @@ def count_flops(model, args: tuple = (), kwargs: dict | None = None, *, autocast
     eager = getattr(model, "_orig_mod", model)
     device_type = _device_type(args, kwargs, eager)
     cpu_state = torch.get_rng_state()
-    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    # Only the model's own GPU: get_rng_state_all() would touch (and create a context on) every
+    # GPU, GPU 0 included, for a script that runs on cuda:1.
+    cuda_dev = _cuda_index(args, kwargs, eager)
+    cuda_state = torch.cuda.get_rng_state(cuda_dev) if cuda_dev is not None else None
     t0 = time.perf_counter()
     counter = FlopCounterMode(display=False, custom_mapping=_extra_formulas())
     try:
@@ -70,8 +73,8 @@ def count_flops(model, args: tuple = (), kwargs: dict | None = None, *, autocast
             eager(*args, **kwargs)
     finally:
         torch.set_rng_state(cpu_state)
-        if cuda_states is not None:
-            torch.cuda.set_rng_state_all(cuda_states)
+        if cuda_state is not None:
+            torch.cuda.set_rng_state(cuda_state, cuda_dev)
     forward = float(counter.get_total_flops())
     by_op = {str(k): float(v) for k, v in counter.get_flop_counts().get("Global", {}).items()}
     return {
@@ -163,6 +166,16 @@ def _device_type(args, kwargs, model) -> str:
     for p in model.parameters():
         return p.device.type
     return "cpu"
+
+
+def _cuda_index(args, kwargs, model) -> int | None:
+    """Index of the CUDA device the model's inputs (else parameters) are on; None off CUDA."""
+    import torch
+
+    for a in [*args, *kwargs.values(), *model.parameters()]:
+        if isinstance(a, torch.Tensor):
+            return a.device.index if a.is_cuda else None
+    return None
 
 
 def _extra_formulas() -> dict:

@@ -295,7 +295,17 @@ class FakeCuda:
         pass
 
     def get_rng_state_all(self):
-        return []
+        for i in range(self.n):  # torch reads every device's generator
+            self._touch(i)
+        return [torch.ByteTensor(16) for _ in range(self.n)]
+
+    def get_rng_state(self, device="cuda"):
+        idx = self._index(device if not isinstance(device, str) or ":" in device else None, optional=True)
+        self._touch(idx)
+        return torch.ByteTensor(16)
+
+    def set_rng_state(self, new_state, device="cuda") -> None:
+        self._touch(self._index(device if not isinstance(device, str) or ":" in device else None, optional=True))
 
     def set_rng_state_all(self, states) -> None:
         pass
@@ -306,6 +316,7 @@ class FakeCuda:
              "is_bf16_supported", "get_sync_debug_mode", "set_sync_debug_mode", "mem_get_info",
              "max_memory_allocated", "max_memory_reserved", "memory_allocated",
              "reset_peak_memory_stats", "empty_cache", "get_rng_state_all", "set_rng_state_all",
+             "get_rng_state", "set_rng_state",
              "Event")
 
     def install(self, monkeypatch) -> "FakeCuda":
