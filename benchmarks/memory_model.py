@@ -31,7 +31,7 @@ import torch  # noqa: E402
 
 from gpuprof.recommend.memory import estimate_memory  # noqa: E402
 from gpuprof.recommend.probe import measured_peak, measured_rss_peak  # noqa: E402
-from gpuprof.runners.gpt import GPTConfig, preset_config  # noqa: E402
+from gpuprof.dims import GPTConfig, preset_config  # noqa: E402
 
 
 def small(L, d, H, V, T):

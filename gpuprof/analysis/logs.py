@@ -69,7 +69,7 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
 
     from gpuprof.analysis.mfu import BEST_ACHIEVABLE_MFU, EXPECTED_MFU, NANOGPT_A100_TFLOPS
     from gpuprof.hardware import find_gpu, peak_for
-    from gpuprof.measure.flops import (GPT2_SIZES, attention_flops_per_token, gpt_flops_per_token,
+    from gpuprof.dims import (GPT2_SIZES, attention_flops_per_token, gpt_flops_per_token,
                                        gpt_param_count)
 
     config = dict(config or {})

@@ -10,7 +10,7 @@ a dict, prints nothing.
 from __future__ import annotations
 
 from gpuprof.hardware import find_gpu, normalize_dtype, peak_for
-from gpuprof.measure.flops import gpt_flops_per_token
+from gpuprof.dims import gpt_flops_per_token
 
 NANOGPT_A100_TFLOPS = 312.0  # nanoGPT's estimate_mfu `flops_promised`, whatever the GPU
 EXPECTED_MFU = (0.4, 0.6)  # what a well-tuned GPT step reaches (llm.c: ~40-46% on H100)

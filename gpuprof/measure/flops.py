@@ -7,7 +7,7 @@ not see inside compiled graphs), training = 3 × forward (backward = 2 × forwar
 once after the measured steps, under no_grad, with the RNG state saved and restored, so it
 changes neither the measured steps nor the model's gradients or random stream.
 
-The analytic helpers are pure (no torch import) so analysis code can use them.
+The analytic formula lives in gpuprof/dims.py (pure), where analysis code can use it.
 """
 
 from __future__ import annotations
@@ -15,37 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-# Published GPT-2 shapes (Radford et al. 2019, as in nanoGPT's from_pretrained): used to name the
-# model size a FLOP count implies. vocab 50304 = 50257 padded to a multiple of 64, as nanoGPT.
-GPT2_SIZES: dict[str, dict] = {
-    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304),
-    "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024, vocab_size=50304),
-    "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280, vocab_size=50304),
-    "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600, vocab_size=50304),
-}
-
-# Backward costs two forwards (grad wrt inputs + grad wrt weights): training = 3 × forward.
-TRAIN_OVER_FORWARD = 3
-
-
-def gpt_param_count(n_layer: int, n_embd: int, vocab_size: int, bias: bool = True, **_) -> int:
-    """nanoGPT GPT parameters without position embeddings (head tied to wte)."""
-    d, b = n_embd, (1 if bias else 0)
-    per_layer = 2 * (d + b * d) + 3 * d * d + b * 3 * d + d * d + b * d + 4 * d * d + b * 4 * d + 4 * d * d + b * d
-    return vocab_size * d + n_layer * per_layer + (d + b * d)
-
-
-def gpt_flops_per_token(dims: dict, n_params: int | None = None) -> float:
-    """6N + 12·L·H·Q·T for a dict with n_layer, n_head, n_embd, block_size (+ vocab_size, bias
-    when n_params is not given). Q·H = n_embd."""
-    n = n_params if n_params is not None else gpt_param_count(**dims)
-    return 6 * n + 12 * dims["n_layer"] * dims["n_embd"] * dims["block_size"]
-
-
-def attention_flops_per_token(n_layer: int, n_embd: int, block_size: int) -> float:
-    """The 12·L·H·Q·T part of the formula (attention scores and weighted sum, fwd + bwd)."""
-    return 12 * n_layer * n_embd * block_size
-
+from gpuprof.dims import TRAIN_OVER_FORWARD, gpt_flops_per_token
 
 def count_flops(model, args: tuple = (), kwargs: dict | None = None, *, autocast_dtype=None) -> dict:
     """Count one forward of `model(*args, **kwargs)` with FlopCounterMode.

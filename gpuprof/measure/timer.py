@@ -20,65 +20,10 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
-PHASES = ("data", "h2d", "forward", "backward", "optimizer", "other", "eval")
-# Phases that enqueue no GPU work of their own: their GPU span is idle time the host exposed.
-HOST_ONLY_PHASES = ("data", "other")
-
-
-@dataclass
-class StepRecord:
-    """One measured optimizer step."""
-
-    index: int
-    wall_s: float  # host wall time of the step
-    phases: dict[str, float]  # host seconds per phase; sums to wall_s
-    tokens: int = 0
-    micro_steps: int = 0
-    gpu_s: float | None = None  # span of the step on the GPU timeline (CUDA only)
-    gpu_phases: dict[str, float] | None = None  # GPU-timeline seconds per phase; sums to gpu_s
-    start_s: float = 0.0  # host time of the step start, seconds since the timer was created
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def idle_exposed(self) -> dict[str, float] | None:
-        if self.gpu_phases is None:
-            return None
-        return {p: self.gpu_phases.get(p, 0.0) for p in HOST_ONLY_PHASES if p in self.gpu_phases}
-
-    def to_dict(self) -> dict:
-        d = {
-            "index": self.index,
-            "start_s": round(self.start_s, 9),
-            "wall_s": self.wall_s,
-            "tokens": self.tokens,
-            "micro_steps": self.micro_steps,
-            "phases": self.phases,
-            "gpu_s": self.gpu_s,
-            "gpu_phases": self.gpu_phases,
-            "idle_exposed": self.idle_exposed,
-        }
-        if self.extra:
-            d["extra"] = self.extra
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "StepRecord":
-        return cls(
-            index=int(d["index"]),
-            wall_s=float(d["wall_s"]),
-            phases={k: float(v) for k, v in d["phases"].items()},
-            tokens=int(d.get("tokens", 0)),
-            micro_steps=int(d.get("micro_steps", 0)),
-            gpu_s=None if d.get("gpu_s") is None else float(d["gpu_s"]),
-            gpu_phases=None if d.get("gpu_phases") is None
-            else {k: float(v) for k, v in d["gpu_phases"].items()},
-            start_s=float(d.get("start_s", 0.0)),
-            extra=d.get("extra") or {},
-        )
-
+from gpuprof.profile import StepRecord
 
 @dataclass
 class _Pending:

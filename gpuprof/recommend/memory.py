@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from gpuprof.runners.gpt import GPTConfig, param_count
+from gpuprof.dims import GPTConfig, param_count
 
 GIB = 1024**3
 CUDA_CONTEXT_BYTES = 1 * GIB

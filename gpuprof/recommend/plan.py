@@ -23,7 +23,7 @@ from gpuprof.hardware import GpuSpec
 from gpuprof.recommend.memory import DEFAULT_MARGIN, MemoryEstimate, estimate_memory
 from gpuprof.recommend.throughput import ThroughputModel
 from gpuprof.recommend.tokens import is_power_of_two
-from gpuprof.runners.gpt import GPTConfig, flops_per_token
+from gpuprof.dims import GPTConfig, flops_per_token
 
 NEAR_BEST = 0.01  # estimates this close to the fastest count as equally fast
 GB = 1000**3

@@ -23,7 +23,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from gpuprof.recommend.tracker import MemoryTracker
-from gpuprof.runners.gpt import GPT, GPTConfig
+from gpuprof.dims import GPTConfig
+from gpuprof.runners.gpt import GPT
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from gpuprof.errors import GpuprofError
 from gpuprof.hardware import GPUS, GpuSpec, find_gpu
 from gpuprof.recommend.config import read_config
-from gpuprof.runners.gpt import PRESETS, GPTConfig, preset_config, validate_config
+from gpuprof.dims import PRESETS, GPTConfig, preset_config, validate_config
 
 NANOGPT_DEFAULTS = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, bias=False,
                         batch_size=12, gradient_accumulation_steps=40, dtype="bfloat16",
@@ -220,7 +220,7 @@ def throughput_for(inputs: Inputs, target_tokens: int, *, measure: bool = False,
     from gpuprof.recommend.memory import max_batch_that_fits
     from gpuprof.recommend.sweep import GptMicroStep, sweep
     from gpuprof.recommend.throughput import ThroughputModel
-    from gpuprof.runners.gpt import flops_per_token
+    from gpuprof.dims import flops_per_token
 
     notes: list[str] = []
     cfg = inputs.model

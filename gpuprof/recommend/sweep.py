@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from gpuprof.errors import GpuprofError
-from gpuprof.runners.gpt import GPTConfig
+from gpuprof.dims import GPTConfig
 
 
 @dataclass

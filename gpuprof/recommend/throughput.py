@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 
 from gpuprof.errors import GpuprofError
 from gpuprof.hardware import GpuSpec
-from gpuprof.runners.gpt import GPTConfig, flops_per_token, param_count
+from gpuprof.dims import GPTConfig, flops_per_token, param_count
 
 MFU_RANGE = (0.30, 0.40, 0.50)  # low, central, high. llm.c GPT-2 on H100: ≈40-46% (FACTS.md)
 ASSUMED_FIXED_S = 0.001  # per micro-step when nothing was measured: batch fetch + host overhead

@@ -12,7 +12,7 @@ from rich.text import Text
 from gpuprof.recommend.config import flags
 from gpuprof.recommend.plan import Candidate, Recommendation, token_window
 from gpuprof.recommend.tokens import describe_tokens
-from gpuprof.runners.gpt import param_count
+from gpuprof.dims import param_count
 
 GB = 1000**3
 

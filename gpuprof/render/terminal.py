@@ -7,8 +7,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpuprof.analysis.engine import Finding
-from gpuprof.measure.timer import PHASES
+from gpuprof.analysis.findings import Finding
+from gpuprof.profile import PHASES
 from gpuprof.profile import Profile
 from gpuprof.render.format import count, pct, seconds, tokens
 

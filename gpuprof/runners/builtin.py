@@ -23,7 +23,8 @@ from gpuprof.measure.precision import read_precision, tf32_matmul
 from gpuprof.measure.timer import NullTimer, PhaseTimer
 from gpuprof.profile import Profile, environment, summarize
 from gpuprof.runners.data import LoaderFaults, MemmapLoader, generated_dataset
-from gpuprof.runners.gpt import GPT, GPTConfig, param_count, preset_config
+from gpuprof.dims import GPTConfig, param_count, preset_config
+from gpuprof.runners.gpt import GPT
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -4,83 +4,11 @@ blocks, causal self-attention through scaled_dot_product_attention, GELU MLP, we
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from gpuprof.errors import GpuprofError
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
-    vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64, as nanoGPT does
-    block_size: int = 1024
-    dropout: float = 0.0
-    bias: bool = True
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-# Model presets. Dimensions are GPT-2's published ones (as in nanoGPT's from_pretrained);
-# `tiny` is ours: small enough that the default diagnose finishes in seconds on a CPU.
-PRESETS: dict[str, dict] = {
-    "tiny": dict(n_layer=2, n_head=4, n_embd=128, vocab_size=4096),
-    "gpt2": dict(n_layer=12, n_head=12, n_embd=768),
-    "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024),
-    "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280),
-    "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600),
-}
-
-
-def preset_config(name: str, block_size: int = 1024, **overrides) -> GPTConfig:
-    """GPTConfig for a preset name, with explicit dims (non-None overrides) applied on top."""
-    if name not in PRESETS:
-        raise GpuprofError(f"unknown model preset {name!r}; choose one of: {', '.join(PRESETS)}")
-    fields = dict(PRESETS[name])
-    fields.update({k: v for k, v in overrides.items() if v is not None})
-    fields["block_size"] = block_size
-    cfg = GPTConfig(**fields)
-    validate_config(cfg)
-    return cfg
-
-
-def validate_config(cfg: GPTConfig) -> None:
-    for key in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
-        if getattr(cfg, key) <= 0:
-            raise GpuprofError(f"{key} must be positive, got {getattr(cfg, key)}")
-    if cfg.n_embd % cfg.n_head:
-        raise GpuprofError(f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head})")
-
-
-def param_count(cfg: GPTConfig, non_embedding: bool = True) -> int:
-    """Parameter count from dimensions (matches GPT.num_params; the head is tied to wte).
-
-    non_embedding=True leaves out the position embeddings, as nanoGPT's estimate_mfu does."""
-    d, L, V, T = cfg.n_embd, cfg.n_layer, cfg.vocab_size, cfg.block_size
-    b = 1 if cfg.bias else 0
-    per_layer = (
-        2 * (d + b * d)  # ln_1, ln_2
-        + d * 3 * d + b * 3 * d  # c_attn
-        + d * d + b * d  # attn c_proj
-        + d * 4 * d + b * 4 * d  # mlp c_fc
-        + 4 * d * d + b * d  # mlp c_proj
-    )
-    n = V * d + L * per_layer + (d + b * d)  # wte + blocks + ln_f
-    if not non_embedding:
-        n += T * d
-    return n
-
-
-def flops_per_token(cfg: GPTConfig) -> int:
-    """nanoGPT/PaLM analytic training FLOPs per token: 6N + 12·L·H·Q·T (N without wpe)."""
-    q = cfg.n_embd // cfg.n_head
-    return 6 * param_count(cfg) + 12 * cfg.n_layer * cfg.n_head * q * cfg.block_size
+from gpuprof.dims import GPTConfig, validate_config
 
 
 class LayerNorm(nn.Module):

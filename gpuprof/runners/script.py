@@ -353,7 +353,7 @@ def _gpt_config(cfg: dict):
     dims = cfg.get("model_dims") or {}
     if not all(isinstance(dims.get(d), int) for d in DIMS):
         return None
-    from gpuprof.runners.gpt import GPTConfig
+    from gpuprof.dims import GPTConfig
 
     return GPTConfig(**{d: dims[d] for d in DIMS})
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuprof.measure.timer import StepRecord
+from gpuprof.profile import StepRecord
 from gpuprof.profile import Profile, summarize
 
 

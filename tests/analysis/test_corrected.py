@@ -5,7 +5,7 @@ import runpy
 import pytest
 
 from gpuprof.analysis.corrected import merge
-from gpuprof.analysis.engine import Finding
+from gpuprof.analysis.findings import Finding
 from gpuprof.errors import GpuprofError
 from gpuprof.recommend.config import write_config
 

@@ -6,10 +6,11 @@ import types
 import pytest
 from fakes.nvml import FakeNvml
 
-from gpuprof.analysis.engine import Context
+from gpuprof.analysis.findings import Context
 from gpuprof.analysis.rules import machine
 from gpuprof.measure.nvml import NvmlSampler
-from gpuprof.measure.timer import PhaseTimer, StepRecord
+from gpuprof.measure.timer import PhaseTimer
+from gpuprof.profile import StepRecord
 
 PHASES = {"forward": 0.3, "backward": 0.6, "optimizer": 0.1}
 

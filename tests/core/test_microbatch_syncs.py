@@ -9,7 +9,8 @@ import torch
 from gpuprof.measure.microbatch import _settled, _sizes, fit_line, measure_curve
 from gpuprof.measure.syncs import SyncCounter
 from gpuprof.measure.timer import PhaseTimer
-from gpuprof.runners.gpt import GPT, GPTConfig
+from gpuprof.dims import GPTConfig
+from gpuprof.runners.gpt import GPT
 
 
 def test_fit_line_recovers_fixed_and_per_sample_cost_despite_one_outlier():

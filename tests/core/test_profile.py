@@ -6,7 +6,7 @@ import pytest
 
 from gpuprof import profile as P
 from gpuprof.errors import GpuprofError
-from gpuprof.measure.timer import StepRecord
+from gpuprof.profile import StepRecord
 
 
 def _steps():

@@ -5,11 +5,12 @@ import types
 import pytest
 import torch
 
-from gpuprof.measure.flops import (GPT2_SIZES, FlopsInstrument, count_flops, gpt_flops_per_token,
-                                   gpt_param_count)
+from gpuprof.dims import (GPT2_SIZES, PRESETS, GPTConfig, flops_per_token, gpt_flops_per_token,
+                          gpt_param_count, param_count, preset_config)
+from gpuprof.measure.flops import FlopsInstrument, count_flops
 from gpuprof.measure.timer import PhaseTimer
 from gpuprof.runners.builtin import RunContext
-from gpuprof.runners.gpt import GPT, PRESETS, GPTConfig, flops_per_token, param_count, preset_config
+from gpuprof.runners.gpt import GPT
 
 
 @pytest.fixture(scope="module")

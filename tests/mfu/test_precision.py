@@ -5,11 +5,11 @@ ceiling probe always in that one dtype."""
 import pytest
 import torch
 
-from gpuprof.analysis.engine import Context
+from gpuprof.analysis.findings import Context
 from gpuprof.analysis.mfu import compute_mfu
 from gpuprof.analysis.rules import gpu
 from gpuprof.measure.precision import matmul_tf32_state, read_precision
-from gpuprof.measure.timer import StepRecord
+from gpuprof.profile import StepRecord
 from gpuprof.profile import Profile, summarize
 
 

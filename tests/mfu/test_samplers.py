@@ -10,7 +10,8 @@ from fakes.nvml import FakeNvml
 
 from gpuprof.measure.samplers import (HostSampler, NvmlSampler, PhaseLookup, _SamplerThread, decode_throttle,
                                       disk_for_path, per_phase, resolve_nvml_handle)
-from gpuprof.measure.timer import PhaseTimer, StepRecord
+from gpuprof.measure.timer import PhaseTimer
+from gpuprof.profile import StepRecord
 
 
 def _live(fake: FakeNvml) -> FakeNvml:

@@ -8,7 +8,7 @@ import torch
 from gpuprof.recommend.memory import estimate_memory, max_batch_that_fits
 from gpuprof.recommend.probe import measured_peak
 from gpuprof.recommend.tracker import MemoryTracker
-from gpuprof.runners.gpt import GPTConfig, param_count, preset_config
+from gpuprof.dims import GPTConfig, param_count, preset_config
 
 
 SMALL = GPTConfig(n_layer=2, n_head=2, n_embd=64, vocab_size=512, block_size=64)

@@ -6,7 +6,7 @@ from gpuprof.errors import GpuprofError
 from gpuprof.hardware import find_gpu
 from gpuprof.recommend.plan import recommend, token_window
 from gpuprof.recommend.throughput import ThroughputModel
-from gpuprof.runners.gpt import preset_config
+from gpuprof.dims import preset_config
 
 H200 = find_gpu("h200")
 GPT2 = preset_config("gpt2", block_size=1024)

@@ -10,7 +10,7 @@ from gpuprof.hardware import find_gpu
 from gpuprof.profile import load
 from gpuprof.recommend.sweep import OutOfMemory, sweep
 from gpuprof.recommend.throughput import ThroughputModel
-from gpuprof.runners.gpt import preset_config
+from gpuprof.dims import preset_config
 
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")

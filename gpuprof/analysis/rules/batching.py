@@ -3,7 +3,7 @@ the measured efficiency curve says they run faster."""
 
 from __future__ import annotations
 
-from gpuprof.analysis.engine import Context, Finding
+from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, on_cuda, step_s
 
 FIXED_SHARE_MIN = 0.10  # fixed per-micro-step cost worth acting on
@@ -11,7 +11,7 @@ HEADROOM_MAX_USED = 0.5
 
 
 def _gpt_config(ctx: Context):
-    from gpuprof.runners.gpt import GPTConfig
+    from gpuprof.dims import GPTConfig
 
     dims = ctx.config.get("model_dims")
     if not dims:

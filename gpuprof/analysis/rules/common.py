@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuprof.analysis.engine import Context
+from gpuprof.analysis.findings import Context
 
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuprof.analysis.engine import Context, Finding
+from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
 
 OPTIMIZER_MIN_SHARE = 0.10

@@ -3,7 +3,7 @@ gpuprof, so findings come from the log's own numbers and the stated formulas."""
 
 from __future__ import annotations
 
-from gpuprof.analysis.engine import Finding
+from gpuprof.analysis.findings import Finding
 
 
 def log_findings(result: dict) -> list[Finding]:

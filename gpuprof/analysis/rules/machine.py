@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuprof.analysis.engine import Context, Finding
+from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import COMPUTE_PHASES, on_cuda, step_s
 
 CPU_SATURATED = 0.90

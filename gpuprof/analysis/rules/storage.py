@@ -6,7 +6,7 @@ cache for a file that does not fit in RAM while the step waits for data."""
 
 from __future__ import annotations
 
-from gpuprof.analysis.engine import Context, Finding
+from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import exposed_s, step_s
 
 DATA_EXPOSED_MIN_SHARE = 0.05

@@ -1,0 +1,58 @@
+"""The units of analysis: a Finding (one rule's conclusion, with its evidence and saving) and the
+Context a rule reads. Rules and the engine both import this module; neither imports the other's
+internals."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from gpuprof.profile import Profile
+
+
+@dataclass
+class Finding:
+    id: str  # stable identifier, part of the JSON contract
+    title: str
+    saving_s: float | None  # estimated seconds saved per optimizer step (None: cannot estimate)
+    saving_share: float | None  # saving_s / step_s
+    evidence: dict  # the numbers the rule used, from this run
+    confidence: str = "medium"  # high | medium | low
+    fix: str = ""  # the concrete change
+    config_overrides: dict = field(default_factory=dict)  # nanoGPT config keys when a config fix
+    kind: str = "fix"  # fix | correction (a wrong figure, not time) | verdict | info
+    note: str = ""  # e.g. why the saving cannot be estimated, or the constraint on the fix
+    # Seconds per step of each phase this finding's saving comes out of. The engine caps
+    # overlapping claims so that two findings never save the same interval twice.
+    claims: dict = field(default_factory=dict)
+    overlaps: list = field(default_factory=list)  # ids of higher-ranked findings sharing an interval
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Context:
+    """Everything a rule may read. Optional parts are None when not measured."""
+
+    profile: Profile
+    disk: dict | None = None  # a bench-disk result
+    mfu: dict | None = None  # analysis.mfu result
+    gpu: object | None = None  # hardware.GpuSpec
+
+    @property
+    def summary(self) -> dict:
+        return self.profile.summary
+
+    @property
+    def config(self) -> dict:
+        return self.profile.run.get("config", {})
+
+    def share(self, phase: str) -> float:
+        return self.summary.get("phases", {}).get(phase, {}).get("share", 0.0)
+
+    def seconds(self, phase: str) -> float:
+        return self.summary.get("phases", {}).get(phase, {}).get("seconds", 0.0)
+
+
+Rule = Callable[[Context], list[Finding]]

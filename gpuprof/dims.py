@@ -1,0 +1,113 @@
+"""Model dimensions: the vocabulary every layer shares (runners build models from it, analysis
+and recommend compute with it, renderers print it). Pure: no torch.
+
+GPTConfig and the presets; the parameter count and the nanoGPT/PaLM analytic FLOP formula
+(6·N + 12·L·H·Q·T training FLOPs per token, N without position embeddings), for a GPTConfig or a
+plain dict of dims (profiles store dims as dicts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from gpuprof.errors import GpuprofError
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64, as nanoGPT does
+    block_size: int = 1024
+    dropout: float = 0.0
+    bias: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Model presets. Dimensions are GPT-2's published ones (as in nanoGPT's from_pretrained);
+# `tiny` is ours: small enough that the default diagnose finishes in seconds on a CPU.
+PRESETS: dict[str, dict] = {
+    "tiny": dict(n_layer=2, n_head=4, n_embd=128, vocab_size=4096),
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768),
+    "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024),
+    "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280),
+    "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600),
+}
+
+
+def preset_config(name: str, block_size: int = 1024, **overrides) -> GPTConfig:
+    """GPTConfig for a preset name, with explicit dims (non-None overrides) applied on top."""
+    if name not in PRESETS:
+        raise GpuprofError(f"unknown model preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    fields = dict(PRESETS[name])
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    fields["block_size"] = block_size
+    cfg = GPTConfig(**fields)
+    validate_config(cfg)
+    return cfg
+
+
+def validate_config(cfg: GPTConfig) -> None:
+    for key in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
+        if getattr(cfg, key) <= 0:
+            raise GpuprofError(f"{key} must be positive, got {getattr(cfg, key)}")
+    if cfg.n_embd % cfg.n_head:
+        raise GpuprofError(f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head})")
+
+
+def param_count(cfg: GPTConfig, non_embedding: bool = True) -> int:
+    """Parameter count from dimensions (matches GPT.num_params; the head is tied to wte).
+
+    non_embedding=True leaves out the position embeddings, as nanoGPT's estimate_mfu does."""
+    d, L, V, T = cfg.n_embd, cfg.n_layer, cfg.vocab_size, cfg.block_size
+    b = 1 if cfg.bias else 0
+    per_layer = (
+        2 * (d + b * d)  # ln_1, ln_2
+        + d * 3 * d + b * 3 * d  # c_attn
+        + d * d + b * d  # attn c_proj
+        + d * 4 * d + b * 4 * d  # mlp c_fc
+        + 4 * d * d + b * d  # mlp c_proj
+    )
+    n = V * d + L * per_layer + (d + b * d)  # wte + blocks + ln_f
+    if not non_embedding:
+        n += T * d
+    return n
+
+
+def flops_per_token(cfg: GPTConfig) -> int:
+    """nanoGPT/PaLM analytic training FLOPs per token: 6N + 12·L·H·Q·T (N without wpe)."""
+    q = cfg.n_embd // cfg.n_head
+    return 6 * param_count(cfg) + 12 * cfg.n_layer * cfg.n_head * q * cfg.block_size
+
+
+# Published GPT-2 shapes (Radford et al. 2019, as in nanoGPT's from_pretrained): used to name the
+# model size a FLOP count implies. vocab 50304 = 50257 padded to a multiple of 64, as nanoGPT.
+GPT2_SIZES: dict[str, dict] = {
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304),
+    "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024, vocab_size=50304),
+    "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280, vocab_size=50304),
+    "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600, vocab_size=50304),
+}
+
+# Backward costs two forwards (grad wrt inputs + grad wrt weights): training = 3 × forward.
+TRAIN_OVER_FORWARD = 3
+
+
+def gpt_param_count(n_layer: int, n_embd: int, vocab_size: int, bias: bool = True, **_) -> int:
+    """param_count for dims given as a dict: nanoGPT GPT parameters without position embeddings."""
+    return param_count(GPTConfig(n_layer=n_layer, n_head=1, n_embd=n_embd, vocab_size=vocab_size, bias=bias))
+
+
+def gpt_flops_per_token(dims: dict, n_params: int | None = None) -> float:
+    """6N + 12·L·H·Q·T for a dict with n_layer, n_head, n_embd, block_size (+ vocab_size, bias
+    when n_params is not given). Q·H = n_embd."""
+    n = n_params if n_params is not None else gpt_param_count(**dims)
+    return 6 * n + 12 * dims["n_layer"] * dims["n_embd"] * dims["block_size"]
+
+
+def attention_flops_per_token(n_layer: int, n_embd: int, block_size: int) -> float:
+    """The 12·L·H·Q·T part of the formula (attention scores and weighted sum, fwd + bwd)."""
+    return 12 * n_layer * n_embd * block_size

@@ -1,0 +1,398 @@
+"""benchmarks/gpu_check.py: the no-GPU line, the CPU smoke run, the verdicts on synthetic profiles,
+every check's CUDA path driven by canned subprocess results, and the scripts it runs."""
+
+import copy
+import importlib.util
+import io
+import os
+import runpy
+import subprocess
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+
+_spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+gc = importlib.util.module_from_spec(_spec)
+sys.modules["gpu_check"] = gc  # dataclasses look their module up while the class is built
+_spec.loader.exec_module(gc)
+
+H200_UUID = "58ee5ad7-1c5e-4f5b-9a2b-0c1d2e3f4a5b"
+
+
+def _run(args, tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), PYTHONPATH=str(REPO))
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=240)
+
+
+# ------------------------------------------------------------------------- the command itself
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_without_cuda_it_says_what_it_needs_and_writes_nothing(tmp_path):
+    before = sorted((REPO / "docs" / "measurements").iterdir())
+    r = _run([], tmp_path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1 and "needs a CUDA GPU" in lines[0]
+    assert all(name in lines[0] for name in ("default-diagnose", "sync-counts", "event-overhead"))
+    assert sorted((REPO / "docs" / "measurements").iterdir()) == before
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_cpu_smoke_writes_one_report_and_leaves_no_temp_files(tmp_path):
+    repo_before = sorted(p.name for p in REPO.iterdir())
+    reports = tmp_path / "reports"
+    r = _run(["--cpu-smoke", "--report-dir", str(reports)], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    written = list(reports.iterdir())
+    assert len(written) == 1 and written[0].name.endswith("-cpu-smoke.md")
+    text = written[0].read_text()
+    names = [s.name for s in gc.CHECKS]
+    status = {}
+    for line in r.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word in ("PASS", "FAIL", "SKIP"):
+            status[rest.split(":")[0]] = word
+    assert sorted(status) == sorted(names)
+    # what a CPU can show runs and passes; the rest says why it was skipped
+    assert {n for n, s in status.items() if s == "PASS"} == {"default-diagnose", "nanogpt-data-delay", "event-overhead"}
+    for name in names:
+        assert f"| {name} | {status[name]} |" in text
+    assert "SKIP nvml: needs CUDA" in r.stdout
+    assert "python -m gpuprof diagnose" in text and "$TMP/default.json" in text  # the commands, tmp named
+    assert "injected: truth" in text and "not measured (" in text  # figures, absent ones said so
+    assert list((tmp_path / "tmp").iterdir()) == []  # its temp folder (profiles, tokens, caches) is gone
+    assert sorted(p.name for p in REPO.iterdir()) == repo_before  # no fixture out/ dir in the checkout
+
+
+def test_only_rejects_unknown_names_and_adds_what_nvml_reads():
+    with pytest.raises(SystemExit) as exc, redirect_stdout(io.StringIO()):
+        gc.parse_args(["--only", "nvml,bogus"])
+    assert exc.value.code == 2
+    assert gc.parse_args(["--only", "nvml"]).selected == ["default-diagnose", "nvml"]
+    assert gc.parse_args(["--only", "compiled, sync-counts"]).selected == ["sync-counts", "compiled"]
+
+
+# --------------------------------------------------------------------------------- report naming
+def test_report_name_is_date_and_gpu_slug():
+    assert gc.slugify("NVIDIA H200") == "nvidia-h200"
+    assert gc.slugify("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert gc.slugify(None) == "unknown-gpu"
+    assert gc.report_path(Path("d"), "2026-12-01", "NVIDIA H200") == Path("d/2026-12-01-nvidia-h200.md")
+
+
+def test_existing_report_is_never_overwritten(tmp_path):
+    paths = [gc.write_report(tmp_path, "2026-12-01", "NVIDIA H200", f"run {i}\n") for i in range(3)]
+    assert [p.name for p in paths] == ["2026-12-01-nvidia-h200.md", "2026-12-01-nvidia-h200-2.md",
+                                       "2026-12-01-nvidia-h200-3.md"]
+    assert [p.read_text() for p in paths] == ["run 0\n", "run 1\n", "run 2\n"]
+
+
+# ------------------------------------------------------------------------------ the data truth
+FIXTURE_OUTPUT = """step 0: train loss 5.6791, val loss 5.6863
+iter 0: loss 5.7329, time 230.01ms, mfu -100.00%, slept 181.02ms
+iter 1: loss 5.6803, time 100.00ms, mfu -100.00%, slept 80.00ms
+gpuprof: a line of its own in between
+iter 2: loss 5.7025, time 120.00ms, mfu -100.00%, slept 82.00ms
+"""
+
+
+def test_data_share_truth_is_slept_over_iteration_time_of_measured_steps():
+    t = gc.data_share_truth(FIXTURE_OUTPUT, [1, 2, 3])  # step 3 was stopped before its line
+    assert t["lines"] == 2
+    assert t["truth"] == pytest.approx((80 + 82) / (100 + 120))
+    assert t["slept_ms_per_iter"] == pytest.approx(81) and t["time_ms_per_iter"] == pytest.approx(110)
+    assert gc.data_share_truth("iter 1: loss 1.0, time 5.00ms, mfu -100.00%\n", [1]) is None  # no slept
+
+
+def test_data_share_verdict():
+    truth = gc.data_share_truth(FIXTURE_OUTPUT, [1, 2])
+    p = {"summary": {"phases": {"data": {"share": truth["truth"] + 0.04}}}}
+    ok, why = gc.judge_data_share(p, truth)
+    assert ok and "+4.0 points" in why
+    p["summary"]["phases"]["data"]["share"] = truth["truth"] - 0.06
+    assert gc.judge_data_share(p, truth)[0] is False
+    ok, why = gc.judge_data_share({"summary": {"phases": {}}}, truth)
+    assert not ok and "key missing: summary.phases.data.share" in why
+    assert gc.judge_data_share(p, None)[0] is False
+
+
+# ----------------------------------------------------------------------- verdicts on profiles
+def h200_profile(**over) -> dict:
+    """A plausible `gpuprof diagnose` profile of GPT-2 124M on an H200 (bf16)."""
+    p = {
+        "environment": {"device_name": "NVIDIA H200"},
+        "run": {"config": {"model": "gpt2", "batch_size": 16, "block_size": 1024, "grad_accum": 4, "dtype": "bf16",
+                           "compile": False, "precision": {"autocast_dtype": "bf16", "param_dtype": "float32",
+                                                           "tf32_matmul": True, "compute_dtype": "bf16"}}},
+        "summary": {"step_s": 0.21, "timeline": "gpu", "spread": 0.02, "tokens_per_s": 312000.0,
+                    "phases": {"data": {"seconds": 0.002, "share": 0.01}, "forward": {"seconds": 0.07, "share": 0.33},
+                               "backward": {"seconds": 0.13, "share": 0.62},
+                               "optimizer": {"seconds": 0.008, "share": 0.04}},
+                    "mfu": {"mfu": 0.27, "dtype": "bf16", "peak_tflops": 989.5, "achieved_tflops": 267.0}},
+        "measurements": {
+            "probe": {"tflops": 742.0, "dtype": "bf16", "size": 8192},
+            "timer": {"gpu_timeline": True, "events_recorded": 260, "events_created_in_steps": 0,
+                      "steps_unresolved": [], "reasons": []},
+            "syncs": {"per_step": 5.0, "measured_steps": 5, "warmup_total": 12, "in_copies_per_step": 0,
+                      "per_phase": {"backward": 15, "other": 10},
+                      "calls": {"torch.cuda.synchronize": 10, "sync-debug warnings": 15}},
+            "nvml": {"available": True, "reason": None, "samples": 42, "interval_s": 0.1, "late_ticks": 0, "errors": 0,
+                     "unreadable": {}, "field_errors": {},
+                     "gpus": [{"name": "NVIDIA H200", "uuid": "GPU-" + H200_UUID.upper(), "via": "torch uuid"}],
+                     "summary": {k: {"mean": 1.0, "min": 1.0, "max": 1.0, "n": 42} for k in gc.NVML_FIELDS}},
+        },
+        "findings": [{"id": "compute-bound"}],
+    }
+    for path, value in over.items():
+        *parents, last = path.split("__")
+        d = p
+        for k in parents:
+            d = d[k]
+        if value is KeyError:
+            del d[last]
+        else:
+            d[last] = value
+    return p
+
+
+def test_gpu_run_verdict_passes_a_healthy_h200_profile():
+    ok, why = gc.judge_gpu_run(h200_profile())
+    assert ok, why
+    assert "MFU 27.0%" in why and "ceiling 742 TFLOP/s = 75% of peak" in why
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"summary__timeline": "host"}, "timeline is 'host'"),
+    ({"summary__mfu__mfu": 1.3}, "outside (0, 1]"),
+    ({"summary__mfu__mfu": None}, "summary.mfu.mfu is null"),
+    ({"measurements__probe__tflops": 300.0}, "30% of the 989.5 TFLOP/s peak"),
+    ({"measurements__probe__dtype": "fp32"}, "the probe measured fp32, the MFU uses bf16"),
+    ({"measurements__probe": {"not_measured": "CUDA out of memory"}},
+     "measurements.probe not measured: CUDA out of memory"),
+    ({"measurements__timer": KeyError}, "key missing: measurements.timer.gpu_timeline"),
+    ({"measurements__timer__steps_unresolved": [3, 4]}, "2 steps with unresolved CUDA events"),
+])
+def test_gpu_run_verdict_fails_with_the_reason(over, says):
+    ok, why = gc.judge_gpu_run(h200_profile(**over))
+    assert not ok and says in why, why
+
+
+def test_tf32_verdict_uses_the_hardware_tables_tf32_peak():
+    from gpuprof.hardware import find_gpu, peak_for
+
+    assert peak_for(find_gpu("NVIDIA H200"), "fp32", tf32_allowed=True) == ("tf32", 494.5)
+    good = h200_profile(summary__mfu={"mfu": 0.01, "dtype": "tf32", "peak_tflops": 494.5},
+                        measurements__probe={"tflops": 380.0, "dtype": "tf32"})
+    ok, why = gc.judge_tf32(good, 494.5)
+    assert ok and "TF32 peak 494.5" in why, why
+    fp32 = h200_profile(summary__mfu={"mfu": 0.05, "dtype": "fp32", "peak_tflops": 67.0},
+                        measurements__probe={"tflops": 51.0, "dtype": "fp32"})
+    ok, why = gc.judge_tf32(fp32, 494.5)
+    assert not ok and "MFU dtype is 'fp32'" in why and "not the TF32 peak 494.5" in why
+    assert "probe measured 'fp32'" in why
+    no_key = copy.deepcopy(good)
+    del no_key["run"]["config"]["precision"]
+    assert "key missing: run.config.precision.tf32_matmul" in gc.judge_tf32(no_key, 494.5)[1]
+    assert gc.judge_tf32(good, None)[0] is False  # a GPU without a TF32 row cannot pass
+
+
+def test_sync_verdict_wants_exact_counts_over_measured_steps():
+    ok, why = gc.judge_syncs(h200_profile(), 3, 2)
+    assert ok and "5 syncs per step" in why, why
+    leaked = h200_profile(measurements__syncs__per_step=5 + 5 / 5)  # the warmup eval's 5 .item() counted
+    assert "expected exactly 5" in gc.judge_syncs(leaked, 3, 2)[1]
+    missed = h200_profile(measurements__syncs__calls={"sync-debug warnings": 15})
+    assert "key missing: measurements.syncs.calls['torch.cuda.synchronize']" in gc.judge_syncs(missed, 3, 2)[1]
+    twice = h200_profile(measurements__syncs__calls={"torch.cuda.synchronize": 20})
+    assert "expected 2 per step" in gc.judge_syncs(twice, 3, 2)[1]
+    assert "key missing: measurements.syncs.measured_steps" in gc.judge_syncs(
+        h200_profile(measurements__syncs__measured_steps=KeyError), 3, 2)[1]
+
+
+def test_h2d_verdict():
+    pageable = {"findings": [{"id": "h2d-pageable"}],
+                "measurements": {"script": {"hooks": {"counts": {"h2d_copies": 28, "h2d_pageable": 28}}}}}
+    pinned = {"findings": [{"id": "compute-bound"}]}
+    assert gc.judge_h2d(pageable, pinned)[0]
+    assert "fired on the pinned run" in gc.judge_h2d(pageable, pageable)[1]
+    assert "did not fire on the pageable run" in gc.judge_h2d(pinned, pinned)[1]
+    both = copy.deepcopy(pageable)
+    both["findings"].append({"id": "sync-in-step"})
+    assert "sync-in-step fired" in gc.judge_h2d(both, pinned)[1]
+
+
+def test_nvml_verdict():
+    ok, why = gc.judge_nvml(h200_profile(), H200_UUID)  # NVML spells it GPU-<UPPER>, torch does not
+    assert ok and "42 samples" in why, why
+    p = h200_profile()
+    p["measurements"]["nvml"]["summary"]["pcie_rx_bytes_s"] = None
+    ok, why = gc.judge_nvml(p, H200_UUID)
+    assert not ok and "neither sampled nor named" in why and "pcie_rx_bytes_s" in why
+    p["measurements"]["nvml"]["unreadable"] = {"pcie_rx": "NVMLError_NotSupported"}
+    assert gc.judge_nvml(p, H200_UUID)[0]
+    assert "NVML sampled GPU-" in gc.judge_nvml(h200_profile(), "0" * 36)[1]
+    off = h200_profile(measurements__nvml={"available": False, "reason": "cannot find cuda:0 in NVML", "samples": 0})
+    assert gc.judge_nvml(off, H200_UUID) == (False, "NVML not available: cannot find cuda:0 in NVML")
+    assert gc.normalize_uuid("MIG-ABC") == gc.normalize_uuid("abc") == "abc"
+
+
+OVERHEAD_OUTPUT = """config=small device=cuda rounds=4 (ABBA) steps/round=30
+median step, timing on : 4.305 ms  (n=112)
+median step, timing off: 4.250 ms  (n=112)
+per-pair wall ratios: 1.010 1.004 0.998 1.021
+timer's own work: 34.9 µs per step = 0.82% of the median untimed step
+ratio on/off (median of pairs): wall 1.0070, CPU time 1.0110  (goal <= 1.02)
+"""
+
+
+def test_overhead_figures_and_verdict():
+    r = gc.parse_overhead(OVERHEAD_OUTPUT)
+    assert r["median_ratio"] == 1.007 and r["cpu_time_ratio"] == 1.011 and r["timer_us"] == 34.9
+    assert r["pair_ratios"] == [1.01, 1.004, 0.998, 1.021] and r["spread"] == pytest.approx(0.023)
+    assert gc.judge_overhead({"small": r})[0]
+    slow = dict(r, median_ratio=1.05)
+    ok, why = gc.judge_overhead({"default": r, "small": slow})
+    assert not ok and "small: median on/off ratio 1.050 > 1.02" in why
+    assert gc.parse_overhead("Traceback ...") is None
+    assert "no `ratio on/off` line" in gc.judge_overhead({"small": None})[1]
+
+
+def test_lookup_says_why_a_figure_is_absent():
+    p = {"a": {"b": 1, "n": None}, "m": {"not_measured": "probe raised RuntimeError"}}
+    assert gc.lookup(p, "a.b") == 1
+    assert str(gc.lookup(p, "a.c")) == "not measured (key missing: a.c)"
+    assert str(gc.lookup(p, "a.n")) == "not measured (a.n is null)"
+    assert gc.lookup(p, "m.tflops").why == "m not measured: probe raised RuntimeError"
+    assert gc.lookup(p, "m").why == "m not measured: probe raised RuntimeError"
+    assert gc.lookup({"l": [{"u": "x"}]}, "l.0.u") == "x"
+
+
+# -------------------------------------------------- every check's CUDA path, with canned runs
+class CannedCtx(gc.Ctx):
+    """A Ctx whose subprocesses are canned: diagnose(label) -> a profile, run(argv) -> output."""
+
+    def __init__(self, tmp, profiles, outputs=None, rc=0):
+        super().__init__(tmp=tmp, smoke=False, deadline=float("inf"), env={}, gpu_name="NVIDIA H200",
+                         torch_uuid=H200_UUID)
+        self.canned, self.outputs, self.rc, self.argvs = profiles, outputs or {}, rc, []
+
+    def run(self, argv, budget_s):
+        self.argvs.append(argv)
+        key = next((k for k in self.outputs if k in " ".join(argv)), None)
+        return gc.Proc(argv, self.rc, self.outputs.get(key, ""), 0.5, False, budget_s)
+
+    def diagnose(self, label, options, script=None, budget_s=120.0):
+        argv = [sys.executable, "-m", "gpuprof", "diagnose", *options, "--out", f"{self.tmp}/{label}.json",
+                *(script or [])]
+        self.argvs.append(argv)
+        out = FIXTURE_OUTPUT if label == "data-delay" else ""
+        return gc.Proc(argv, self.rc, out, 1.0, False, budget_s), copy.deepcopy(self.canned.get(label))
+
+
+def _canned_profiles():
+    data = h200_profile(steps=[{"index": 1}, {"index": 2}, {"index": 3}])
+    data["summary"]["phases"]["data"]["share"] = (80 + 82) / (100 + 120) + 0.01
+    tf32 = h200_profile(summary__mfu={"mfu": 0.01, "dtype": "tf32", "peak_tflops": 494.5},
+                        measurements__probe={"tflops": 380.0, "dtype": "tf32"})
+    pageable = h200_profile(findings=[{"id": "h2d-pageable", "saving_s": 0.004, "evidence": {"copies": 20}}])
+    return {"default": h200_profile(), "compiled": h200_profile(), "data-delay": data, "fp32": tf32,
+            "syncs": h200_profile(), "pageable": pageable, "pinned": h200_profile()}
+
+
+SCENARIO_OUTPUTS = {
+    "scenario list": "pageable-copies  run  cuda\nsync-every-micro-step  run  cuda\n",
+    "scenario run": "✓ top finding: h2d-pageable\nMATCH\n",
+    "timing_overhead.py": OVERHEAD_OUTPUT,
+}
+
+
+def test_every_check_passes_on_canned_healthy_gpu_runs(tmp_path):
+    ctx = CannedCtx(tmp_path, _canned_profiles(), SCENARIO_OUTPUTS)
+    checks = [gc.run_check(ctx, spec) for spec in gc.CHECKS]
+    assert {c.name: c.status for c in checks} == {s.name: "PASS" for s in gc.CHECKS}, [c.line() for c in checks]
+    cmds = [" ".join(a) for a in ctx.argvs]
+    assert any("--compile" in c and "--grad-accum 8" in c for c in cmds)
+    assert any("nanogpt_train.py" in c and "--device=cuda" in c and "--data_delay=0.02" in c for c in cmds)
+    assert any("nanogpt_train.py" in c and "--dtype=float32" in c for c in cmds)
+    assert any("sync_counts.py" in c for c in cmds) and any("--pinned=True" in c for c in cmds)
+    assert sum("scenario run" in c for c in cmds) == 2  # pageable-copies, sync-every-micro-step
+    meta = {"title": "NVIDIA H200", "command": "`x`", "budget_s": 480}
+    text = gc.render_report(meta, checks, 300.0)
+    assert "- result: 9 PASS, 0 FAIL, 0 SKIP in 300.0 s" in text
+    assert "| summary.mfu.mfu | 0.27 |" in text and "| injected: truth |" in text
+
+
+def test_checks_fail_with_reasons_and_tails_when_gpuprof_breaks(tmp_path):
+    ctx = CannedCtx(tmp_path, {}, {"scenario": "MISMATCH\n", "timing_overhead.py": "Traceback: boom"}, rc=1)
+    checks = {c.name: c for c in (gc.run_check(ctx, spec) for spec in gc.CHECKS)}
+    assert checks["default-diagnose"].line() == "FAIL default-diagnose: exit code 1"
+    assert checks["nvml"].reason == "no profile from default-diagnose to read"
+    assert checks["h2d-pageable"].reason == "pageable run: exit code 1"
+    assert checks["cuda-scenarios"].status == "FAIL" and checks["event-overhead"].status == "FAIL"
+    meta = {"title": "t", "budget_s": 1}
+    assert "Traceback: boom" in gc.render_report(meta, list(checks.values()), 1.0)
+
+
+def test_a_check_that_raises_is_a_fail_and_the_time_budget_skips(tmp_path):
+    ctx = CannedCtx(tmp_path, {})
+
+    def broken(ctx):
+        raise KeyError("oops")
+
+    c = gc.run_check(ctx, gc.Spec("broken", broken, 0, "x"))
+    assert c.status == "FAIL" and "KeyError" in c.reason and "Traceback" in c.error
+    ctx.deadline = 0.0  # no time left
+    c = gc.run_check(ctx, gc.CHECKS[0])
+    assert c.status == "SKIP" and "time budget spent" in c.reason
+
+
+def test_gpu_header_from_the_device_facts_child(tmp_path):
+    facts = {"name": "NVIDIA H200", "total_memory": 150_000_000_000, "capability": "9.0", "uuid": H200_UUID,
+             "count": 1, "torch_cuda": "12.8"}
+    ctx = gc.Ctx(tmp=tmp_path, smoke=False, deadline=0.0, env={})
+    meta = gc.describe(ctx, "2.11.0+cu128", facts, 480)
+    assert ctx.gpu_name == "NVIDIA H200" and ctx.torch_uuid == H200_UUID
+    assert meta["gpu"].startswith("NVIDIA H200, 139.7 GiB, compute capability 9.0")
+    assert "12.8 (torch build)" in meta["gpu"]
+    assert "torch 2.11.0+cu128" in meta["software"] and "commit " in meta["software"]
+    broken = gc.describe(ctx, "2.11.0", {"error": "RuntimeError: CUDA error: no CUDA-capable device"}, 480)
+    assert broken["title"] == "unknown GPU" and broken["gpu"].startswith("not measured: torch could not read device 0")
+
+
+def test_device_facts_code_runs(tmp_path):
+    """The child's code runs under this torch; on a CPU it fails into {"error": ...}, never raises."""
+    ctx = gc.Ctx(tmp=tmp_path, smoke=False, deadline=float("inf"), env=dict(os.environ))
+    facts = gc.device_facts(ctx)
+    assert ("error" in facts) != torch.cuda.is_available()
+    if "error" in facts:
+        assert "Torch not compiled with CUDA" in facts["error"] or "CUDA" in facts["error"]
+
+
+# ------------------------------------------------------------------------ the scripts it runs
+def _run_script(name, monkeypatch, *args):
+    monkeypatch.setattr(sys, "argv", [name, *args])
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        runpy.run_path(str(REPO / "benchmarks" / "gpu_scripts" / name), run_name="__main__")
+    return buf.getvalue()
+
+
+def test_sync_counts_script_makes_k_items_and_j_syncs_per_step(monkeypatch):
+    out = _run_script("sync_counts.py", monkeypatch, "--device=cpu", "--max_steps=2", "--k=6", "--j=2",
+                      "--vocab_size=64", "--n_embd=16", "--block_size=8")
+    assert out.strip() == "sync_counts: 2 steps, 6 .item() + 2 synchronize per step"
+
+
+@pytest.mark.parametrize("pinned", ["False", "True"])
+def test_h2d_copies_script_copies_every_micro_step(monkeypatch, pinned):
+    out = _run_script("h2d_copies.py", monkeypatch, "--device=cpu", "--max_steps=2", f"--pinned={pinned}",
+                      "--batch_size=2", "--block_size=8", "--n_embd=16")
+    assert out.strip().startswith("h2d_copies: 2 steps, 4 copies of 0 MiB per step")
