@@ -90,6 +90,7 @@ def diagnose(
     grad_accum: Optional[int] = typer.Option(None, help="Gradient accumulation steps per optimizer step."),
     dtype: Optional[str] = typer.Option(None, help="bf16, fp16 or fp32 (autocast dtype)."),
     compile: bool = typer.Option(False, "--compile/--no-compile", help="torch.compile the model."),
+    tf32: bool = typer.Option(True, "--tf32/--no-tf32", help="fp32 on CUDA: allow TF32 matmuls, as nanoGPT's train.py does."),
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda if available)."),
     pin_memory: bool = typer.Option(True, "--pin-memory/--no-pin-memory", help="Pinned host buffers + non_blocking copies (CUDA)."),
     data: Optional[Path] = typer.Option(None, help="A uint16 token file (nanoGPT train.bin); default: a generated one."),
@@ -139,7 +140,7 @@ def diagnose(
         vocab_size=vocab_size, batch_size=batch_size or defaults["batch_size"],
         block_size=block_size or defaults["block_size"],
         grad_accum=grad_accum or defaults["grad_accum"], dtype=(dtype or defaults["dtype"]).lower(),
-        compile=compile, device=dev, pin_memory=pin_memory, data=str(data) if data else None,
+        compile=compile, tf32=tf32, device=dev, pin_memory=pin_memory, data=str(data) if data else None,
         steps=steps, warmup=warmup,
     )
     for key, val in (("batch-size", batch_size), ("block-size", block_size), ("grad-accum", grad_accum)):

@@ -117,3 +117,17 @@ def test_cli_exit_0_and_not_measured_in_the_report(monkeypatch, tmp_path):
     assert res.exit_code == 0, res.output
     assert "probe: not measured: probe failed: RuntimeError: CUDA error" in " ".join(res.stdout.split())
     assert out.exists()
+
+
+def test_cli_no_tf32_reaches_the_loop(fake_cuda, monkeypatch):
+    from gpuprof.measure.precision import matmul_tf32_state
+
+    seen = {}
+
+    def stop_here(cfg, device, *rest):
+        seen["tf32"] = matmul_tf32_state()["tf32_matmul"]
+        raise GpuprofError("reached the run")
+
+    monkeypatch.setattr(builtin, "_run", stop_here)
+    res = runner.invoke(app, ["diagnose", "--dtype", "fp32", "--no-tf32"])
+    assert res.exit_code == 2 and seen == {"tf32": False}
