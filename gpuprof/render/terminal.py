@@ -26,8 +26,11 @@ def run_header(profile: Profile) -> Table:
     t.add_row("device", f"{env.get('device_name') or 'not measured'} ({cfg.get('device', env.get('device', '?'))})")
     model = cfg.get("model") or "?"
     if dims:
-        model += (f"  L={dims.get('n_layer')} H={dims.get('n_head')} d={dims.get('n_embd')}"
-                  f" V={dims.get('vocab_size')}")
+        def dim(key):
+            v = dims.get(key)
+            return "not measured" if v is None else v
+
+        model += f"  L={dim('n_layer')} H={dim('n_head')} d={dim('n_embd')} V={dim('vocab_size')}"
     if cfg.get("param_count"):
         model += f"  {count(cfg['param_count'])} params"
     t.add_row("model", model)

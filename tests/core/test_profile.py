@@ -77,3 +77,17 @@ def test_wrongly_typed_fields_are_one_line_errors(tmp_path, content):
     path.write_text(content)
     with pytest.raises(GpuprofError):
         P.load(path)
+
+
+def test_run_header_says_not_measured_for_unknown_dims():
+    from rich.console import Console
+
+    from gpuprof.profile import Profile
+    from gpuprof.render.terminal import run_header
+
+    prof = Profile(run={"mode": "script", "command": ["train.py"],
+                        "config": {"model": "LitGPT (script)", "model_dims": {"vocab_size": 256}}}, steps=[])
+    console = Console(width=120, record=True)
+    console.print(run_header(prof))
+    text = console.export_text()
+    assert "None" not in text and "L=not measured" in text and "V=256" in text
