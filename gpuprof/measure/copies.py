@@ -64,4 +64,10 @@ class CopyBandwidthProbe:
             return None
         first = next((a for a in (ctx.example_args or ()) if isinstance(a, torch.Tensor)), None)
         nbytes = first.numel() * first.element_size() if first is not None else MIN_BYTES
-        return measure_copy_bandwidth(ctx.device, nbytes, self.reps, self.budget_s)
+        budget = getattr(ctx, "budget", None)
+        seconds = min(self.budget_s, budget.allot(self.name)) if budget is not None else self.budget_s
+        try:
+            return measure_copy_bandwidth(ctx.device, nbytes, self.reps, seconds)
+        finally:
+            if budget is not None:
+                budget.done(self.name)

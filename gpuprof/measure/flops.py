@@ -84,7 +84,17 @@ class FlopsInstrument:
             out["analytic_per_token"] = gpt_flops_per_token(dims)
             if tokens:
                 out["analytic_per_step"] = out["analytic_per_token"] * tokens
-        if self.count and ctx.model is not None:
+        budget = getattr(ctx, "budget", None)
+        fits = True
+        if budget is not None:
+            allotted = budget.allot(self.name)
+            # FlopCounterMode runs one eager forward (~2x its time with the counter's dispatch)
+            est = 2 * _forward_s_per_micro(summary)
+            if self.count and ctx.model is not None and est > allotted:
+                fits = False
+                out["errors"].append(f"count skipped: one forward takes ~{est / 2:.1f} s, over the "
+                                     f"{allotted:.1f} s left for it in the post-run budget")
+        if self.count and ctx.model is not None and fits:
             try:
                 c = count_flops(ctx.model, tuple(ctx.example_args or ()), dict(ctx.example_kwargs or {}),
                                 autocast_dtype=ctx.autocast_dtype)
@@ -99,6 +109,8 @@ class FlopsInstrument:
                 out["errors"].append(f"FlopCounterMode failed: {exc.__class__.__name__}: {exc}")
         elif ctx.model is None:
             out["errors"].append("no eager model to count on")
+        if budget is not None:
+            budget.done(self.name, [] if fits else ["FlopCounterMode count (the analytic figure stands)"])
         a, c = out["analytic_per_step"], out["counted_per_step"]
         if a and c:
             out["agreement"] = c / a
@@ -106,6 +118,12 @@ class FlopsInstrument:
         # a known GPT; otherwise the count is all there is.
         out["used"] = "analytic" if a else ("counted" if c else None)
         return out
+
+
+def _forward_s_per_micro(summary: dict) -> float:
+    """Measured seconds of one micro-step's forward (0 when not measured)."""
+    fwd = ((summary.get("phases") or {}).get("forward") or {}).get("seconds") or 0.0
+    return fwd / max(1, summary.get("micro_steps") or 1)
 
 
 def _tokens_per_step(cfg: dict) -> int | None:

@@ -2,9 +2,10 @@
 
 Instruments stop in list order: the sync counter first (it only restores a torch setting) and
 the storage facts (a residency read), then the samplers (so later work does not pollute their
-samples), then the post-run measurements that compute: the copy bandwidths, the micro-batch
-curve, the FLOP count, the matmul ceiling. The NVML sampler and the copy bandwidth probe are only
-added for CUDA devices.
+samples), then the post-run measurements that compute, which share one time budget
+(measure/budget.py): the copy bandwidths, the matmul ceiling and precisions (first: the precision
+rule can be the biggest fix), the FLOP count, the micro-batch curve. The NVML sampler and the copy
+bandwidth probe are only added for CUDA devices.
 
 An instrument must never take the run down: `start_instruments` and `stop_instruments` run each
 one guarded, and a failure becomes `measurements[name] = {"not_measured": "<reason>"}`, which
@@ -35,12 +36,12 @@ def default_instruments(device: str, data_path: str | None, *, samplers: bool = 
         out.append(HostSampler(interval_s, data_path))
     if probe and str(device).startswith("cuda"):
         out.append(CopyBandwidthProbe())
-    if microbatch:
-        out.append(MicroBatchProbe())
-    if flops:
-        out.append(FlopsInstrument())
     if probe:
         out.append(CeilingProbe())
+    if flops:
+        out.append(FlopsInstrument())
+    if microbatch:
+        out.append(MicroBatchProbe())
     return out
 
 
@@ -69,15 +70,24 @@ def start_instruments(instruments: list, ctx) -> tuple[list, dict]:
     return started, problems
 
 
-def stop_instruments(instruments: list, ctx) -> dict:
-    """Stop each instrument in order; {name: its section, or {"not_measured": reason}}."""
+def stop_instruments(instruments: list, ctx, budget=None) -> dict:
+    """Stop each instrument in order; {name: its section, or {"not_measured": reason}}.
+
+    budget: a PostRunBudget the post-run measurements share (set as ctx.budget); its report is
+    the `post_run` section."""
     sections = {}
+    if budget is not None:
+        ctx.budget = budget
     for inst in instruments:
         name = getattr(inst, "name", repr(inst))
         try:
             section = inst.stop(ctx)
         except Exception as exc:  # noqa: BLE001 - e.g. a CUDA error in a post-run probe
             section = {"not_measured": f"{name} failed: {_reason(exc)}"}
+        if budget is not None:
+            budget.close_open(f"{name} stopped early: {(section or {}).get('not_measured', 'no report')}")
         if section is not None:
             sections[name] = section
+    if budget is not None:
+        sections["post_run"] = budget.report()
     return sections

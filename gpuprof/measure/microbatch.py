@@ -58,12 +58,49 @@ class MicroBatchProbe:
         y = ctx.example_args[1] if len(ctx.example_args) > 1 else None
         if not isinstance(x, torch.Tensor) or x.dim() < 1:
             return None
-        return measure_curve(ctx.model, x, y, ctx.device, ctx.autocast_dtype, reps=self.reps,
-                             budget_s=self.budget_s)
+        budget = getattr(ctx, "budget", None)
+        if budget is None:
+            return measure_curve(ctx.model, x, y, ctx.device, ctx.autocast_dtype, reps=self.reps,
+                                 budget_s=self.budget_s)
+        allotted = budget.allot(self.name)
+        summary = (ctx.profile.summary if ctx.profile is not None else {}) or {}
+        phases = summary.get("phases") or {}
+        t_b = sum((phases.get(p) or {}).get("seconds", 0.0) for p in ("forward", "backward"))
+        t_b /= max(1, summary.get("micro_steps") or 1)
+        sizes, left_out = plan_sizes(x.shape[0], t_b, allotted, self.reps)
+        if len(sizes) < 2:
+            why = (f"one forward+backward at micro-batch {x.shape[0]} takes ~{t_b:.2f} s: two sizes "
+                   f"do not fit the {allotted:.1f} s left for the curve")
+            budget.done(self.name, ["the whole curve"])
+            return {"not_measured": why, "batch_size": x.shape[0], "points": []}
+        out = measure_curve(ctx.model, x, y, ctx.device, ctx.autocast_dtype, reps=self.reps,
+                            budget_s=allotted, sizes=sizes)
+        skipped = [f"micro-batch {b} (over budget)" for b in left_out]
+        if out.get("stopped"):
+            skipped.append(out["stopped"])
+        out["skipped_sizes"] = left_out
+        budget.done(self.name, skipped)
+        return out
+
+
+def plan_sizes(batch: int, t_batch_s: float, seconds: float, reps: int) -> tuple[list[int], list[int]]:
+    """(sizes to time, sizes left out) within `seconds`, from the run's own forward+backward time
+    at `batch`: the run's size and 1 first (they fix the line), then B/2, then 2B. A size's cost is
+    (1 warm-up + up to 2·reps repeats) × t(b), t(b) ≈ t(B)·max(b/B, 1/4) (small sizes still pay
+    the fixed cost)."""
+    wanted = _sizes(batch, None)
+    order = sorted(wanted, key=lambda b: (b != batch, b != 1, b != max(1, batch // 2), b))
+    chosen, used = [], 0.0
+    for b in order:
+        cost = (1 + 2 * reps) * t_batch_s * max(b / batch, 0.25)
+        if used + cost <= seconds:
+            chosen.append(b)
+            used += cost
+    return sorted(chosen), sorted(set(wanted) - set(chosen))
 
 
 def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
-                  budget_s: float = 4.0, clock=time.perf_counter) -> dict:
+                  budget_s: float = 4.0, clock=time.perf_counter, sizes: list[int] | None = None) -> dict:
     is_cuda = str(device).startswith("cuda")
     on = x.device if x.is_cuda else device  # where the model's work runs
     batch = x.shape[0]
@@ -74,7 +111,7 @@ def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
     points: list[tuple[int, float]] = []
     stopped = None
     t_start = clock()
-    for size in _sizes(batch, None):
+    for size in (sizes or _sizes(batch, None)):
         xb = _resize(x, size)
         yb = _resize(y, size) if y is not None else None
         try:

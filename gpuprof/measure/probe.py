@@ -127,24 +127,107 @@ def _cuda(torch, device, tdtype, n, deadline) -> dict:
             "size": n, "matmuls": matmuls, "batches": len(rates)}
 
 
+PRECISIONS_MAX_S = 4.0  # the precision sweep's cap, whatever the budget
+
+
 class CeilingProbe:
-    """Runs matmul_ceiling after the measured steps in the run's compute dtype (the same one the
-    MFU divides by: ctx.precision['compute_dtype']) → measurements['probe']."""
+    """After the measured steps: the square-matmul ceiling in the run's compute dtype (the same
+    one the MFU divides by: ctx.precision['compute_dtype']), and every precision the device offers
+    at the model's own matmul shapes (measure/precisions.py) → measurements['probe'].
+
+    With a post-run budget (ctx.budget) both shrink to its 'probe' part: about a third for the
+    ceiling (at most `seconds`), the rest for the precisions (at most PRECISIONS_MAX_S)."""
 
     name = "probe"
 
-    def __init__(self, seconds: float = 1.5):
+    def __init__(self, seconds: float = 1.5, precisions: bool = True):
         self.seconds = seconds
+        self.precisions = precisions
 
     def start(self, ctx) -> None:
         return None
 
     def stop(self, ctx) -> dict | None:
+        budget = getattr(ctx, "budget", None)
+        allotted = budget.allot(self.name) if budget is not None else self.seconds + PRECISIONS_MAX_S
+        skipped: list[str] = []
         precision = getattr(ctx, "precision", None) or {}
         dtype = precision.get("compute_dtype") or "fp32"
+        square_s = min(self.seconds, allotted * 0.3)
+        if square_s >= 0.1:
+            try:
+                out = matmul_ceiling(ctx.device, dtype, square_s)
+            except Exception as exc:  # the run's result stands without a ceiling
+                out = {"tflops": None, "dtype": dtype, "device": str(ctx.device),
+                       "not_measured": f"matmul probe failed: {exc.__class__.__name__}: {exc}",
+                       "error": f"{exc.__class__.__name__}: {exc}"}
+        else:
+            out = {"tflops": None, "dtype": dtype, "device": str(ctx.device),
+                   "not_measured": f"no time left in the post-run budget ({allotted:.2f} s)"}
+            skipped.append("square-matmul ceiling")
+        if self.precisions:
+            t0 = time.perf_counter()
+            left = allotted - (out.get("seconds") or 0.0)
+            out["precisions"] = self._precisions(ctx, min(PRECISIONS_MAX_S, left * 0.6), skipped)
+            left -= time.perf_counter() - t0
+            if out["precisions"].get("tflops"):
+                out["precisions"]["switch"] = self._switch(ctx, out["precisions"], left, skipped)
+        if budget is not None:
+            budget.done(self.name, skipped)
+        return out
+
+    @staticmethod
+    def _switch(ctx, prec: dict, seconds: float, skipped: list[str]) -> dict | None:
+        """When another dtype multiplies markedly faster at the model's shapes, time the model
+        itself in it: one forward+backward at the run's micro-batch (a warm-up, then the best of
+        two), compared with the run's own forward+backward per micro-step. This measures what the
+        switch saves, norms, softmax and casts included, not only the matmuls."""
+        from gpuprof.measure.precisions import MARKED_RATE, time_step_in
+
+        precision = getattr(ctx, "precision", None) or {}
+        current = precision.get("compute_dtype")
+        rates = prec["tflops"]
+        if current not in rates:
+            return None
+        faster = {d: r for d, r in rates.items() if d != current and r >= MARKED_RATE * rates[current]}
+        if not faster:
+            return None
+        best = max(faster, key=faster.get)
+        summary = (ctx.profile.summary if ctx.profile is not None else {}) or {}
+        phases = summary.get("phases") or {}
+        t_run = sum((phases.get(p) or {}).get("seconds", 0.0) for p in ("forward", "backward"))
+        t_run /= max(1, summary.get("micro_steps") or 1)
+        out = {"from": current, "to": best, "run_fwd_bwd_per_micro_s": t_run}
+        if best == "fp32" and precision.get("param_dtype") in ("bfloat16", "float16"):
+            out["not_measured"] = "the weights are half precision: running fp32 needs a cast model copy"
+            return out
+        est = 3 * t_run * rates[current] / rates[best]  # warm-up + 2 repeats at the faster rate
+        if not t_run or est > seconds:
+            skipped.append(f"the model timed in {best}")
+            out["not_measured"] = (f"~{est:.1f} s needed, {max(seconds, 0):.1f} s left in the post-run budget"
+                                   if t_run else "the run's forward+backward time is unknown")
+            return out
         try:
-            return matmul_ceiling(ctx.device, dtype, self.seconds)
-        except Exception as exc:  # the run's result stands without a ceiling
-            return {"tflops": None, "dtype": dtype, "device": str(ctx.device),
-                    "not_measured": f"matmul probe failed: {exc.__class__.__name__}: {exc}",
-                    "error": f"{exc.__class__.__name__}: {exc}"}
+            t_to = time_step_in(ctx.model, ctx.example_args, ctx.device, best, seconds)
+        except Exception as exc:  # noqa: BLE001 - a model that will not run in that dtype
+            out["not_measured"] = f"{exc.__class__.__name__}: {exc}"
+            return out
+        out.update(fwd_bwd_per_micro_s=t_to, ratio=t_to / t_run if t_run else None,
+                   method="eager model, forward+backward at the run's micro-batch: best of 2 after a warm-up")
+        return out
+
+    @staticmethod
+    def _precisions(ctx, seconds: float, skipped: list[str]) -> dict:
+        from gpuprof.measure.precisions import measure_precisions, model_matmuls, offered_dtypes
+
+        if seconds < 0.2:
+            skipped.append("precisions at the model's shapes")
+            return {"not_measured": f"no time left in the post-run budget ({seconds:.2f} s)"}
+        try:
+            matmuls = model_matmuls(ctx.model, ctx.example_args)
+            dtypes, not_probed = offered_dtypes(ctx.device)
+            res = measure_precisions(ctx.device, matmuls, dtypes, seconds)
+            res["skipped"] = {**not_probed, **res["skipped"]}
+            return res
+        except Exception as exc:  # noqa: BLE001 - an odd model: the ceiling stands alone
+            return {"not_measured": f"{exc.__class__.__name__}: {exc}"}

@@ -17,6 +17,7 @@ from typing import Callable, Protocol
 import torch
 
 from gpuprof.errors import GpuprofError
+from gpuprof.measure.budget import PostRunBudget
 from gpuprof.measure.cuda import cuda_device, is_cuda, memory_stats, resolve_device
 from gpuprof.measure.instruments import guarded, start_instruments, stop_instruments
 from gpuprof.measure.precision import read_precision, tf32_matmul
@@ -115,6 +116,7 @@ class RunContext:
     profile: Profile | None = None
     data_path: str | None = None  # the token file the loop reads, when there is one
     precision: dict | None = None  # measure.precision.read_precision: compute dtype, TF32 state
+    budget: object | None = None  # measure.budget.PostRunBudget, set when the post-run work starts
 
 
 def default_device() -> str:
@@ -134,11 +136,14 @@ def events_per_step(cfg: LoopConfig, faults: LoopFaults) -> int:
 
 
 def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | None = None,
-                faults: LoopFaults | None = None, timing: bool = True) -> Profile:
+                faults: LoopFaults | None = None, timing: bool = True,
+                post_budget_s: float | None = None, on_progress: Callable[[str], None] | None = None) -> Profile:
     """Run warmup + measured steps of the built-in GPT loop and return the Profile.
 
     On CUDA, TF32 matmuls follow cfg.tf32 for the whole run (nanoGPT's train.py allows them at
-    import) and are restored afterwards."""
+    import) and are restored afterwards. The post-run measurements share one time budget
+    (measure/budget.py): post_budget_s, else max(15 s, 25% of the run); on_progress gets a line
+    as each of them starts and ends."""
     cfg.validate()
     faults = faults or LoopFaults()
     # 'cuda' -> 'cuda:N' once: set_device needs an index, and every later CUDA call (events,
@@ -149,11 +154,11 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
         if cfg.dtype == "bf16" and not bf16_native(device):
             raise GpuprofError("bf16 is only emulated on this GPU (compute capability < 8.0); use --dtype fp16 or fp32")
     with tf32_matmul(cfg.tf32) if is_cuda(device) else contextlib.nullcontext():
-        return _run(cfg, device, list(instruments), on_step, faults, timing)
+        return _run(cfg, device, list(instruments), on_step, faults, timing, post_budget_s, on_progress)
 
 
 def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopFaults,
-         timing: bool) -> Profile:
+         timing: bool, post_budget_s: float | None = None, on_progress=None) -> Profile:
     gcfg = preset_config(cfg.model, block_size=cfg.block_size, n_layer=cfg.n_layer,
                          n_head=cfg.n_head, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size)
     cuda = is_cuda(device)
@@ -260,7 +265,8 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
         if memory:
             profile.measurements["memory"] = memory
     run_ctx.profile = profile
-    profile.measurements.update(stop_instruments(started, run_ctx))
+    budget = PostRunBudget.for_run(run_wall, post_budget_s, on_progress=on_progress)
+    profile.measurements.update(stop_instruments(started, run_ctx, budget))
     for name, why in problems.items():  # instruments that did not start, parts that failed
         profile.measurements.setdefault(name, {"not_measured": why})
     return profile

@@ -12,6 +12,7 @@ from gpuprof.analysis.rules.gpu import (
     sync_in_step,
 )
 from gpuprof.analysis.rules.machine import cpu_saturated, gpu_throttled, mfu_misreported
+from gpuprof.analysis.rules.precision import backward_forward_ratio, precision_slow
 from gpuprof.analysis.rules.storage import storage_too_slow
 from gpuprof.analysis.rules.phases import (
     compute_bound,
@@ -28,6 +29,7 @@ RULES = [
     memory_headroom,
     h2d_pageable,
     optimizer_slow,
+    precision_slow,
     no_tensor_cores,
     compile_findings,
     launch_bound,
@@ -37,4 +39,5 @@ RULES = [
     mfu_misreported,
     compute_bound,
     dominant_phase,
+    backward_forward_ratio,
 ]

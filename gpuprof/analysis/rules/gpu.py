@@ -104,8 +104,11 @@ def optimizer_slow(ctx: Context) -> list[Finding]:
 
 
 def no_tensor_cores(ctx: Context) -> list[Finding]:
-    """fp32 math without TF32 or autocast on a GPU with tensor cores."""
+    """fp32 math without TF32 or autocast on a GPU with tensor cores, judged from the datasheet
+    when the precisions were not measured (precision-slow speaks from measurements otherwise)."""
     if not on_cuda(ctx):
+        return []
+    if ((ctx.profile.measurements.get("probe") or {}).get("precisions") or {}).get("tflops"):
         return []
     prec = ctx.config.get("precision") or {}
     if prec.get("compute_dtype"):  # what the run was observed to compute in

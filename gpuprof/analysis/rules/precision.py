@@ -1,0 +1,137 @@
+"""Rules about what the step computes in: a markedly faster precision measured on this device
+(precision-slow), and a backward/forward time ratio far from the usual ~2x (backward-forward-ratio)."""
+
+from __future__ import annotations
+
+from gpuprof.analysis.findings import Context, Finding
+from gpuprof.analysis.rules.common import mode, on_cuda, step_s
+
+MARKED = 1.5  # another precision at least this much faster at the model's shapes
+MIN_SHARE = 0.02  # ... and worth at least 2% of the step
+BWD_FWD_HIGH, BWD_FWD_LOW = 4.0, 1.0  # backward is ~2x forward (two matmuls per forward one)
+NANOGPT_DTYPE = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def measured_precisions(ctx: Context) -> dict:
+    """measurements.probe.precisions when it holds rates, else {}."""
+    prec = (ctx.profile.measurements.get("probe") or {}).get("precisions") or {}
+    return prec if prec.get("tflops") else {}
+
+
+def compute_dtype(ctx: Context) -> str | None:
+    return (ctx.config.get("precision") or {}).get("compute_dtype") or (ctx.mfu or {}).get("dtype")
+
+
+def _fix(current: str, best: str, on_gpu: bool, script: bool) -> tuple[str, dict]:
+    """(the one-line change, nanoGPT config overrides) to go from `current` to `best`."""
+    if best == "tf32":
+        return ("torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')); "
+                "nanoGPT's train.py sets it at import"), {}
+    if best == "fp32":
+        where = "" if on_gpu else " on the CPU (autocast only where the device has fast bf16/fp16, e.g. device_type == 'cuda')"
+        how = "dtype = 'float32'" + where
+        if script:
+            how += ", or drop the torch.autocast(..., dtype=torch.bfloat16) around the forward"
+        return how, {"dtype": "float32"}
+    if best == "fp16":
+        return ("dtype = 'float16' (with torch.amp.GradScaler, as nanoGPT does for float16)"
+                + ("; bf16 is only emulated on this GPU" if on_gpu and current == "bf16" else "")), {"dtype": "float16"}
+    return f"dtype = '{NANOGPT_DTYPE[best]}' (torch.autocast(dtype=torch.bfloat16) around the forward)", {"dtype": NANOGPT_DTYPE[best]}
+
+
+def precision_slow(ctx: Context) -> list[Finding]:
+    """The step computes in a precision this device runs markedly slower than another one it
+    offers, measured at the model's own matmul shapes after the run. Covers bf16 autocast on a
+    CPU without native bf16, fp32 without TF32 on Ampere and later, bf16 emulated on a GPU below
+    compute capability 8.0 (V100, T4: nanoGPT's default picks it there), fp16/bf16 without a fast
+    path. Saving (an estimate): forward+backward × (1 − the model's own forward+backward time in
+    the faster dtype ÷ the run's), both timed; when the model could not be timed in it, the
+    step's matmul time (FLOPs ÷ measured rate) × (1 − current rate ÷ faster rate)."""
+    prec = measured_precisions(ctx)
+    current = compute_dtype(ctx)
+    rates = prec.get("tflops") or {}
+    if not current or current not in rates:
+        return []
+    r_now = rates[current]
+    faster = {d: r for d, r in rates.items() if d != current and r >= MARKED * r_now}
+    if not faster:
+        return []
+    best = max(faster, key=faster.get)
+    fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
+    compute = fwd + bwd
+    total = step_s(ctx)
+    if not compute:
+        return []
+    switch = prec.get("switch") or {}
+    flops = (ctx.mfu or {}).get("flops_per_step")
+    matmul_s = None
+    if switch.get("to") == best and switch.get("ratio"):
+        # Measured: the model itself, forward+backward in the faster dtype vs the run's own.
+        gain = max(0.0, 1 - switch["ratio"])
+        saving = compute * gain
+        basis = (f"the model's forward+backward per micro-step timed after the run in {best}: "
+                 f"{switch['fwd_bwd_per_micro_s'] * 1e3:.3g} ms vs the run's {switch['run_fwd_bwd_per_micro_s'] * 1e3:.3g} ms")
+    else:
+        # The matmul time of the step, its FLOPs at the measured rate (capped by the compute
+        # time), sped up by the rate ratio; the rest of the compute is taken to stay.
+        matmul_s = min(compute, flops / (r_now * 1e12)) if flops else compute
+        saving = matmul_s * (1 - r_now / rates[best])
+        basis = ((f"the step's {flops:.3g} FLOPs at {r_now * 1e3:.3g} GFLOP/s = {matmul_s:.3g} s of its "
+                  f"{compute:.3g} s forward+backward" if flops else f"forward+backward ({compute:.3g} s)")
+                 + f", sped up by the measured matmul rate ratio ({r_now * 1e3:.3g} vs {rates[best] * 1e3:.3g} GFLOP/s)")
+        if switch.get("not_measured"):
+            basis += f"; the model was not timed in {best}: {switch['not_measured']}"
+    if not total or saving / total < MIN_SHARE:
+        return []
+    fix, overrides = _fix(current, best, on_cuda(ctx), mode(ctx) == "script")
+    others = ", ".join(f"{d} {r / r_now:.1f}x" for d, r in sorted(faster.items(), key=lambda kv: -kv[1]) if d != best)
+    note = f"estimate: {basis}"
+    if others:
+        note += f"; also faster here: {others}"
+    if best in ("bf16", "fp16") and current in ("fp32", "tf32"):
+        note += "; lower precision changes the numerics: check the loss curve"
+    return [Finding(
+        id="precision-slow",
+        title=(f"{current} runs {rates[best] / r_now:.1f}x slower than {best} on this device "
+               f"(measured at the model's matmul shapes)"),
+        saving_s=saving, saving_share=saving / total,
+        evidence={"compute_dtype": current, "faster_dtype": best,
+                  "rates_gflop_s": {d: r * 1e3 for d, r in rates.items()},
+                  "ratio": rates[best] / r_now, "compute_s": compute, "matmul_s": matmul_s,
+                  "model_time_ratio": switch.get("ratio") if switch.get("to") == best else None,
+                  "shapes": [f"{prec.get('m')}x{s['k']}x{s['n']}" for s in prec.get("shapes") or []]},
+        confidence="medium", fix=fix, note=note, config_overrides=overrides,
+        claims={"forward": saving * fwd / compute, "backward": saving * bwd / compute},
+    )]
+
+
+def backward_forward_ratio(ctx: Context) -> list[Finding]:
+    """Backward far from its usual ~2x the forward (≥ 4x or ≤ 1x): information with the likely
+    causes; no saving of its own (precision-slow carries one when the precision is the cause)."""
+    fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
+    if fwd <= 0 or bwd <= 0:
+        return []
+    ratio = bwd / fwd
+    if BWD_FWD_LOW < ratio < BWD_FWD_HIGH:
+        return []
+    prec = measured_precisions(ctx)
+    current = compute_dtype(ctx)
+    if ratio >= BWD_FWD_HIGH:
+        causes = ["activation checkpointing recomputing the forward inside the backward",
+                  "backward hooks or gradient all-reduce work (DDP, custom hooks)",
+                  "slow or emulated backward kernels (each forward matmul has two in the backward)"]
+        rates = prec.get("tflops") or {}
+        if current in rates and any(r >= MARKED * rates[current] for d, r in rates.items() if d != current):
+            causes.insert(0, f"{current} matmuls are slow on this device (see precision-slow): the "
+                             "backward's twice-as-many matmuls pay it twice")
+        title = f"backward takes {ratio:.1f}x the forward (usually ~2x)"
+    else:
+        causes = ["frozen parameters (no weight gradients to compute)",
+                  "work in the forward that the backward does not repeat (a loss or metrics under "
+                  "no_grad, data augmentation, a host-device sync such as .item() inside the forward)"]
+        title = f"backward takes only {ratio:.1f}x the forward (usually ~2x)"
+    return [Finding(
+        id="backward-forward-ratio", title=title, saving_s=None, saving_share=None, kind="info",
+        evidence={"forward_s": fwd, "backward_s": bwd, "ratio": ratio, "timeline": ctx.summary.get("timeline")},
+        confidence="medium", note="likely causes: " + "; ".join(causes),
+    )]

@@ -1,0 +1,78 @@
+"""One time budget for everything measured after the stop: copy bandwidths, the matmul ceiling
+and precisions, the FLOP count, the micro-batch curve.
+
+These run after the measured steps and cost time the user waits through; on a slow step (a
+model whose step takes a minute) an unbounded FLOP count and micro-batch curve once ran 2.5
+minutes in silence, longer than the run. By default the budget is max(15 s, 25% of the measured
+run); `diagnose --post-budget S` sets it. Each part asks for a share of what is left
+(`allot`), shrinks its own work to fit (fewer sizes, fewer repeats, skipping a count that
+would not fit), says what it skipped (`done`), and the budget reports every part: allotted,
+spent, skipped. A progress callback gets one line per part as it starts and ends.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+MIN_S = 15.0
+RUN_SHARE = 0.25
+# The share of the whole budget each part may take at most (what is left caps it too).
+SHARES = {"copies": 0.05, "probe": 0.45, "flops": 0.2, "microbatch": 1.0}
+
+
+class PostRunBudget:
+    """The seconds the post-run measurements share, and what each of them did with its part."""
+
+    def __init__(self, total_s: float, *, clock: Callable[[], float] = time.perf_counter,
+                 on_progress: Callable[[str], None] | None = None, source: str = ""):
+        self.total_s = max(0.0, float(total_s))
+        self.source = source
+        self._clock = clock
+        self._on_progress = on_progress
+        self._t0 = clock()
+        self._open: dict[str, tuple[float, float]] = {}
+        self.parts: dict[str, dict] = {}
+
+    @classmethod
+    def for_run(cls, run_wall_s: float, seconds: float | None = None, **kw) -> "PostRunBudget":
+        """The default budget, max(15 s, 25% of the measured run), unless `seconds` is given."""
+        if seconds is not None:
+            return cls(seconds, source="--post-budget", **kw)
+        total = max(MIN_S, RUN_SHARE * float(run_wall_s or 0.0))
+        return cls(total, source=f"max({MIN_S:g} s, {RUN_SHARE:.0%} of the {run_wall_s or 0:.1f} s run)", **kw)
+
+    def left(self) -> float:
+        return max(0.0, self.total_s - (self._clock() - self._t0))
+
+    def allot(self, name: str, share: float | None = None) -> float:
+        """Seconds `name` may spend now: its share of the whole budget, capped by what is left."""
+        share = SHARES.get(name, 1.0) if share is None else share
+        seconds = min(self.left(), self.total_s * share)
+        self._open[name] = (self._clock(), seconds)
+        self._say(f"{name}: up to {seconds:.1f} s of the {self.total_s:.0f} s post-run budget")
+        return seconds
+
+    def done(self, name: str, skipped: list[str] | None = None) -> None:
+        """`name` finished; `skipped` says what it left out to stay within its part."""
+        start, seconds = self._open.pop(name, (self._clock(), 0.0))
+        spent = self._clock() - start
+        self.parts[name] = {"allotted_s": seconds, "spent_s": spent, "skipped": list(skipped or [])}
+        tail = f"; skipped: {'; '.join(skipped)}" if skipped else ""
+        self._say(f"{name}: done in {spent:.1f} s{tail}")
+
+    def close_open(self, why: str) -> None:
+        """Parts that never reported (they raised): done, with why."""
+        for name in list(self._open):
+            self.done(name, [why])
+
+    def report(self) -> dict:
+        return {"budget_s": self.total_s, "source": self.source,
+                "spent_s": self._clock() - self._t0, "parts": self.parts}
+
+    def _say(self, line: str) -> None:
+        if self._on_progress is not None:
+            try:
+                self._on_progress(line)
+            except Exception:  # noqa: BLE001 - a display problem never stops a measurement
+                pass

@@ -1,0 +1,191 @@
+"""Every precision this device offers, measured at the model's own matmul shapes.
+
+A training step's time is mostly its big matmuls: the attention projections, the MLP and the
+lm_head, at M = the tokens of one micro-batch (B·T). This module finds those shapes in the
+model (its nn.Linear layers, weighted by the FLOPs each shape carries) and times one product
+of each shape in every dtype the device offers — fp32, bf16, fp16 on a CPU; fp32 (TF32 off),
+TF32 (compute capability ≥ 8.0), bf16 and fp16 on CUDA — within a time budget. The result per
+dtype is the FLOP-weighted rate over those shapes (total FLOPs ÷ total time), so the ratio of two
+dtypes predicts how much faster the step's matmuls would run in the other one.
+
+Nothing here is a datasheet figure: a CPU without native bf16 (no AVX512-BF16/AMX) emulates it,
+and a V100 or T4 emulates bf16 too (torch 2.13's is_bf16_supported() still says yes); the
+measurement shows it. fp8 is not probed: training in fp8 needs a scaling recipe (torchao,
+Transformer Engine), not a dtype switch, so its rate would promise a change no config makes.
+"""
+
+from __future__ import annotations
+
+import time
+
+MAX_SHAPES = 3
+MIN_CELL_S = 0.02  # below this per (shape, dtype) a rate is mostly call overhead
+MARKED_RATE = 1.5  # a dtype this much faster at the model's shapes is worth timing the model in
+AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def model_matmuls(model, example_args, max_shapes: int = MAX_SHAPES) -> dict:
+    """The model's dominant matmul shapes at one micro-batch: {m, shapes: [{k, n, count,
+    flops_share}], covered_share} where m = tokens per micro-batch (B·T), each shape is an
+    nn.Linear (in k, out n), and flops_share its part of all nn.Linear forward FLOPs."""
+    import torch
+
+    x = next((a for a in example_args or () if isinstance(a, torch.Tensor)), None)
+    if x is None or x.dim() == 0:
+        raise ValueError("no example input to size the matmuls")
+    if x.is_floating_point():
+        m = max(1, x.numel() // max(1, x.shape[-1]))
+    else:
+        m = x.numel()  # token ids: one row per token
+    counts: dict[tuple[int, int], int] = {}
+    seen = set()
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear) and id(mod) not in seen:
+            seen.add(id(mod))
+            key = (mod.in_features, mod.out_features)
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        raise ValueError("the model has no nn.Linear layers to measure")
+    flops = {k: 2.0 * m * k[0] * k[1] * c for k, c in counts.items()}
+    total = sum(flops.values())
+    top = sorted(flops, key=flops.get, reverse=True)[:max_shapes]
+    shapes = [{"k": k, "n": n, "count": counts[(k, n)], "flops_share": flops[(k, n)] / total}
+              for k, n in top]
+    return {"m": m, "shapes": shapes, "covered_share": sum(s["flops_share"] for s in shapes)}
+
+
+def offered_dtypes(device: str) -> tuple[list[str], dict]:
+    """(dtypes to probe on this device, {dtype: why it is not probed})."""
+    from gpuprof.measure.cuda import cuda_device, is_cuda
+
+    skipped = {"fp8": "not probed: fp8 training needs a scaling recipe, not a dtype switch"}
+    if not is_cuda(device):
+        return ["fp32", "bf16", "fp16"], skipped
+    import torch
+
+    major, _ = torch.cuda.get_device_capability(cuda_device(device))
+    dtypes = ["fp32", "bf16", "fp16"]
+    if major >= 8:
+        dtypes.insert(1, "tf32")
+    else:
+        skipped["tf32"] = "no TF32 below compute capability 8.0"
+    return dtypes, skipped
+
+
+def measure_precisions(device: str, matmuls: dict, dtypes: list[str], seconds: float,
+                       clock=time.perf_counter) -> dict:
+    """FLOP-weighted matmul TFLOP/s per dtype at the model's shapes, within `seconds`.
+
+    Each (shape, dtype) cell gets an equal slice of the budget; the product is timed at up to m
+    rows, fewer when m rows would not fit the slice (rows start at 64 and double), which keeps
+    the rate honest for compute-bound shapes. A dtype whose cells could not all be timed is left out,
+    with the reason in `skipped`."""
+    import torch
+
+    from gpuprof.measure.cuda import cuda_device, is_cuda
+    from gpuprof.measure.precision import tf32_matmul
+
+    on_cuda = is_cuda(device)
+    dev = cuda_device(device) if on_cuda else torch.device(str(device))
+    tdtypes = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    shapes = matmuls["shapes"]
+    cell = max(MIN_CELL_S, float(seconds) / max(1, len(shapes) * len(dtypes)))
+    t0 = clock()
+    rates: dict[str, float] = {}
+    by_shape: dict[str, list] = {}
+    skipped: dict[str, str] = {}
+    for dt in dtypes:
+        ctx = tf32_matmul(dt == "tf32") if on_cuda and dt in ("fp32", "tf32") else _null()
+        cells = []
+        try:
+            with ctx, torch.no_grad():
+                for s in shapes:
+                    cells.append(_time_shape(torch, dev, on_cuda, tdtypes[dt], matmuls["m"], s["k"], s["n"],
+                                             cell, clock))
+        except Exception as exc:  # noqa: BLE001 - e.g. a dtype this build cannot multiply
+            skipped[dt] = f"{exc.__class__.__name__}: {exc}"
+            continue
+        if any(c is None for c in cells):
+            skipped[dt] = f"one product did not fit its {cell:.2f} s slice even at 64 rows"
+            continue
+        # FLOP-weighted over the shapes: the step's matmul time in this dtype ∝ Σ share/rate.
+        weight = sum(s["flops_share"] for s in shapes)
+        inv = sum(s["flops_share"] / c["tflops"] for s, c in zip(shapes, cells))
+        rates[dt] = weight / inv
+        by_shape[dt] = cells
+    return {"method": ("best of repeated products per model shape, FLOP-weighted over the shapes; "
+                       + ("CUDA events" if on_cuda else "wall time")),
+            "m": matmuls["m"], "shapes": shapes, "covered_share": matmuls["covered_share"],
+            "tflops": rates, "by_shape": by_shape, "skipped": skipped, "seconds": clock() - t0}
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _time_shape(torch, dev, on_cuda: bool, tdtype, m: int, k: int, n: int, budget_s: float, clock):
+    """Best TFLOP/s of (rows×k)·(k×n) in `tdtype` within budget_s, rows ≤ m. Rows start small and
+    double (up to m) while one product takes under a third of the slice, so a dtype that is
+    emulated and 20× slower costs no more time than a fast one; then the best of repeats."""
+    deadline = clock() + budget_s
+    rows = min(m, 64)
+    b = torch.randn(n, k, dtype=tdtype, device=dev)  # an nn.Linear weight: (out, in), used transposed
+    while True:
+        a = torch.randn(rows, k, dtype=tdtype, device=dev)
+        _one(torch, a, b, on_cuda, clock)  # warm-up at this size
+        one = _one(torch, a, b, on_cuda, clock)
+        # The model's own m when it fits: an emulated dtype's fixed per-call cost (converting the
+        # weight) weighs less at more rows, so fewer rows would understate its rate.
+        if rows >= m or one * 2 > budget_s / 3 or clock() + 4 * one > deadline:
+            break
+        rows = min(m, rows * 2)
+    if one > budget_s:
+        return None
+    best, reps = one, 1
+    while reps < 50 and (clock() + best < deadline or reps < 3):
+        best = min(best, _one(torch, a, b, on_cuda, clock))
+        reps += 1
+    return {"k": k, "n": n, "m": rows, "tflops": 2.0 * rows * k * n / best / 1e12, "reps": reps}
+
+
+def _one(torch, a, b, on_cuda: bool, clock) -> float:
+    """Seconds of one product as nn.Linear computes it (F.linear: a · bᵀ, the layout and kernel the
+    model uses; a contiguous (k, n) matmul can take another, much slower path, e.g. emulated
+    bf16 on a CPU): CUDA events on the tensors' stream, else wall time."""
+    linear = torch.nn.functional.linear
+    if on_cuda:
+        stream = torch.cuda.current_stream(a.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        linear(a, b)
+        end.record(stream)
+        end.synchronize()
+        return max(start.elapsed_time(end) / 1000.0, 1e-9)
+    t = clock()
+    linear(a, b)
+    return max(clock() - t, 1e-9)
+
+
+def time_step_in(model, example_args, device: str, dtype: str, seconds: float) -> float:
+    """Seconds of one forward+backward of the eager model on the run's micro-batch in `dtype`
+    (bf16/fp16 by autocast; fp32/tf32 without, with TF32 off/on on CUDA): the best of two after a
+    warm-up. Gradients it creates are dropped."""
+    import torch
+
+    from gpuprof.measure.cuda import is_cuda
+    from gpuprof.measure.microbatch import measure_curve
+    from gpuprof.measure.precision import tf32_matmul
+
+    x = example_args[0]
+    y = example_args[1] if len(example_args) > 1 else None
+    ac = getattr(torch, AUTOCAST[dtype]) if dtype in AUTOCAST else None
+    ctx = tf32_matmul(dtype == "tf32") if is_cuda(device) and dtype in ("fp32", "tf32") else _null()
+    with ctx:
+        res = measure_curve(model, x, y, device, ac, reps=2, budget_s=seconds, sizes=[x.shape[0]])
+    if res.get("error") or not res.get("points"):
+        raise RuntimeError(res.get("error") or res.get("stopped") or "no timing")
+    return res["points"][0]["seconds"]
