@@ -114,6 +114,12 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
     p = peak["peak_tflops"]
     probe = meas.get("probe") or {}
     ceiling = probe.get("tflops")
+    ceiling_method = probe.get("method")
+    # The ceiling is the best this device showed in this dtype: the square product, or the model's
+    # own matmul shapes when they ran faster (a square product can take a slower path).
+    shaped = ((probe.get("precisions") or {}).get("tflops") or {}).get(peak["dtype"])
+    if shaped and (ceiling is None or shaped > ceiling) and probe.get("dtype") in (None, peak["dtype"]):
+        ceiling, ceiling_method = shaped, "the model's own matmul shapes (measure/precisions.py)"
     if probe.get("error"):
         warnings.append(f"matmul probe failed: {probe['error']}")
     if ceiling and probe.get("dtype") and probe["dtype"] != peak["dtype"]:
@@ -133,7 +139,7 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
         "step_s": step_s, "timeline": summary.get("timeline"),
         "achieved_tflops": achieved,
         "mfu": achieved / p if achieved and p else None,
-        "ceiling_tflops": ceiling, "ceiling_method": probe.get("method"), "ceiling_dtype": probe.get("dtype"),
+        "ceiling_tflops": ceiling, "ceiling_method": ceiling_method, "ceiling_dtype": probe.get("dtype"),
         "ceiling_share_of_peak": ceiling / p if ceiling and p else None,
         "mfu_vs_ceiling": achieved / ceiling if achieved and ceiling else None,
         "floor_s": flops / (p * 1e12) if flops and p else None,
@@ -182,11 +188,16 @@ def explain_misreport(m: dict, reported_pct: float) -> list[dict]:
     ev = {"reported_pct": reported_pct, "true_pct": true_pct, "ratio": ratio, "peak_tflops": peak}
     candidates = []
     a100 = peak / NANOGPT_A100_TFLOPS
-    candidates.append(("a100_constant", a100,
-                       f"nanoGPT divides by the A100's {NANOGPT_A100_TFLOPS:g} TFLOP/s on every GPU; the "
-                       f"{m.get('dtype')} peak of {name} is {peak:g} TFLOP/s, so the true MFU is "
-                       f"{reported_pct:.1f}% × {NANOGPT_A100_TFLOPS:g}/{peak:g} = "
-                       f"{reported_pct * NANOGPT_A100_TFLOPS / peak:.1f}%"))
+    rescaled = reported_pct * NANOGPT_A100_TFLOPS / peak
+    if rescaled <= 100:
+        a100_text = (f"nanoGPT divides by the A100's {NANOGPT_A100_TFLOPS:g} TFLOP/s on every GPU; the "
+                     f"{m.get('dtype')} peak of {name} is {peak:g} TFLOP/s, so the printed figure means "
+                     f"{reported_pct:.1f}% × {NANOGPT_A100_TFLOPS:g}/{peak:g} = {rescaled:.1f}%")
+    else:  # never state an impossible figure as "the true MFU"
+        a100_text = (f"nanoGPT divides by the A100's {NANOGPT_A100_TFLOPS:g} TFLOP/s on every GPU; rescaled to "
+                     f"the {m.get('dtype')} peak of {name} ({peak:g} TFLOP/s) the printed figure would still be "
+                     f"impossible ({rescaled / 100:.3g}x the peak): its FLOPs or step time are wrong too")
+    candidates.append(("a100_constant", a100, a100_text))
     rs, ms = m.get("reported_step_s"), m.get("step_s")
     if rs and ms and ms > rs * (1 + MATCH_TOLERANCE):
         unsync = ms / rs

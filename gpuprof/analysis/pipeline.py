@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuprof.analysis.bounds import enforce
 from gpuprof.analysis.corrected import merge
 from gpuprof.analysis.engine import Context, Finding, analyze
 from gpuprof.profile import Profile
@@ -18,9 +19,14 @@ def analyze_profile(profile: Profile, *, gpu: str | None = None, peak_tflops: fl
     if profile.summary:
         mfu = compute_mfu(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu_pct)
         profile.summary["mfu"] = mfu
+        enforce(profile, [])  # measured figures first: the rules read only possible ones
     spec = find_gpu(gpu) if gpu else find_gpu(profile.environment.get("device_name"))
     ctx = Context(profile=profile, disk=disk, mfu=mfu, gpu=spec)
     findings = analyze(ctx)
+    if profile.summary:
+        repairs = profile.summary.get("bounds") or []
+        enforce(profile, findings)  # last: nothing impossible reaches the report or the JSON
+        profile.summary["bounds"] = repairs + [r for r in profile.summary.get("bounds") or [] if r not in repairs]
     profile.findings = [f.to_dict() for f in findings]
     profile.summary["corrected_config"] = merge(findings, profile.run.get("config")).to_dict() \
         if profile.summary else None

@@ -41,6 +41,7 @@ def _estimate(ctx: Context, gcfg, batch: int, capacity: int | None):
     from gpuprof.recommend.memory import estimate_memory
 
     dtype = ctx.config.get("dtype") or "fp32"
+    dtype = "fp32" if str(dtype).lower() == "tf32" else dtype  # TF32 stores fp32 tensors
     return estimate_memory(gcfg, batch, dtype=dtype, compile=bool(ctx.config.get("compile")),
                            grad_accum=micro_steps(ctx), device="cuda" if on_cuda(ctx) else "cpu",
                            capacity_bytes=capacity)
@@ -68,6 +69,8 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         return measured.get(b, fixed + per_sample * b)
 
     fwd_bwd = ctx.seconds("forward") + ctx.seconds("backward")
+    if not t(batch) or fixed > t(batch):  # a curve whose fixed cost exceeds a whole micro-step
+        return []  # is not a measurement of this run (noise): say nothing rather than >100%
     fixed_share = fixed / t(batch) * fwd_bwd / total  # of the whole step
     if fixed_share < FIXED_SHARE_MIN:
         return []

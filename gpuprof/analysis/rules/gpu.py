@@ -193,7 +193,9 @@ def launch_bound(ctx: Context) -> list[Finding]:
     n = micro_steps(ctx)
     return [Finding(
         id="launch-bound",
-        title=f"launch-bound: the host spends {host / gpu:.0%} of the GPU's forward+backward time launching it",
+        title=(f"launch-bound: the host takes {host / gpu:.2g}x the GPU's forward+backward time to launch it"
+               if host >= gpu else
+               f"launch-bound: the host takes {host / gpu:.0%} of the GPU's forward+backward time to launch it"),
         saving_s=None, saving_share=None,
         evidence={"host_fwd_bwd_s": host, "gpu_fwd_bwd_s": gpu, "micro_steps": n,
                   "host_per_micro_s": host / n},
