@@ -92,10 +92,15 @@ def _timeline(samples: list[tuple[int, dict]], keys: list[str]) -> dict:
 
 
 class _SamplerThread:
-    """A daemon thread calling `tick(t_ns)` every interval, on the timer's clock. Never raises."""
+    """A daemon thread calling `tick(t_ns)` every interval, on the timer's clock. Never raises.
 
-    def __init__(self, interval_s: float, tick: Callable[[int], None], clock: Callable[[], int]):
+    `first_after_interval`: the first tick comes one interval after start instead of at once (a
+    sampler of rates has nothing to measure over an interval that has not elapsed)."""
+
+    def __init__(self, interval_s: float, tick: Callable[[int], None], clock: Callable[[], int], *,
+                 first_after_interval: bool = False):
         self.interval_s = interval_s
+        self.first_after_interval = first_after_interval
         self.tick = tick
         self.clock = clock
         self.origin_ns = 0
@@ -123,6 +128,11 @@ class _SamplerThread:
         cpu0 = time.thread_time()
         interval_ns = int(self.interval_s * 1e9)
         next_ns = self.clock()
+        if self.first_after_interval:
+            next_ns += interval_ns
+            if self.stop_evt.wait(self.interval_s):
+                self.cpu_s = time.thread_time() - cpu0
+                return
         while True:
             t0 = self.clock()
             if t0 - next_ns > interval_ns // 2:

@@ -134,7 +134,8 @@ _NVML_COLS = [("gpu_util_pct", "GPU util", lambda v: _num(v, "{:.0f}", "%")),
               ("pcie_tx_bytes_s", "PCIe tx", _bytes_s)]
 _HOST_COLS = [("cpu_pct", "CPU", lambda v: _num(v, "{:.0f}", "%")),
               ("cpu_pct_max_core", "max core", lambda v: _num(v, "{:.0f}", "%")),
-              ("proc_cpu_pct", "proc CPU", lambda v: _num(v, "{:.0f}", "%")),
+              ("own_cpu_cores", "this run", lambda v: _num(v, "{:.2f}")),  # cores
+              ("others_cpu_cores", "others", lambda v: _num(v, "{:.2f}")),  # cores
               ("rss_bytes", "RSS", _bytes),
               ("read_bytes_s", "reads", _bytes_s),
               ("major_faults_s", "faults", lambda v: _num(v, "{:.1f}", "/s")),
@@ -168,6 +169,17 @@ def _quality(section: dict) -> str:
             + (f" ({share * 100:.2f}% of one core)" if share is not None else ""))
 
 
+def _host_quality(section: dict) -> str:
+    """The host sampler's merged and dropped samples (CPU rates over too short or impossible intervals)."""
+    out = ""
+    if section.get("merged_short"):
+        out += f", {section['merged_short']} short intervals merged into the next"
+    dropped = section.get("dropped") or {}
+    if dropped:
+        out += ", dropped " + ", ".join(f"{n} ({reason.replace('_', ' ')})" for reason, n in sorted(dropped.items()))
+    return out
+
+
 def samplers_panel(measurements: dict) -> Panel:
     """GPU (NVML) and host (psutil) samples, overall and per phase, with each sampler's quality."""
     parts: list = []
@@ -195,8 +207,11 @@ def samplers_panel(measurements: dict) -> Panel:
         parts.append(Text(f"  {NM}: {hs.get('reason')}"))
     else:
         disk = hs.get("disk") or NM
-        parts.append(Text(f"  {_quality(hs)}; data disk {disk}", style="dim"))
+        parts.append(Text(f"  {_quality(hs)}{_host_quality(hs)}; data disk {disk}", style="dim"))
         parts.append(_phase_table(hs, _HOST_COLS))
+        if hs.get("cpu_count"):
+            parts.append(Text(f"  this run, others: cores of {hs['cpu_count']}; this run = this process + its child "
+                              "processes (DataLoader workers); others = machine busy - this run", style="dim"))
         if hs.get("disk_reason"):
             parts += _notes([f"data disk: {hs['disk_reason']}"])
         if hs.get("unreadable"):

@@ -4,6 +4,7 @@ synthetic samples."""
 import sys
 import time
 import types
+from collections import namedtuple
 
 import pytest
 from fakes.nvml import FakeNvml
@@ -180,6 +181,10 @@ def test_host_sampler_real_psutil_short_run(tmp_path):
     assert out["summary"]["rss_bytes"]["min"] > 0
     assert out["phases"]["forward"]["samples"] >= 3
     assert out["summary"]["proc_cpu_pct"]["mean"] > 10  # the loop above is busy
+    # Every CPU figure within its bound: no core above 100%, this run within the machine's cores.
+    assert out["summary"]["cpu_pct_max_core"]["max"] <= 100.0
+    assert out["summary"]["proc_cpu_pct"]["max"] <= 100.0 * out["cpu_count"]
+    assert out["summary"]["own_cpu_cores"]["max"] <= out["cpu_count"]
     assert out["cost"]["thread_cpu_s"] > 0 and out["cost"]["cpu_s_per_sample"] < 0.05
     assert out["data_path"] == str(data) and (out["disk"] or out["disk_reason"])
 
@@ -189,8 +194,11 @@ def test_host_sampler_with_failing_psutil_goes_on():
         def __init__(self, pid):
             pass
 
-        def cpu_percent(self, interval=None):
-            return 50.0
+        def cpu_times(self):
+            return types.SimpleNamespace(user=0.0, system=0.0, children_user=0.0, children_system=0.0)
+
+        def children(self, recursive=False):
+            return []
 
         def memory_info(self):
             return types.SimpleNamespace(rss=1000)
@@ -198,15 +206,30 @@ def test_host_sampler_with_failing_psutil_goes_on():
         def io_counters(self):
             raise PermissionError("denied")
 
-    fake_ps = types.SimpleNamespace(Process=BadProc, cpu_percent=lambda percpu=False: [10.0, 30.0],
+    clock = [0]
+    per_core = [[0.0, 0.0], [0.0, 0.0]]  # busy, idle seconds of each core
+
+    core_times = namedtuple("scputimes", "user nice system idle iowait")
+
+    def cpu_times(percpu=False):
+        return [core_times(b, 0.0, 0.0, i, 0.0) for b, i in per_core]
+
+    fake_ps = types.SimpleNamespace(Process=BadProc, cpu_times=cpu_times,
                                     disk_io_counters=lambda perdisk=False: {})
-    smp = HostSampler(interval_s=60, psutil_mod=fake_ps)
+    smp = HostSampler(interval_s=60, psutil_mod=fake_ps, clock=lambda: clock[0])
+    smp._thread.start = lambda *a, **k: None  # ticks come from the test
     ctx = _ctx(device="cpu")
     smp.start(ctx)
-    smp._tick(10**8)
+    clock[0] = 60 * 10**9
+    per_core[0] = [6.0, 54.0]  # 10% and 30% busy over the minute
+    per_core[1] = [18.0, 42.0]
+    smp._tick(clock[0])
     out = smp.stop(ctx)
     assert out["available"] and "io_counters" in out["unreadable"]
-    assert out["summary"]["cpu_pct"]["mean"] == 20.0 and out["summary"]["cpu_pct_max_core"]["max"] == 30.0
+    assert out["summary"]["cpu_pct"]["mean"] == pytest.approx(20.0)
+    assert out["summary"]["cpu_pct_max_core"]["max"] == pytest.approx(30.0)
+    assert out["summary"]["cpu_busy_cores"]["mean"] == pytest.approx(0.4)
+    assert out["summary"]["others_cpu_cores"]["mean"] == pytest.approx(0.4)  # this process used none
     assert out["summary"]["read_bytes_s"] is None
 
 

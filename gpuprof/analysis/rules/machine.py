@@ -6,6 +6,7 @@ from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import COMPUTE_PHASES, on_cuda, step_s
 
 CPU_SATURATED = 0.90
+OTHERS_NOTABLE_SHARE = 0.20  # other processes' share of the cores worth naming even when this run leads
 THROTTLE_SHARE_MIN = 0.20
 # NVML clock-event reasons that mean the GPU slowed itself: heat, the hardware slowdown signal, the
 # external power brake. Not sw_power_cap: a busy datacenter GPU runs at its power limit, below max
@@ -94,21 +95,66 @@ def gpu_throttled(ctx: Context) -> list[Finding]:
 
 
 def cpu_saturated(ctx: Context) -> list[Finding]:
-    """Every core was busy during the run: host work cannot overlap and the host is the limit."""
+    """Every core was busy during the measured steps: host work cannot overlap and the host is the
+    limit. Who held the cores decides the fix: this run (its process and child processes, e.g.
+    DataLoader workers) or other processes on the machine. A profile from before the host sampler
+    split the two gets the machine-wide reading only."""
     host = ctx.profile.measurements.get("host") or {}
-    summary = (host.get("summary") or {}).get("cpu_pct") or {}
-    mean = summary.get("mean")
+    summary = host.get("summary") or {}
+    mean = (summary.get("cpu_pct") or {}).get("mean")
     if mean is None or mean / 100.0 < CPU_SATURATED:
         return []
-    ev = {"cpu_busy_mean": mean / 100.0, "cores": host.get("cpu_count")}
+    cores = host.get("cpu_count")
+    ev = {"cpu_busy_mean": mean / 100.0, "cores": cores}
+    split = _cpu_split(host)
+    kind = "info" if not on_cuda(ctx) else "fix"
+    title = f"the host's CPUs were {mean:.0f}% busy on average"
+    own = others = 0.0
+    if split is not None:
+        busy, own, others = split
+        ev.update({"machine_busy_cores": busy, "own_cpu_cores": own, "others_cpu_cores": others,
+                   "own_share": own / cores, "others_share": others / cores,
+                   "own_includes": "this process and its child processes (e.g. DataLoader workers)"})
+    if split is not None and others >= own:
+        # Mostly other processes: the model's compute is not what fills the cores.
+        title = (f"the host's CPUs were {mean:.0f}% busy: other processes held {others:.1f} of {cores} "
+                 f"cores ({others / cores:.0%}) during the measured steps; this run used {own:.1f}")
+        fix = ("free the cores: find the other processes (top, or ps -eo pid,pcpu,comm --sort=-pcpu | head) "
+               "and stop or pause them; if they must run, pin this run and them to separate cores "
+               "(taskset -c, with torch.set_num_threads set to this run's cores)")
+        note = ("until the cores are free, expect slower and noisy step times: this run's phase times were "
+                "measured while competing for the CPU, so they are not what this machine gives an idle run")
+        if on_cuda(ctx):
+            note += "; on a GPU run a contended host delays kernel launches and data loading"
+        # Information on a CPU run, as below: it says what the measurement competed with and ranks
+        # after the verdict on the step itself; on a GPU run a starved host is a fix.
+        return [Finding(id="cpu-saturated", title=title, saving_s=None, saving_share=None, evidence=ev,
+                        confidence="medium", kind=kind, fix=fix, note=note)]
+    if split is not None:
+        title = f"the host's CPUs were {mean:.0f}% busy: this run used {own:.1f} of {cores} cores"
+        if others / cores >= OTHERS_NOTABLE_SHARE:
+            title += f"; other processes held {others:.1f} ({others / cores:.0%})"
     if on_cuda(ctx):
         fix = "free the host: fewer loader workers or threads elsewhere, torch.set_num_threads for the main process"
         note = "on a GPU run a saturated host delays kernel launches and data loading"
     else:
         fix = "on a CPU run the model's compute uses every core: only more cores or a GPU make it faster"
         note = "background loaders and extra workers would compete with compute for the same cores"
+    if split is not None and others / cores >= OTHERS_NOTABLE_SHARE:
+        note += (f"; other processes held {others:.1f} of the {cores} cores, which this run could use "
+                 "once they are stopped")
     return [Finding(
-        id="cpu-saturated", title=f"the host's CPUs were {mean:.0f}% busy on average",
+        id="cpu-saturated", title=title,
         saving_s=None, saving_share=None, evidence=ev, confidence="medium",
-        kind="info" if not on_cuda(ctx) else "fix", fix=fix, note=note,
+        kind=kind, fix=fix, note=note,
     )]
+
+
+def _cpu_split(host: dict) -> tuple[float, float, float] | None:
+    """(machine busy, this run's, other processes') CPU in cores over the measured steps, or None
+    when the profile does not have them."""
+    summary = host.get("summary") or {}
+    vals = [(summary.get(k) or {}).get("mean") for k in ("cpu_busy_cores", "own_cpu_cores", "others_cpu_cores")]
+    if any(v is None for v in vals) or not host.get("cpu_count"):
+        return None
+    return vals[0], vals[1], vals[2]

@@ -17,6 +17,8 @@ PHASE_MEANING = {
 
 DATA_EXPOSED_MIN_SHARE = 0.05  # torch-tb-profiler's DataLoader threshold
 COMPUTE_BOUND_MAX_EXPOSED = 0.10
+MAX_WORKERS_SUGGESTED = 8  # one per free core, and no more than this to start with
+OTHERS_NAMED_SHARE = 0.20  # other processes' share of the cores worth naming in the note
 
 
 def dominant_phase(ctx: Context) -> list[Finding]:
@@ -40,7 +42,11 @@ def dominant_phase(ctx: Context) -> list[Finding]:
 
 
 def data_loading_exposed(ctx: Context) -> list[Finding]:
-    """The device waits while the host loads the next batch."""
+    """The device waits while the host loads the next batch.
+
+    More DataLoader workers only help with free cores: the advice counts the cores free to this run
+    over the measured steps (cores - other processes' busy CPU - this process's own), suggests at
+    most one worker per free core, and none, with the reason, when no core is free."""
     total = step_s(ctx)
     exp = exposed_s(ctx, "data")
     if not total or exp / total < DATA_EXPOSED_MIN_SHARE:
@@ -52,6 +58,9 @@ def data_loading_exposed(ctx: Context) -> list[Finding]:
     busy = _host_busy_during(ctx, "data")
     if busy is not None:
         ev["host_cpu_busy_during_data"] = busy
+    free = _free_cores(ctx)
+    if free is not None:
+        ev.update(free)
     if not on_cuda(ctx):
         note = ("on a CPU run the loader thread shares cores with the model's compute: the full "
                 "saving needs the loading to be waiting (I/O, sleep) rather than computing")
@@ -59,25 +68,64 @@ def data_loading_exposed(ctx: Context) -> list[Finding]:
             confidence = "low"
             note = (f"the host was {busy:.0%} busy during data loading: a background loader would "
                     "compete with compute for the same cores; more cores (or a GPU) lift this")
+            if free is not None and free["others_cpu_cores"] / free["cores"] >= OTHERS_NAMED_SHARE:
+                note = (f"the host was {busy:.0%} busy during data loading, and other processes held "
+                        f"{free['others_cpu_cores']:.1f} of {free['cores']} cores over the measured steps: "
+                        "a background loader would compete with them and with compute for the same cores")
     saturated = busy is not None and busy > 0.9
     counts = ((ctx.profile.measurements.get("script") or {}).get("hooks") or {}).get("counts") or {}
     if mode(ctx) == "script" and counts.get("dataloader_next"):
-        if saturated:
+        cheaper = ("make each sample cheaper to load (pre-tokenized uint16 files read with memmap, "
+                   "no per-sample decoding)")
+        if free is not None:
+            workers = min(int(free["free_cores"]), MAX_WORKERS_SUGGESTED)
+            ev["workers_suggested"] = workers
+            if workers >= 1:
+                fix = (f"DataLoader(num_workers={workers}, pin_memory=True, persistent_workers=True, "
+                       f"prefetch_factor=2) so batches are prepared in worker processes while the model "
+                       f"computes: {free['free_cores']:.1f} of {free['cores']} cores were free to this run "
+                       "(one worker per free core at most)")
+            else:
+                fix = (f"{cheaper}; more DataLoader workers need idle cores, and none was free: of "
+                       f"{free['cores']} cores, other processes held {free['others_cpu_cores']:.1f} and this "
+                       f"process {free['proc_cpu_cores']:.1f} over the measured steps")
+        elif saturated:
             # More workers need idle cores; there were none while data loaded.
-            fix = ("make each sample cheaper to load (pre-tokenized uint16 files read with memmap, "
-                   "no per-sample decoding); more DataLoader workers need idle cores, and there were none")
+            fix = f"{cheaper}; more DataLoader workers need idle cores, and there were none"
         else:
             fix = ("DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2) "
                    "so batches are prepared in worker processes while the model computes")
     else:
         fix = ("prefetch batches in a background thread (a queue of 1-2 ready batches) so get_batch "
                "overlaps forward/backward; on CUDA keep pin_memory + non_blocking copies")
+        if free is not None and free["free_cores"] < 1:
+            note = (note + "; " if note else "") + (
+                f"a background loader needs a free core, and none was: of {free['cores']} cores, other "
+                f"processes held {free['others_cpu_cores']:.1f} and this process {free['proc_cpu_cores']:.1f}")
     return [Finding(
         id="data-loading-exposed",
         title=f"the {'GPU' if on_cuda(ctx) else 'step'} waits {exp / total:.0%} of the step for data loading",
         saving_s=exp, saving_share=exp / total, evidence=ev, confidence=confidence, fix=fix,
         note=note, claims={"data": exp},
     )]
+
+
+def _free_cores(ctx: Context) -> dict | None:
+    """The cores free to this run over the measured steps (host sampler means, in cores):
+    cores - other processes' busy CPU - this process's CPU (the training loop and torch's compute
+    threads). This run's child processes (existing workers) are not subtracted: their loading is the
+    work more workers would share. None when the profile does not have the split."""
+    host = ctx.profile.measurements.get("host") or {}
+    summary = host.get("summary") or {}
+    cores = host.get("cpu_count")
+    others = (summary.get("others_cpu_cores") or {}).get("mean")
+    proc_pct = (summary.get("proc_cpu_pct") or {}).get("mean")
+    if not cores or others is None or proc_pct is None:
+        return None
+    proc = proc_pct / 100.0
+    children = (summary.get("children_cpu_cores") or {}).get("mean")
+    return {"cores": cores, "others_cpu_cores": others, "proc_cpu_cores": proc,
+            "children_cpu_cores": children, "free_cores": max(0.0, cores - others - proc)}
 
 
 def _host_busy_during(ctx: Context, phase: str) -> float | None:
