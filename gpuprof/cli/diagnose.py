@@ -31,45 +31,85 @@ def _instruments(device: str, data_path: Optional[str], samplers: bool) -> list:
     return default_instruments(device, data_path, samplers=samplers, probe=samplers)
 
 
+def outputs(out: Optional[Path], write: Optional[Path], force: bool) -> list:
+    """Every file this command will write, checked before anything runs (gpuprof.preflight).
+    A new output option (--trace, --html) is one more line here and one more write in emit."""
+    from gpuprof.preflight import Output
+
+    found = []
+    if out is not None:
+        found.append(Output("--out", out, overwrite=True, what="the profile"))
+    if write is not None:
+        found.append(Output("--write", write, overwrite=force, what="the corrected config"))
+    return found
+
+
 def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Console,
-         write: Optional[Path] = None, force: bool = False) -> None:
+         write: Optional[Path] = None, force: bool = False) -> list:
     """Write the profile (--out) and the corrected config (--write), then print JSON (--json)
-    or the terminal report."""
+    or the terminal report. A write that fails is saved to a fallback file instead
+    (gpuprof.files.save_or_rescue) and a warning line on stderr says where; returns the
+    files.Saved results (`exit_for` turns a rescued one into exit code 3)."""
+    from gpuprof.files import save_or_rescue
     from gpuprof.render.terminal import render_diagnosis
 
+    saved = []  # (what, Saved)
     if out is not None:
-        profile_io.save(profile, out)
-    written = _write_corrected(profile, write, force)
+        saved.append(("the profile", save_or_rescue(out, profile.to_json())))
+    note = None
+    if write is not None:
+        text = _corrected_text(profile)
+        if text is None:
+            note = f"nothing written to {write}: no finding of this run is a config fix"
+        else:
+            saved.append(("the corrected config", save_or_rescue(write, text, overwrite=force)))
     if as_json:
         sys.stdout.write(profile.to_json() + "\n")
-        return
-    from gpuprof.render.mfu import mfu_panel, samplers_panel
+    else:
+        from gpuprof.render.mfu import mfu_panel, samplers_panel
 
-    extra = []
-    if profile.summary.get("mfu"):
-        extra.append(mfu_panel(profile.summary["mfu"]))
-    if profile.measurements:
-        panel = samplers_panel(profile.measurements)
-        if panel is not None:
-            extra.append(panel)
-    render_diagnosis(profile, findings, console, extra)
-    if out is not None:
-        console.print(f"profile written to {out}")
-    if written is not None:
-        console.print(f"corrected config written to {written}")
+        extra = []
+        if profile.summary.get("mfu"):
+            extra.append(mfu_panel(profile.summary["mfu"]))
+        if profile.measurements:
+            panel = samplers_panel(profile.measurements)
+            if panel is not None:
+                extra.append(panel)
+        render_diagnosis(profile, findings, console, extra)
+        for what, s in saved:
+            if not s.rescued:
+                console.print(f"{what.removeprefix('the ')} written to {s.path}")
+    # Last, on stderr, one line each: what the user must not miss after a long report.
+    if note is not None:
+        typer.echo(f"gpuprof: note: {note}", err=True)
+    for what, s in saved:
+        if s.path is None:
+            typer.echo(f"gpuprof: error: could not write {what} to {s.requested} ({s.error})", err=True)
+        elif s.rescued:
+            typer.echo(f"gpuprof: warning: could not write {what} to {s.requested} ({s.error}); "
+                       f"saved it to {s.path} instead", err=True)
+    return [s for _, s in saved]
 
 
-def _write_corrected(profile, write: Optional[Path], force: bool) -> Optional[Path]:
+def exit_for(saved: list) -> None:
+    """Exit with files.RESCUED_EXIT_CODE (3) when an output is not where it was asked for."""
+    from gpuprof.files import RESCUED_EXIT_CODE
+
+    if any(s.rescued for s in saved):
+        raise typer.Exit(RESCUED_EXIT_CODE)
+
+
+def _corrected_text(profile) -> Optional[str]:
+    """The corrected config in nanoGPT `key = value` format, or None when no finding is a
+    config fix."""
     from gpuprof.analysis.corrected import CorrectedConfig
-    from gpuprof.recommend.config import write_config
+    from gpuprof.recommend.config import format_config
 
-    if write is None:
-        return None
     cc = profile.summary.get("corrected_config") or {}
     if not cc.get("overrides"):
-        raise GpuprofError("no config change to write: no finding of this run is a config fix")
+        return None
     c = CorrectedConfig(cc["overrides"], cc["sources"], cc.get("overridden", []), cc.get("current", {}))
-    return write_config(write, c.overrides, c.header(), force=force)
+    return format_config(c.overrides, c.header())
 
 
 @app.command(
@@ -97,7 +137,7 @@ def diagnose(
     steps: int = typer.Option(10, help="Measured optimizer steps."),
     warmup: int = typer.Option(2, help="Steps run before measuring (compile, allocator warm-up)."),
     stop: bool = typer.Option(True, "--stop/--no-stop", help="Script mode: stop the script after warmup+steps optimizer steps."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the profile JSON here (atomic)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the profile JSON here (atomic; checked before the run; a write that still fails goes to a fallback file, exit 3)."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile JSON instead of the report."),
     gpu: Optional[str] = typer.Option(None, help="GPU name or key for the peak (overrides detection), e.g. h200."),
     peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s to compute MFU against (overrides the table)."),
@@ -106,27 +146,44 @@ def diagnose(
     disk_report: Optional[Path] = typer.Option(None, help="A `gpuprof bench-disk --json` result for the data's storage."),
     write: Optional[Path] = typer.Option(None, help="Write the corrected config (nanoGPT `key = value` format) here."),
     force: bool = typer.Option(False, help="Let --write replace an existing file."),
+    allow_slow: bool = typer.Option(False, "--allow-slow", help="Built-in loop: run even when the run is estimated at an hour or more (refused otherwise)."),
+    post_budget: Optional[float] = typer.Option(None, "--post-budget", help="Seconds the measurements after the run share (ceiling and precisions, FLOP count, micro-batch curve); default max(15, 25%% of the run)."),
 ):
-    """Run a training loop under measured phases and explain where the step's time goes."""
+    """Run a training loop under measured phases and explain where the step's time goes.
+
+    Checked before anything runs: every output path; for the built-in loop,
+    its memory (refused when it cannot fit) and its step time (said up front
+    when a step takes minutes; a run estimated at an hour or more needs
+    --allow-slow). After the run, the measurements that follow it share one
+    time budget (--post-budget) and say what they skipped.
+
+    Exit codes: 0 done; 1 the script raised (partial profile kept);
+    2 bad input, nothing ran; 3 done, but an output could not be written
+    where asked and went to the fallback file named on stderr; 130 Ctrl-C.
+    """
     import torch
 
     from gpuprof.analysis.pipeline import analyze_profile
+    from gpuprof.preflight import check_outputs, preflight_run
 
     err = Console(stderr=True)
     disk = _load_disk_report(disk_report)  # before any run: a bad file fails fast
-    if write is not None and write.exists() and not force:
-        raise GpuprofError(f"{write} already exists; pass --force to replace it")
     if steps <= 0:
         raise GpuprofError(f"--steps must be positive, got {steps}")
     if warmup < 0:
         raise GpuprofError(f"--warmup must be zero or positive, got {warmup}")
+    if post_budget is not None and not post_budget >= 0:
+        raise GpuprofError(f"--post-budget must be zero or positive seconds, got {post_budget}")
+    # Every output path before anything runs: a bad one costs a second, not the measurement.
+    check_outputs(outputs(out, write, force),
+                  inputs=[("script", script), ("--data", data), ("--disk-report", disk_report)])
     if script is not None:
         from gpuprof.cli.script_mode import diagnose_script
 
         diagnose_script(script, list(script_args or []), steps=steps, warmup=warmup, stop=stop,
                         out=out, as_json=as_json, gpu=gpu, peak_tflops=peak_tflops,
                         reported_mfu=reported_mfu, samplers=samplers, err=err,
-                        disk=disk, write=write, force=force)
+                        disk=disk, write=write, force=force, post_budget=post_budget)
         return
 
     from gpuprof.runners.builtin import LoopConfig, bf16_native, default_device, run_builtin
@@ -147,14 +204,26 @@ def diagnose(
         if val is not None and val <= 0:
             raise GpuprofError(f"--{key} must be positive, got {val}")
     cfg.validate()
+    # Memory (refused when it cannot fit) and step time (refused at minutes unless
+    # --allow-slow), before the loop and its progress bar start.
+    warning = preflight_run(cfg, allow_slow=allow_slow, gpu=gpu, peak_tflops=peak_tflops)
+    if warning is not None:
+        typer.echo(f"gpuprof: warning: {warning}", err=True)
     instruments = _instruments(dev, cfg.data, samplers)
     with _progress(err) as progress:
         task = progress.add_task(f"{cfg.model} on {dev}", total=cfg.warmup + cfg.steps)
         profile = run_builtin(cfg, instruments=instruments,
-                              on_step=lambda i, n: progress.update(task, completed=i))
+                              on_step=lambda i, n: progress.update(task, completed=i),
+                              post_budget_s=post_budget, on_progress=post_progress(progress.console))
     findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
                                disk=disk)
-    emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write, force=force)
+    exit_for(emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write,
+                  force=force))
+
+
+def post_progress(console: Console):
+    """A line on stderr as each post-run measurement starts and ends (the wait is never silent)."""
+    return lambda line: console.print(f"gpuprof: after the run: {line}", highlight=False)
 
 
 def _load_disk_report(path: Optional[Path]) -> Optional[dict]:
@@ -206,10 +275,14 @@ def analyze(
         return
     if file is None:
         raise GpuprofError("give a profile file (gpuprof analyze run.gpuprof.json) or --log train.log")
+    from gpuprof.preflight import check_outputs
+
+    check_outputs(outputs(None, write, force), inputs=[("profile", file)])
     prof = profile_io.load(file)
     findings = analyze_profile(prof, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
                                disk=_load_disk_report(disk_report))
-    emit(prof, findings, out=None, as_json=as_json, console=Console(), write=write, force=force)
+    exit_for(emit(prof, findings, out=None, as_json=as_json, console=Console(), write=write,
+                  force=force))
 
 
 def _analyze_log(log: Path, gpu, peak_tflops, config: dict, as_json: bool) -> None:

@@ -3,7 +3,9 @@
 The library (gpuprof.runners.script) runs the script and returns a Profile; this module maps the
 ways a run can end onto the CLI's contract: the report or JSON as for the built-in loop, a
 partial profile then exit 1 when the script raised, exit 130 on Ctrl-C, a one-line error and
-exit 2 for a path that is not a Python script or a script that never steps an optimizer.
+exit 2 for a path that is not a Python script or a script that never steps an optimizer, exit 3
+when an output went to a fallback file. The output paths were checked (cli.diagnose) before
+the script starts.
 
 No progress bar here, unlike the built-in loop: the script's own output is the progress, and a
 live bar would have to re-route the script's stdout/stderr through rich (breaking `\\r`-style
@@ -24,10 +26,11 @@ from gpuprof.errors import GpuprofError, ScriptFailed
 def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: int, stop: bool,
                     out: Optional[Path], as_json: bool, gpu: Optional[str], peak_tflops: Optional[float],
                     reported_mfu: Optional[float], samplers: bool, err: Console,
-                    disk: Optional[dict] = None, write: Optional[Path] = None, force: bool = False) -> None:
+                    disk: Optional[dict] = None, write: Optional[Path] = None, force: bool = False,
+                    post_budget: Optional[float] = None) -> None:
     """Profile `script script_args...`; emit the report/JSON; raise for the failure exits."""
     from gpuprof.analysis.pipeline import analyze_profile
-    from gpuprof.cli.diagnose import _instruments, emit
+    from gpuprof.cli.diagnose import _instruments, emit, exit_for
     from gpuprof.runners.script import check_script, run_script
 
     check_script(script)
@@ -49,13 +52,16 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
     findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops,
                                reported_mfu_pct=reported_mfu if reported_mfu is not None
                                else reported.get("mfu_pct_median"), disk=disk)
-    emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write, force=force)
+    saved = emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write,
+                 force=force)
     if result.ended == "failed":
-        written = f"; partial profile written to {out}" if out is not None else ""
+        where = saved[0].path if out is not None else None  # --out comes first: emit's order
+        written = f"; partial profile written to {where}" if where is not None else ""
         raise ScriptFailed(f"{result.error_line} (the script failed after {len(profile.steps) + len(profile.warmup_steps)} "
                            f"complete steps{written})")
     if result.ended == "interrupted":
         raise KeyboardInterrupt
+    exit_for(saved)
 
 
 def _no_profile_error(script: str, result) -> GpuprofError:

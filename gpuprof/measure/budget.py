@@ -7,7 +7,7 @@ minutes in silence, longer than the run. By default the budget is max(15 s, 25% 
 run); `diagnose --post-budget S` sets it. Each part asks for a share of what is left
 (`allot`), shrinks its own work to fit (fewer sizes, fewer repeats, skipping a count that
 would not fit), says what it skipped (`done`), and the budget reports every part: allotted,
-spent, skipped. A progress callback gets one line per part as it starts and ends.
+spent, skipped. A progress callback gets a line as each part starts, and one for what it skipped.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ MIN_S = 15.0
 RUN_SHARE = 0.25
 # The share of the whole budget each part may take at most (what is left caps it too).
 SHARES = {"copies": 0.05, "probe": 0.45, "flops": 0.2, "microbatch": 1.0}
+LABELS = {"copies": "host-to-device copy bandwidths", "probe": "matmul ceiling and precisions",
+          "flops": "FLOP count", "microbatch": "micro-batch curve"}
 
 
 class PostRunBudget:
@@ -50,7 +52,7 @@ class PostRunBudget:
         share = SHARES.get(name, 1.0) if share is None else share
         seconds = min(self.left(), self.total_s * share)
         self._open[name] = (self._clock(), seconds)
-        self._say(f"{name}: up to {seconds:.1f} s of the {self.total_s:.0f} s post-run budget")
+        self._say(f"{LABELS.get(name, name)} (up to {seconds:.1f} s of the {self.total_s:.0f} s budget)")
         return seconds
 
     def done(self, name: str, skipped: list[str] | None = None) -> None:
@@ -58,8 +60,8 @@ class PostRunBudget:
         start, seconds = self._open.pop(name, (self._clock(), 0.0))
         spent = self._clock() - start
         self.parts[name] = {"allotted_s": seconds, "spent_s": spent, "skipped": list(skipped or [])}
-        tail = f"; skipped: {'; '.join(skipped)}" if skipped else ""
-        self._say(f"{name}: done in {spent:.1f} s{tail}")
+        if skipped:
+            self._say(f"{LABELS.get(name, name)}: skipped to stay in budget: {'; '.join(skipped)}")
 
     def close_open(self, why: str) -> None:
         """Parts that never reported (they raised): done, with why."""

@@ -96,6 +96,8 @@ def plan_sizes(batch: int, t_batch_s: float, seconds: float, reps: int) -> tuple
         if used + cost <= seconds:
             chosen.append(b)
             used += cost
+        elif b == batch:  # without the run's own size the curve says nothing about the run
+            return [], sorted(wanted)
     return sorted(chosen), sorted(set(wanted) - set(chosen))
 
 

@@ -97,3 +97,150 @@ def test_bad_disk_report_fails_before_running(tmp_path):
     bad = tmp_path / "disk.json"
     bad.write_text('{"hello": 1}')
     _one_line_error(runner.invoke(app, ["diagnose", *FAST, "--disk-report", str(bad)]), "not a bench-disk JSON result")
+
+
+# -- nothing lost, nothing silent: outputs checked before the run, rescued after it ----------
+
+
+@pytest.fixture
+def no_run(monkeypatch):
+    """The built-in loop fails the test if it starts."""
+    import gpuprof.runners.builtin as builtin
+
+    def started(*args, **kwargs):
+        pytest.fail("the built-in loop started")
+
+    monkeypatch.setattr(builtin, "run_builtin", started)
+
+
+@pytest.mark.parametrize(
+    "opts, text",
+    [
+        (["--out", "/proc/x.json"], "--out: cannot write /proc/x.json: cannot create files in /proc"),
+        (["--out", "{tmp}/missing/x.json"], "--out: cannot write {tmp}/missing/x.json: folder {tmp}/missing does not exist"),
+        (["--out", "{tmp}"], "--out: cannot write {tmp}: it is a directory"),
+        (["--write", "{tmp}/mine.py"], "--write: {tmp}/mine.py already exists; pass --force to replace it"),
+        (["--out", "{tmp}/p.json", "--write", "{tmp}/p.json", "--force"], "--out and --write both name"),
+    ],
+    ids=["proc", "missing-folder", "folder", "write-existing", "same-file"],
+)
+def test_a_bad_output_path_fails_before_anything_runs(no_run, tmp_path, opts, text):
+    if "/proc/" in text and not __import__("os").path.isdir("/proc/self"):
+        pytest.skip("needs Linux /proc")
+    (tmp_path / "mine.py").write_text("batch_size = 12\n")
+    opts = [o.replace("{tmp}", str(tmp_path)) for o in opts]
+    _one_line_error(runner.invoke(app, ["diagnose", *FAST, *opts]), text.replace("{tmp}", str(tmp_path)))
+    assert (tmp_path / "mine.py").read_text() == "batch_size = 12\n"
+
+
+def _fails_once(monkeypatch):
+    """gpuprof.files.atomic_write raising ENOSPC on its first call only (a disk full after the
+    run); the rescue's own write then goes through."""
+    import errno
+
+    import gpuprof.files as files
+
+    real, calls = files.atomic_write, []
+
+    def flaky(path, data, overwrite=True):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data, overwrite=overwrite)
+
+    monkeypatch.setattr(files, "atomic_write", flaky)
+    return calls
+
+
+def test_a_write_that_fails_after_the_run_is_rescued_and_exits_3(tmp_path, monkeypatch):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    _fails_once(monkeypatch)
+    out = tmp_path / "run.gpuprof.json"
+    res = runner.invoke(app, ["diagnose", *FAST, "--out", str(out), "--json"])
+    assert res.exit_code == 3, res.output
+    (rescued,) = cwd.iterdir()
+    assert rescued.name.startswith("run.gpuprof.rescued-") and rescued.suffix == ".json"
+    assert json.loads(rescued.read_text()) == json.loads(res.stdout)  # the whole profile, safe
+    assert not out.exists()
+    line = res.stderr.strip().splitlines()[-1]  # after the post-run progress lines
+    assert line == (f"gpuprof: warning: could not write the profile to {out} (OSError: No space left "
+                    f"on device); saved it to {rescued} instead")
+
+
+def test_the_report_names_the_rescued_file_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _fails_once(monkeypatch)
+    res = runner.invoke(app, ["diagnose", *FAST, "--out", str(tmp_path / "p.json")])
+    assert res.exit_code == 3, res.output
+    assert "Where a step's time goes" in res.stdout and "profile written to" not in res.stdout
+    assert "saved it to " + str(next(tmp_path.glob("p.rescued-*.json"))) in res.stderr
+
+
+def test_block_size_100000_is_refused_within_a_second_with_the_memory_numbers(no_run, monkeypatch):
+    import time
+
+    import gpuprof.analysis.pipeline  # noqa: F401 - imported before the clock starts
+    import gpuprof.preflight as preflight
+
+    monkeypatch.setattr(preflight, "device_memory", lambda device: (16 * 1024**3, "available RAM"))
+    monkeypatch.setattr(preflight, "probe_ceiling", lambda *a: pytest.fail("probed a run that cannot fit"))
+    t = time.perf_counter()
+    res = runner.invoke(app, ["diagnose", "--block-size", "100000", "--device", "cpu", "--no-samplers"])
+    elapsed = time.perf_counter() - t
+    _one_line_error(res, "this run would not fit: its peak memory is estimated at 62.1 GiB (memory model")
+    assert "vs 16.0 GiB available RAM" in res.stderr and "largest that fit (estimated): --batch-size " in res.stderr
+    assert elapsed < 1.0, elapsed
+
+
+def test_post_run_work_shares_the_budget_and_says_what_it_does(tmp_path):
+    out = tmp_path / "p.json"
+    res = runner.invoke(app, ["diagnose", *FAST, "--post-budget", "0.5", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "gpuprof: after the run: micro-batch curve (up to" in res.stderr
+    post = json.loads(out.read_text())["measurements"]["post_run"]
+    assert post["budget_s"] == 0.5 and post["source"] == "--post-budget"
+    assert set(post["parts"]) == {"flops", "microbatch"}  # --no-samplers: no probe
+    assert post["spent_s"] < 0.5 + 1.0  # each part stops at its share (plus one last repeat)
+    bad = runner.invoke(app, ["diagnose", *FAST, "--post-budget", "-1"])
+    assert bad.exit_code == 2 and "--post-budget" in bad.stderr
+
+
+def _slow_ceiling(monkeypatch, flops_s=1e6):
+    """A fake slow device: at 1 MFLOP/s the FAST config's 2.4e8 FLOPs per step take 4.0 min."""
+    import gpuprof.preflight as preflight
+
+    monkeypatch.setattr(preflight, "FLOOR_FLOPS_PER_S", 0.0)  # probe even this small a step
+    monkeypatch.setattr(preflight, "probe_ceiling",
+                        lambda device, dtype: preflight.Ceiling(flops_s, f"a fake {flops_s / 1e6:g} MFLOP/s ceiling"))
+
+
+def test_an_hour_long_run_is_refused_without_allow_slow(no_run, monkeypatch):
+    _slow_ceiling(monkeypatch, 2e5)
+    _one_line_error(runner.invoke(app, ["diagnose", *FAST]),
+                    "one optimizer step is estimated at 20.2 min (2.4e8 FLOPs per step by the nanoGPT "
+                    "formula ÷ a fake 0.2 MFLOP/s ceiling); the 4 steps of this run (warmup + measured) "
+                    "≈ 81.0 min; pass --allow-slow to run it anyway")
+
+
+def test_a_step_of_minutes_is_said_up_front_and_runs(monkeypatch):
+    _slow_ceiling(monkeypatch)
+    res = runner.invoke(app, ["diagnose", *FAST])
+    assert res.exit_code == 0, res.output
+    first = res.stderr.splitlines()[0]
+    assert first.startswith("gpuprof: warning: one optimizer step is estimated at 4.0 min (2.4e8 FLOPs")
+    assert first.endswith("running it, Ctrl-C stops it")
+    assert "Where a step's time goes" in res.stdout
+
+
+def test_write_with_no_config_fix_still_prints_the_report(tmp_path, monkeypatch):
+    import gpuprof.cli.diagnose as diag
+
+    monkeypatch.setattr(diag, "_corrected_text", lambda profile: None)
+    target = tmp_path / "corrected.py"
+    res = runner.invoke(app, ["diagnose", *FAST, "--write", str(target)])
+    assert res.exit_code == 0, res.output
+    assert "Where a step's time goes" in res.stdout and not target.exists()
+    assert res.stderr.strip().splitlines()[-1] == (f"gpuprof: note: nothing written to {target}: no finding "
+                                                   f"of this run is a config fix")

@@ -93,3 +93,61 @@ def test_bad_script_paths_exit_2(tmp_path):
         res = runner.invoke(app, ["diagnose", str(bad)])
         assert res.exit_code == 2
         assert res.stderr.count("\n") == 1 and res.stderr.startswith("gpuprof: error:")
+
+
+# -- output paths are checked before the script starts; a late write failure is rescued -----
+
+
+@pytest.fixture
+def no_script(monkeypatch):
+    import gpuprof.runners.script as script
+
+    monkeypatch.setattr(script, "run_script", lambda *a, **k: pytest.fail("the script started"))
+
+
+@pytest.mark.parametrize(
+    "opts, text",
+    [
+        (["--out", "/proc/x.json"], "--out: cannot write /proc/x.json: cannot create files in /proc"),
+        (["--out", "{tmp}/missing/x.json"], "--out: cannot write {tmp}/missing/x.json: folder {tmp}/missing does not exist"),
+        (["--out", "{tmp}"], "--out: cannot write {tmp}: it is a directory"),
+        (["--write", "{tmp}/mine.py"], "--write: {tmp}/mine.py already exists; pass --force to replace it"),
+        (["--out", NANOGPT], f"--out: {NANOGPT} is this run's script; writing the profile there would replace it"),
+    ],
+    ids=["proc", "missing-folder", "folder", "write-existing", "the-script-itself"],
+)
+def test_a_bad_output_path_fails_before_the_script_starts(no_script, data_dir, tmp_path, opts, text):
+    if "/proc/" in text and not Path("/proc/self").exists():
+        pytest.skip("needs Linux /proc")
+    (tmp_path / "mine.py").write_text("batch_size = 12\n")
+    res = _invoke(data_dir, tmp_path, opts=[o.replace("{tmp}", str(tmp_path)) for o in opts])
+    assert res.exit_code == 2, res.output
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("gpuprof: error: " + text.replace("{tmp}", str(tmp_path))), line
+    assert (tmp_path / "mine.py").read_text() == "batch_size = 12\n"
+
+
+def test_a_profile_write_that_fails_after_the_script_is_rescued(data_dir, tmp_path, monkeypatch):
+    import errno
+
+    import gpuprof.files as files
+
+    real, calls = files.atomic_write, []
+
+    def flaky(path, data, overwrite=True):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(errno.EACCES, "Permission denied")
+        return real(path, data, overwrite=overwrite)
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(files, "atomic_write", flaky)
+    out = tmp_path / "run.gpuprof.json"
+    res = _invoke(data_dir, tmp_path, opts=["--out", str(out)])
+    assert res.exit_code == 3, res.output
+    (rescued,) = cwd.glob("run.gpuprof.rescued-*.json")
+    assert json.loads(rescued.read_text())["run"]["mode"] == "script" and not out.exists()
+    assert (f"gpuprof: warning: could not write the profile to {out} (PermissionError: Permission denied); "
+            f"saved it to {rescued} instead") in res.stderr.splitlines()
