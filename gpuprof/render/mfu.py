@@ -97,7 +97,9 @@ def mfu_panel(mfu: dict) -> Panel:
     ceil = mfu.get("ceiling_tflops")
     ceil_txt = _tflops(ceil)
     if ceil is not None:
-        ceil_txt += f" [dim]{mfu.get('ceiling_method')}, {mfu.get('ceiling_dtype')} matmul[/dim]"
+        how = ", ".join(str(x) for x in (mfu.get("ceiling_method"), mfu.get("ceiling_dtype") and
+                                         f"{mfu['ceiling_dtype']} matmul") if x)
+        ceil_txt += f" [dim]{how}[/dim]" if how else ""
         if mfu.get("ceiling_share_of_peak") is not None:
             ceil_txt += f" = {_pct(mfu['ceiling_share_of_peak'])} of datasheet"
     t.add_row("Measured ceiling", ceil_txt)
@@ -163,7 +165,7 @@ def _phase_table(section: dict, cols) -> Table:
 def _quality(section: dict) -> str:
     cost = section.get("cost") or {}
     share = cost.get("share_of_one_core")
-    return (f"samples {section.get('samples', 0)} every {section.get('interval_s')} s, "
+    return (f"samples {section.get('samples', 0)} every {_num(section.get('interval_s'), '{:g}', ' s')}, "
             f"late {section.get('late_ticks', 0)}, errors {section.get('errors', 0)}; "
             f"cost {_num(cost.get('thread_cpu_s'), '{:.3f}', ' s')} CPU"
             + (f" ({share * 100:.2f}% of one core)" if share is not None else ""))

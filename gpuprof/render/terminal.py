@@ -160,7 +160,7 @@ def _evidence_line(ev: dict) -> str:
                 parts.append(f"{k}={seconds(v)}")
             else:
                 parts.append(f"{k}={v:.4g}")
-        elif isinstance(v, (dict, list)):
+        elif isinstance(v, (dict, list)) or v is None:  # None: not measured, nothing to show
             continue
         else:
             parts.append(f"{k}={v}")
@@ -211,8 +211,10 @@ def corrected_config_panel(corrected: dict) -> Panel | None:
 
 def script_lines(profile: Profile) -> list[str]:
     """Script mode: where each phase's host time went in the user's code (stack sampler), and
-    the script's own step time and MFU beside gpuprof's, e.g.
-    "data: 93% of samples in get_batch (train.py:117)"."""
+    the script's own step time (any log format gpuprof.steplog reads) beside gpuprof's, e.g.
+    "data: 93% of samples in get_batch (train.py:117)", "the script's own log: build-nanogpt
+    format, 8 step lines, median dt 123.45 ms, 12.3K tok/s; gpuprof measured 125.10 ms per step
+    (1.01×)"."""
     section = profile.measurements.get("script") or {}
     top = section.get("top_functions") or {}
     lines = []
@@ -233,9 +235,26 @@ def script_lines(profile: Profile) -> list[str]:
         lines.append(f"h2d: {note}")
     rep = section.get("reported") or {}
     if rep.get("lines"):
-        mfu = f", mfu {rep['mfu_pct_median']:.2f}%" if rep.get("mfu_pct_median") is not None else ""
-        ms = f"{rep['step_ms_median']:.2f} ms" if rep.get("step_ms_median") is not None else "?"
+        fmt = rep.get("format") or "nanogpt"  # profiles before other formats were read: nanoGPT only
+        ms = rep.get("step_ms_median")
+        # Each format's own word for its step time.
+        what = {"nanogpt": "time", "build-nanogpt": "dt", "llm.c": "step time"}.get(fmt, "step time")
+        parts = [f"{fmt} format, {rep['lines']} {'log' if fmt == 'hf-trainer' else 'step'} lines"]
+        if ms is None:
+            parts.append(f"no per-step time: {rep['note']}" if rep.get("note") else "no step time")
+        elif (rep.get("step_ms_source") or "").startswith("train_steps_per_second"):
+            parts.append(f"{ms:.2f} ms per step from train_steps_per_second (a whole-run average)")
+        else:
+            parts.append(f"median {what} {ms:.2f} ms")
+        tps = rep.get("tokens_per_s_median")
+        if tps is not None:
+            parts.append(f"{count(tps)} tok/s")
+        if rep.get("mfu_pct_median") is not None:
+            parts.append(f"mfu {rep['mfu_pct_median']:.2f}%")
         ours = profile.summary.get("step_s")
-        lines.append(f"the script's own log: {rep['lines']} iter lines, median time {ms}{mfu}"
-                     + (f"; gpuprof measured {ours * 1e3:.2f} ms per step" if ours else ""))
+        text = "the script's own log: " + ", ".join(parts)
+        if ours:
+            ratio = rep.get("ratio") or (ours * 1e3 / ms if ms else None)
+            text += f"; gpuprof measured {ours * 1e3:.2f} ms per step" + (f" ({ratio:.2f}×)" if ratio else "")
+        lines.append(text)
     return lines
