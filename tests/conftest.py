@@ -32,3 +32,32 @@ def fake_cuda(monkeypatch):
     from fakes.cuda import FakeCuda
 
     return FakeCuda().install(monkeypatch)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "adversarial: builds impossible profiles on purpose (the bounds check skips it)")
+
+
+@pytest.fixture(autouse=True)
+def _every_profile_is_physical(request, monkeypatch):
+    """Every profile a test produces passes the one physical-bounds checker (gpuprof.analysis.bounds):
+    no MFU above 100%, no share outside 0-1, no CPU above the cores, no savings above the step.
+    GPUPROF_STRICT_BOUNDS=1 also makes the pipeline refuse to repair a producer's figure."""
+    from gpuprof.analysis.bounds import violations
+    from gpuprof.profile import Profile
+
+    if request.node.get_closest_marker("adversarial"):
+        yield
+        return
+    monkeypatch.setenv("GPUPROF_STRICT_BOUNDS", "1")
+    made = []
+    original = Profile.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Profile, "__init__", init)
+    yield
+    bad = [(p.run.get("mode"), v) for p in made if p.steps and p.summary for v in violations(p)]
+    assert not bad, f"impossible figures in a profile this test produced: {bad[:5]}"

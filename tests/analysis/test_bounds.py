@@ -13,9 +13,12 @@ from gpuprof.analysis.pipeline import analyze_profile
 from gpuprof.profile import PHASES, Profile, StepRecord, summarize
 
 
+# These profiles are adversarial on purpose: the repair is what is tested, not a producer bug.
+pytestmark = pytest.mark.adversarial
+
+
 @pytest.fixture(autouse=True)
 def _repairs_allowed(monkeypatch):
-    # These profiles are adversarial on purpose: the repair is what is tested, not a producer bug.
     monkeypatch.setenv("GPUPROF_STRICT_BOUNDS", "0")
 
 
