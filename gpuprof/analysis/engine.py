@@ -46,8 +46,9 @@ def rank(findings: list[Finding], summary: dict | None = None) -> list[Finding]:
         unpinned = max(f.saving_s - sum(f.claims.values()), 0.0)
         new = capped + unpinned
         if new < f.saving_s - 1e-12:
-            f.note = (f.note + " " if f.note else "") + (
-                f"saving capped from {f.saving_s:.3g} s: it shares time with {', '.join(f.overlaps)}")
+            why = (f"it shares time with {', '.join(f.overlaps)}" if f.overlaps
+                   else "the phases it comes out of take less than that per step")
+            f.note = (f.note + " " if f.note else "") + f"saving capped from {f.saving_s:.3g} s: {why}"
             f.saving_s = new
             if step_s:
                 f.saving_share = new / step_s
