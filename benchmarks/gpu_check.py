@@ -265,7 +265,7 @@ def check_fp32_tf32(ctx: Ctx) -> Check:
     c.figures.update({k: lookup(prof, k) for k in (
         "run.config.dtype", "run.config.precision", "summary.mfu.dtype", "summary.mfu.peak_tflops",
         "summary.mfu.mfu", "summary.mfu.warnings", "measurements.probe.dtype", "measurements.probe.tflops",
-        "measurements.probe.tf32_allowed")})
+        "measurements.probe.tf32_during_probe")})
     c.figures["findings"] = ", ".join(finding_ids(prof)) or "none"
     ok, why = judge_tf32(prof, tf32_peak)
     if not ok and "allow_tf32" not in FIXTURE.read_text(encoding="utf-8"):
@@ -409,6 +409,9 @@ CHECKS = [
     Spec("default-diagnose", check_default_diagnose, 40,
          "`gpuprof diagnose` with the CUDA defaults (GPT-2 124M, bf16): step time, phases on the GPU "
          "timeline, true MFU, and the bf16 matmul ceiling at 50-100% of the datasheet peak."),
+    Spec("compiled", check_compiled, 120,
+         "`gpuprof diagnose --batch-size 16 --block-size 1024 --grad-accum 8 --dtype bf16 --compile`: "
+         "the same figures and verdict as the default run."),
     Spec("nvml", check_nvml, 0,
          "From the default run's profile: NVML available, every field sampled or named unreadable, and the "
          "sampled GPU's UUID equal to torch's device 0."),
@@ -429,9 +432,6 @@ CHECKS = [
          f"median on/off ratio ≤ {OVERHEAD_LIMIT}."),
     Spec("cuda-scenarios", check_cuda_scenarios, 40,
          "`gpuprof scenario run NAME` for every scenario whose device is cuda: each MATCHes (exit 0)."),
-    Spec("compiled", check_compiled, 120,
-         "`gpuprof diagnose --batch-size 16 --block-size 1024 --grad-accum 8 --dtype bf16 --compile`: "
-         "the same figures and verdict as the default run."),
 ]
 CHECK_WHAT = {s.name: s.what for s in CHECKS}
 

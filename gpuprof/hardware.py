@@ -223,8 +223,10 @@ def compute_dtype(autocast_dtype: str | None, param_dtype: str | None, tf32: boo
     weights' dtype when they are half precision (a model cast with .to(torch.bfloat16) runs bf16
     without autocast); else fp32, which CUDA runs as TF32 when TF32 matmuls are allowed. Both the
     MFU's peak and the ceiling probe take their dtype from here, so they always agree."""
-    if autocast_dtype:
+    if autocast_dtype and normalize_dtype(autocast_dtype) != "fp32":
         return normalize_dtype(autocast_dtype)
+    # autocast(dtype=torch.float32) -- nanoGPT's dtype='float32' on CUDA -- changes nothing:
+    # the matmuls run as fp32 tensors would, TF32 included
     if param_dtype:
         try:
             d = normalize_dtype(param_dtype)
@@ -235,3 +237,19 @@ def compute_dtype(autocast_dtype: str | None, param_dtype: str | None, tf32: boo
     if tf32 and str(device or "").startswith("cuda"):
         return "tf32"
     return "fp32"
+
+
+def pick_faster(rates: dict, current: str, marked: float = 1.5) -> str | None:
+    """The dtype to switch to from `current`, given measured rates (TFLOP/s by dtype): the fastest
+    one at least `marked` times faster, except that bf16 wins over fp16 within 10% of it (same
+    tensor-core peak on Ampere and later, and no loss scaling to manage). None if none is."""
+    now = rates.get(current)
+    if not now:
+        return None
+    faster = {d: r for d, r in rates.items() if d != current and r and r >= marked * now}
+    if not faster:
+        return None
+    best = max(faster, key=faster.get)
+    if best == "fp16" and faster.get("bf16", 0) >= 0.9 * faster["fp16"]:
+        return "bf16"
+    return best

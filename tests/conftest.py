@@ -42,14 +42,14 @@ def pytest_configure(config):
 def _every_profile_is_physical(request, monkeypatch):
     """Every profile a test produces passes the one physical-bounds checker (gpuprof.analysis.bounds):
     no MFU above 100%, no share outside 0-1, no CPU above the cores, no savings above the step.
-    GPUPROF_STRICT_BOUNDS=1 also makes the pipeline refuse to repair a producer's figure."""
+    GPUPROF_TEST_STRICT_BOUNDS=1 also makes the pipeline refuse to repair a producer's figure."""
     from gpuprof.analysis.bounds import violations
     from gpuprof.profile import Profile
 
     if request.node.get_closest_marker("adversarial"):
         yield
         return
-    monkeypatch.setenv("GPUPROF_STRICT_BOUNDS", "1")
+    monkeypatch.setenv("GPUPROF_TEST_STRICT_BOUNDS", "1")
     made = []
     original = Profile.__init__
 

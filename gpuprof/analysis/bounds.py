@@ -16,7 +16,7 @@ becomes "not measured" with the reason, a CPU figure from a sample interval too 
 anything is dropped, savings are capped by what the higher-ranked fixes left of the step — and
 records each repair under summary.bounds. The analysis pipeline calls it last, so the report and
 the JSON never carry one; tests call `violations` on every profile they produce, and with
-GPUPROF_STRICT_BOUNDS=1 (set for the whole suite) `enforce` raises instead of repairing a figure a
+GPUPROF_TEST_STRICT_BOUNDS=1 (set for the whole suite) `enforce` raises instead of repairing a figure a
 producer got wrong (CPU rates, phase times): MFU and savings are the analysis's own to repair.
 """
 
@@ -112,10 +112,11 @@ def _saving_violations(summary: dict, findings) -> list[str]:
         if d.get("saving_s") is not None and sv is None:
             out.append(f"finding {d.get('id')}: saving {d.get('saving_s')!r} is not a number")
         if sv is not None and (sv < -TOL or (step and sv > step * (1 + TOL))):
-            out.append(f"finding {d.get('id')}: saving {sv:.4g} s is outside 0..the {step:.4g} s step")
+            out.append(f"finding {d.get('id')}: saving {sv:.4g} s is outside 0.." +
+                       (f"the {step:.4g} s step" if step else "the step"))
         if sh is not None and not -TOL <= sh <= 1 + TOL:
             out.append(f"finding {d.get('id')}: saving share {sh:.4g} is outside 0-1")
-        if sv and d.get("kind", "fix") == "fix":
+        if sv and d.get("kind") == "fix":
             total += sv
     if step and total > step * (1 + 1e-6):
         out.append(f"the fixes' savings add up to {total:.4g} s, more than the {step:.4g} s step")
@@ -124,7 +125,7 @@ def _saving_violations(summary: dict, findings) -> list[str]:
 
 def enforce(profile, findings: list | None = None) -> list[str]:
     """Repair every violation (see module docstring); returns the repairs, also stored at
-    summary.bounds. Raises AssertionError instead when GPUPROF_STRICT_BOUNDS=1 and the profile
+    summary.bounds. Raises AssertionError instead when GPUPROF_TEST_STRICT_BOUNDS=1 and the profile
     needed a repair the analysis should have made itself."""
     repairs: list[str] = []
     s = profile.summary or {}
@@ -152,7 +153,7 @@ def enforce(profile, findings: list | None = None) -> list[str]:
         repairs += [f"unrepaired: {v}" for v in left]
     if repairs:
         s["bounds"] = repairs
-        if os.environ.get("GPUPROF_STRICT_BOUNDS") == "1" and any(
+        if os.environ.get("GPUPROF_TEST_STRICT_BOUNDS") == "1" and any(
                 not r.startswith(("summary.mfu.", "finding ")) for r in repairs):
             raise AssertionError("impossible figures in a produced profile: " + "; ".join(repairs))
     return repairs
@@ -185,9 +186,14 @@ def _enforce_savings(summary: dict, findings) -> list[str]:
             continue
         new = min(max(sv, 0.0), left) if get("kind") == "fix" else min(max(sv, 0.0), step)
         if new < sv - 1e-12 or new > sv + 1e-12:
-            note = (get("note") or "") + (" " if get("note") else "") + (
-                f"saving capped from {sv:.3g} s to {new:.3g} s: the fixes ranked above already account for the rest of the step")
-            for k, v in (("saving_s", new), ("saving_share", new / step), ("note", note)):
+            why = ("a saving cannot be negative" if sv < 0 else
+                   "the fixes ranked above already account for the rest of the step" if new < step else
+                   "no saving exceeds the step")
+            note = (get("note") or "") + (" " if get("note") else "") + f"saving capped from {sv:.3g} s to {new:.3g} s: {why}"
+            claims = get("claims") or {}
+            scale = new / sv if sv > 0 else 0.0
+            for k, v in (("saving_s", new), ("saving_share", new / step), ("note", note),
+                         ("claims", {ph: c * scale for ph, c in claims.items()})):
                 if is_dict:
                     f[k] = v
                 else:

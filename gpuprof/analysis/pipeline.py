@@ -17,6 +17,7 @@ def analyze_profile(profile: Profile, *, gpu: str | None = None, peak_tflops: fl
 
     mfu = None
     if profile.summary:
+        profile.summary.pop("bounds", None)  # a re-analysis reports its own repairs only
         mfu = compute_mfu(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu_pct)
         profile.summary["mfu"] = mfu
         enforce(profile, [])  # measured figures first: the rules read only possible ones

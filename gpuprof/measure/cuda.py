@@ -94,8 +94,11 @@ class CudaEvents:
         return ev
 
     def top_up(self, n: int) -> None:
-        """Make sure at least `n` events are free (called outside steps)."""
+        """Make sure at least `n` events are free (called outside steps; not during a CUDA graph
+        capture, when creating an event records it)."""
         try:
+            if self._capturing():
+                return
             while len(self._free) < n:
                 self._free.append(self._new())
         except Exception as exc:  # noqa: BLE001 - a failure here must not reach the user's code
@@ -106,8 +109,13 @@ class CudaEvents:
         return len(self._free)
 
     def record(self):
-        """An event recorded now on the timer's stream, or None when recording failed."""
+        """An event recorded now on the timer's stream, or None when recording failed or the
+        script is capturing a CUDA graph (recording on another stream then would invalidate
+        the user's capture)."""
         try:
+            if self._capturing():
+                self.failed = self.failed or "a CUDA graph was being captured: no event recorded during it"
+                return None
             if self._free:
                 ev = self._free.pop()
             else:
@@ -119,6 +127,10 @@ class CudaEvents:
         except Exception as exc:  # noqa: BLE001 - never raise inside the user's step
             self.failed = self.failed or f"recording a CUDA event failed: {exc.__class__.__name__}: {exc}"
             return None
+
+    def _capturing(self) -> bool:
+        check = getattr(self._torch.cuda, "is_current_stream_capturing", None)
+        return bool(check()) if check is not None else False
 
     @staticmethod
     def elapsed_s(a, b) -> float:

@@ -48,27 +48,28 @@ def matmul_tf32_state() -> dict:
 
 @contextlib.contextmanager
 def tf32_matmul(on: bool):
-    """TF32 CUDA matmuls on or off inside the block, restored afterwards, through the same API
-    the state is read from (so a script's later reads still answer)."""
+    """TF32 CUDA matmuls on or off inside the block, restored afterwards. Set through the legacy
+    flag whenever it still reads: writing the new API makes every later legacy read raise (and
+    torch's own compiler still reads it: Inductor lowering failed so in torch 2.9/2.10); the new
+    API only when the script already used it (then the legacy read raises)."""
     import torch
 
     m = torch.backends.cuda.matmul
     try:
-        prev = m.fp32_precision
-        new_api = True
-    except (AttributeError, RuntimeError):
-        prev, new_api = m.allow_tf32, False
-    if new_api:
-        m.fp32_precision = "tf32" if on else "ieee"
-    else:
+        prev, legacy = m.allow_tf32, True
+    except RuntimeError:  # the new API is in use: stay with it
+        prev, legacy = m.fp32_precision, False
+    if legacy:
         m.allow_tf32 = on
+    else:
+        m.fp32_precision = "tf32" if on else "ieee"
     try:
         yield
     finally:
-        if new_api:
-            m.fp32_precision = prev
-        else:
+        if legacy:
             m.allow_tf32 = prev
+        else:
+            m.fp32_precision = prev
 
 
 def param_dtype(model) -> str | None:

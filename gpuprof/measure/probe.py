@@ -130,6 +130,10 @@ def _cuda(torch, device, tdtype, n, deadline) -> dict:
 PRECISIONS_MAX_S = 4.0  # the precision sweep's cap, whatever the budget
 
 
+def _cfg_get(cfg, key):
+    return cfg.get(key) if isinstance(cfg, dict) else getattr(cfg, key, None)
+
+
 class CeilingProbe:
     """After the measured steps: the square-matmul ceiling in the run's compute dtype (the same
     one the MFU divides by: ctx.precision['compute_dtype']), and every precision the device offers
@@ -182,6 +186,7 @@ class CeilingProbe:
         itself in it: one forward+backward at the run's micro-batch (a warm-up, then the best of
         two), compared with the run's own forward+backward per micro-step. This measures what the
         switch saves, norms, softmax and casts included, not only the matmuls."""
+        from gpuprof.hardware import pick_faster
         from gpuprof.measure.precisions import MARKED_RATE, time_step_in
 
         precision = getattr(ctx, "precision", None) or {}
@@ -189,16 +194,15 @@ class CeilingProbe:
         rates = prec["tflops"]
         if current not in rates:
             return None
-        faster = {d: r for d, r in rates.items() if d != current and r >= MARKED_RATE * rates[current]}
-        if not faster:
+        best = pick_faster(rates, current, MARKED_RATE)
+        if best is None:
             return None
-        best = max(faster, key=faster.get)
         summary = (ctx.profile.summary if ctx.profile is not None else {}) or {}
         phases = summary.get("phases") or {}
         t_run = sum((phases.get(p) or {}).get("seconds", 0.0) for p in ("forward", "backward"))
         t_run /= max(1, summary.get("micro_steps") or 1)
         out = {"from": current, "to": best, "run_fwd_bwd_per_micro_s": t_run}
-        if best == "fp32" and precision.get("param_dtype") in ("bfloat16", "float16"):
+        if best in ("fp32", "tf32") and precision.get("param_dtype") in ("bfloat16", "float16"):
             out["not_measured"] = "the weights are half precision: running fp32 needs a cast model copy"
             return out
         est = 3 * t_run * rates[current] / rates[best]  # warm-up + 2 repeats at the faster rate
@@ -207,13 +211,28 @@ class CeilingProbe:
             out["not_measured"] = (f"~{est:.1f} s needed, {max(seconds, 0):.1f} s left in the post-run budget"
                                    if t_run else "the run's forward+backward time is unknown")
             return out
+        compiled = bool(_cfg_get(ctx.config, "compile"))
+        if compiled and est + 3 * t_run > seconds:
+            # The run was compiled and gpuprof times the eager model: without an eager timing in
+            # the current dtype too, the ratio would mix compiled and eager.
+            skipped.append(f"the model timed in {best}")
+            out["not_measured"] = "a compiled run needs both dtypes timed eagerly, and that does not fit the budget"
+            return out
         try:
+            t0 = time.perf_counter()
             t_to = time_step_in(ctx.model, ctx.example_args, ctx.device, best, seconds)
+            base = t_run
+            if compiled:
+                base = time_step_in(ctx.model, ctx.example_args, ctx.device, current,
+                                    seconds - (time.perf_counter() - t0))
+                out["eager_fwd_bwd_per_micro_s"] = base
         except Exception as exc:  # noqa: BLE001 - a model that will not run in that dtype
             out["not_measured"] = f"{exc.__class__.__name__}: {exc}"
             return out
-        out.update(fwd_bwd_per_micro_s=t_to, ratio=t_to / t_run if t_run else None,
-                   method="eager model, forward+backward at the run's micro-batch: best of 2 after a warm-up")
+        out.update(fwd_bwd_per_micro_s=t_to, ratio=t_to / base if base else None,
+                   method=("eager model, forward+backward at the run's micro-batch: best of 2 after a warm-up"
+                           + (", both dtypes timed eagerly (the run was compiled)" if compiled else
+                              ", against the run's own forward+backward per micro-step")))
         return out
 
     @staticmethod

@@ -17,6 +17,7 @@ The user's sync-debug mode, warning filters and torch.cuda.synchronize are resto
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 
 SYNC_MESSAGE = "called a synchronizing CUDA operation"
@@ -36,6 +37,7 @@ class SyncCounter:
         self._old_showwarning = None
         self._filter = None
         self._orig_sync = None
+        self._wrapper = None
         self._in_device_sync = False
         self._timer = None
 
@@ -65,8 +67,11 @@ class SyncCounter:
         self._old_mode = torch.cuda.get_sync_debug_mode()
         self._old_showwarning = warnings.showwarning
         warnings.showwarning = self._on_warning
-        warnings.filterwarnings("always", message=".*" + SYNC_MESSAGE)
-        self._filter = warnings.filters[0]  # ours: removed by identity at stop
+        # Our own filter entry, inserted by hand: filterwarnings() would first remove an identical
+        # filter of the user's, which removing ours at stop would then lose.
+        self._filter = ("always", re.compile(".*" + re.escape(SYNC_MESSAGE), re.I), Warning, None, 0)
+        warnings.filters.insert(0, self._filter)
+        warnings._filters_mutated()
         torch.cuda.set_sync_debug_mode("warn")
         orig = self._orig_sync = torch.cuda.synchronize
 
@@ -79,16 +84,21 @@ class SyncCounter:
             finally:
                 self._in_device_sync = False
 
-        torch.cuda.synchronize = synchronize
+        disable = getattr(getattr(torch, "compiler", None), "disable", None)
+        # inside a compiled function, dynamo must not trace our counter (it reads the step index,
+        # which would make it recompile every step): a synchronize breaks the graph anyway
+        self._wrapper = disable(synchronize) if disable is not None else synchronize
+        torch.cuda.synchronize = self._wrapper
 
     def stop(self, ctx) -> dict | None:
         if self._old_mode is None:
             return None
         torch = self._torch
         torch.cuda.set_sync_debug_mode(self._old_mode)
-        if self._orig_sync is not None:
+        if self._orig_sync is not None and torch.cuda.synchronize is self._wrapper:
             torch.cuda.synchronize = self._orig_sync
-        warnings.showwarning = self._old_showwarning
+        if warnings.showwarning == self._on_warning:  # the script may have installed its own since
+            warnings.showwarning = self._old_showwarning
         try:
             warnings.filters.remove(self._filter)
             warnings._filters_mutated()  # the filter cache must forget ours

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.adversarial
 
 @pytest.fixture(autouse=True)
 def _repairs_allowed(monkeypatch):
-    monkeypatch.setenv("GPUPROF_STRICT_BOUNDS", "0")
+    monkeypatch.setenv("GPUPROF_TEST_STRICT_BOUNDS", "0")
 
 
 def _profile(phases, *, gpu_phases=None, device="cpu", name="CPU", config=None, measurements=None, n=3):
@@ -66,7 +66,7 @@ def test_process_cpu_above_the_cores_is_dropped():
 
 
 def test_strict_mode_refuses_to_repair_a_producers_cpu_figure(monkeypatch):
-    monkeypatch.setenv("GPUPROF_STRICT_BOUNDS", "1")
+    monkeypatch.setenv("GPUPROF_TEST_STRICT_BOUNDS", "1")
     host = {"cpu_count": 2, "summary": {"proc_cpu_pct": {"max": 741.0}}}
     with pytest.raises(AssertionError, match="proc_cpu_pct"):
         enforce(_profile({"forward": 1.0}, measurements={"host": host}))

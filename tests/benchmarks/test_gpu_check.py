@@ -77,7 +77,7 @@ def test_only_rejects_unknown_names_and_adds_what_nvml_reads():
         gc.parse_args(["--only", "nvml,bogus"])
     assert exc.value.code == 2
     assert gc.parse_args(["--only", "nvml"]).selected == ["default-diagnose", "nvml"]
-    assert gc.parse_args(["--only", "compiled, sync-counts"]).selected == ["sync-counts", "compiled"]
+    assert gc.parse_args(["--only", "compiled, sync-counts"]).selected == ["compiled", "sync-counts"]  # run order
 
 
 # --------------------------------------------------------------------------------- report naming

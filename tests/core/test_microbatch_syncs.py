@@ -78,6 +78,9 @@ def _sync_run(fake, counter, timer, warmup_items=50, steps=2):
 
 
 def test_sync_counter_counts_device_synchronize_and_only_measured_steps(fake_cuda):
+    import torch._dynamo  # noqa: F401 - imported by torch.compiler.disable: its own filters come first
+
+    warnings.filterwarnings("ignore", message=".*called a synchronizing CUDA operation")  # the user's
     filters, showwarning = list(warnings.filters), warnings.showwarning
     out = _sync_run(fake_cuda, SyncCounter(), PhaseTimer.for_device("cuda", pool=64))
     assert out["per_step"] == 5  # 3 .item() + 2 synchronize; the copy is not a "sync"

@@ -172,3 +172,17 @@ def test_null_timer_records_nothing():
         pass
     timer.end_step()
     assert timer.steps() == []
+
+
+def test_no_event_is_recorded_while_the_script_captures_a_cuda_graph(fake_cuda):
+    clock = FakeClock()
+    timer = PhaseTimer.for_device("cuda", clock=clock, pool=16)
+    _step_with_gpu_work(timer, clock, fake_cuda)
+    records = sum(1 for c in fake_cuda.calls if c[0] == "Event.record")
+    fake_cuda.capturing = True  # recording on another stream would invalidate the user's capture
+    _step_with_gpu_work(timer, clock, fake_cuda)
+    assert sum(1 for c in fake_cuda.calls if c[0] == "Event.record") == records
+    fake_cuda.capturing = False
+    first, second = timer.steps()
+    assert first.gpu_phases is not None and second.gpu_phases is None
+    assert "CUDA graph" in timer.gpu_report()["reasons"][0]

@@ -139,6 +139,7 @@ class FakeCuda:
         self.events_constructed = 0
         self.events_created = 0
         self.event_waits = 0
+        self.capturing = False  # a CUDA graph capture under way on the current stream
         self.peak = [0] * n_devices
         self.Event = _event_class(self)
 
@@ -238,6 +239,9 @@ class FakeCuda:
         finally:
             self._current_stream[stream.device_index] = prev
 
+    def is_current_stream_capturing(self) -> bool:
+        return self.capturing
+
     def item(self) -> None:
         """What `.item()` on a CUDA tensor does: memcpy-and-sync on the current stream."""
         self._warn_sync("item")
@@ -316,7 +320,7 @@ class FakeCuda:
              "is_bf16_supported", "get_sync_debug_mode", "set_sync_debug_mode", "mem_get_info",
              "max_memory_allocated", "max_memory_reserved", "memory_allocated",
              "reset_peak_memory_stats", "empty_cache", "get_rng_state_all", "set_rng_state_all",
-             "get_rng_state", "set_rng_state",
+             "get_rng_state", "set_rng_state", "is_current_stream_capturing",
              "Event")
 
     def install(self, monkeypatch) -> "FakeCuda":

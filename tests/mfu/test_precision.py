@@ -92,3 +92,30 @@ def test_fp32_without_tf32_still_fires_no_tensor_cores():
 
     (f,) = gpu.no_tensor_cores(Context(profile=prof, mfu=m, gpu=find_gpu("NVIDIA H200")))
     assert f.id == "no-tensor-cores"
+
+
+def test_autocast_to_float32_is_fp32_math_so_tf32_applies(fake_cuda, restore_tf32):
+    # nanoGPT's dtype='float32' on CUDA: torch.amp.autocast('cuda', dtype=torch.float32) stays on
+    torch.backends.cuda.matmul.allow_tf32 = True
+    p = read_precision(torch.nn.Linear(4, 4), torch.float32, "cuda:0")
+    assert p["compute_dtype"] == "tf32" and p["autocast_dtype"] == "float32"
+
+
+def test_tf32_switch_keeps_the_legacy_api_readable(restore_tf32):
+    # Writing the new API would make every later legacy read raise (torch's compiler reads it).
+    from gpuprof.measure.precision import tf32_matmul
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    with tf32_matmul(True):
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.get_float32_matmul_precision() == "highest"  # still readable: no API mix
+
+
+def test_bf16_is_preferred_over_an_equally_fast_fp16():
+    from gpuprof.hardware import pick_faster
+
+    assert pick_faster({"tf32": 0.4, "bf16": 0.70, "fp16": 0.72}, "tf32") == "bf16"
+    assert pick_faster({"tf32": 0.4, "bf16": 0.50, "fp16": 0.90}, "tf32") == "fp16"
+    assert pick_faster({"bf16": 0.01, "fp16": 0.1, "fp32": 0.014}, "bf16") == "fp16"  # a V100
+    assert pick_faster({"fp32": 0.08, "bf16": 0.1}, "fp32") is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import mode, on_cuda, step_s
+from gpuprof.hardware import pick_faster
 
 MARKED = 1.5  # another precision at least this much faster at the model's shapes
 MIN_SHARE = 0.02  # ... and worth at least 2% of the step
@@ -36,7 +37,11 @@ def _fix(current: str, best: str, on_gpu: bool, script: bool) -> tuple[str, dict
     if best == "fp16":
         return ("dtype = 'float16' (with torch.amp.GradScaler, as nanoGPT does for float16)"
                 + ("; bf16 is only emulated on this GPU" if on_gpu and current == "bf16" else "")), {"dtype": "float16"}
-    return f"dtype = '{NANOGPT_DTYPE[best]}' (torch.autocast(dtype=torch.bfloat16) around the forward)", {"dtype": NANOGPT_DTYPE[best]}
+    if on_gpu:
+        return f"dtype = '{NANOGPT_DTYPE[best]}' (torch.autocast(dtype=torch.{NANOGPT_DTYPE[best]}) around the forward)", {"dtype": NANOGPT_DTYPE[best]}
+    # nanoGPT's train.py uses nullcontext on a CPU: its dtype setting does nothing there
+    return (f"wrap the forward in torch.autocast('cpu', dtype=torch.{NANOGPT_DTYPE[best]}) (nanoGPT's "
+            f"train.py autocasts only on CUDA, so its dtype setting alone changes nothing on a CPU)"), {}
 
 
 def precision_slow(ctx: Context) -> list[Finding]:
@@ -53,10 +58,10 @@ def precision_slow(ctx: Context) -> list[Finding]:
     if not current or current not in rates:
         return []
     r_now = rates[current]
-    faster = {d: r for d, r in rates.items() if d != current and r >= MARKED * r_now}
-    if not faster:
+    best = pick_faster(rates, current, MARKED)
+    if best is None:
         return []
-    best = max(faster, key=faster.get)
+    faster = {d: r for d, r in rates.items() if d != current and r >= MARKED * r_now}
     fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
     compute = fwd + bwd
     total = step_s(ctx)
@@ -69,8 +74,12 @@ def precision_slow(ctx: Context) -> list[Finding]:
         # Measured: the model itself, forward+backward in the faster dtype vs the run's own.
         gain = max(0.0, 1 - switch["ratio"])
         saving = compute * gain
+        if switch.get("eager_fwd_bwd_per_micro_s"):
+            vs = f"{switch['eager_fwd_bwd_per_micro_s'] * 1e3:.3g} ms in {current} (both eager; the run was compiled)"
+        else:
+            vs = f"the run's {switch['run_fwd_bwd_per_micro_s'] * 1e3:.3g} ms"
         basis = (f"the model's forward+backward per micro-step timed after the run in {best}: "
-                 f"{switch['fwd_bwd_per_micro_s'] * 1e3:.3g} ms vs the run's {switch['run_fwd_bwd_per_micro_s'] * 1e3:.3g} ms")
+                 f"{switch['fwd_bwd_per_micro_s'] * 1e3:.3g} ms vs {vs}")
     else:
         # The matmul time of the step, its FLOPs at the measured rate (capped by the compute
         # time), sped up by the rate ratio; the rest of the compute is taken to stay.
