@@ -1,4 +1,5 @@
-"""nanoGPT training logs: what a log alone implies (the line parser is gpuprof.nanogpt_log)."""
+"""Training logs: what a log alone implies (the line parser, for nanoGPT, build-nanogpt, llm.c and
+HF Trainer lines, is gpuprof.steplog)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import math
 
 from gpuprof.errors import GpuprofError
 # Re-exported: the parser's public names stay importable from here.
-from gpuprof.nanogpt_log import EVAL_RE, ITER_RE, EvalLine, IterLine, parse_line, parse_lines  # noqa: F401
+from gpuprof.steplog import (EVAL_RE, FIRST_STEP, ITER_RE, EvalLine, IterLine, StepLine,  # noqa: F401
+                             main_format, parse_line, parse_lines)
 
 
 # ------------------------------------------------------------------------------ log analysis
@@ -60,7 +62,9 @@ def _median(xs):
 
 def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = None,
                 config: dict | None = None) -> dict:
-    """Analyse a nanoGPT training log without running anything.
+    """Analyse a training log without running anything: nanoGPT `iter` lines, or the step times
+    of build-nanogpt, llm.c or HF Trainer logs (gpuprof.steplog). Only nanoGPT's printed MFU is
+    inverted into FLOPs (its A100 constant is known); other formats need the config for FLOPs.
 
     config: nanoGPT config keys (batch_size, block_size, gradient_accumulation_steps, n_layer,
     n_head, n_embd, vocab_size, dtype, world_size or tokens_per_step). Raises GpuprofError when
@@ -80,15 +84,25 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
         raise GpuprofError(f"{p}: no such file") from None
     except (IsADirectoryError, PermissionError) as exc:
         raise GpuprofError(f"{p}: cannot read ({exc.__class__.__name__})") from None
-    iters, evals = parse_lines(text.splitlines())
+    records, evals = parse_lines(text.splitlines())
+    fmt = main_format(records)
+    iters = [r for r in records if r.format == fmt and r.step_ms is not None]
     if not iters:
-        raise GpuprofError(f"{p}: no nanoGPT iteration lines ('iter N: loss L, time T ms, mfu M%')")
+        raise GpuprofError(f"{p}: no nanoGPT iteration lines ('iter N: loss L, time T ms, mfu M%') and no "
+                           "step times in another known format (build-nanogpt 'step N | … | dt: T ms', "
+                           "llm.c 'step N/M | … | (T ms | … tok/s)', HF Trainer's train_steps_per_second)")
 
     warnings: list[str] = []
-    # iter 0 holds the first eval and compilation; nanoGPT prints mfu -100% until iter 5.
-    steady = [r for r in iters if r.iter > 0] or iters
-    step_s = _median([r.time_ms / 1e3 for r in steady])
-    mfus = [r.mfu_pct for r in steady if r.mfu_pct is not None and r.mfu_pct > -100.0]
+    # The run's first line holds compilation and the first eval (nanoGPT iter 0, build-nanogpt
+    # step 0, llm.c step 1); nanoGPT prints mfu -100% until iter 5.
+    first = FIRST_STEP.get(fmt)
+    steady = [r for r in iters if first is None or r.step is None or r.step > first] or iters
+    step_s = _median([r.step_ms / 1e3 for r in steady])
+    # Only nanoGPT's MFU divides by a known constant (312 TFLOP/s), so only it can be inverted.
+    mfus = [r.mfu_pct for r in steady if fmt == "nanogpt" and r.mfu_pct is not None and r.mfu_pct > -100.0]
+    if fmt == "hf-trainer":
+        warnings.append("HF Trainer prints only train_steps_per_second: the step time is a whole-run "
+                        "average, startup included")
     reported = _median(mfus)
     tokens, world = _tokens_per_gpu(config)
     block = _config_int(config, "block_size", default=1024)
@@ -186,10 +200,11 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
                 "true_mfu_at_step": f_step / (step_s * peak * 1e12) if step_s else None,
                 "nanogpt_mfu_at_step": f_step / (step_s * NANOGPT_A100_TFLOPS * 1e12) if step_s else None,
             })
-    steps_sorted = sorted(r.time_ms / 1e3 for r in steady)
+    steps_sorted = sorted(r.step_ms / 1e3 for r in steady)
     return {
-        "path": str(p), "iter_lines": len(iters), "eval_lines": len(evals), "steady_lines": len(steady),
-        "first_iter": iters[0].iter, "last_iter": iters[-1].iter,
+        "path": str(p), "format": fmt, "iter_lines": len(iters), "eval_lines": len(evals),
+        "steady_lines": len(steady), "first_iter": iters[0].step, "last_iter": iters[-1].step,
+        "tokens_per_s_printed": _median([r.tokens_per_s for r in steady if r.tokens_per_s is not None]),
         "step_s_median": step_s,
         "step_s_p10": steps_sorted[int(0.1 * (len(steps_sorted) - 1))],
         "step_s_p90": steps_sorted[int(0.9 * (len(steps_sorted) - 1))],

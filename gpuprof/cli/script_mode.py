@@ -30,7 +30,7 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
                     post_budget: Optional[float] = None) -> None:
     """Profile `script script_args...`; emit the report/JSON; raise for the failure exits."""
     from gpuprof.analysis.pipeline import analyze_profile
-    from gpuprof.cli.diagnose import _instruments, emit, exit_for
+    from gpuprof.cli.diagnose import _instruments, emit, exit_for, post_progress
     from gpuprof.runners.script import check_script, run_script
 
     check_script(script)
@@ -43,7 +43,7 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
     script_stdout = sys.stderr if as_json else sys.stdout
     result = run_script(script, script_args, steps=steps, warmup=warmup, stop=stop,
                         instruments_factory=lambda dev, data: _instruments(dev, data, samplers),
-                        stdout=script_stdout)
+                        stdout=script_stdout, post_budget_s=post_budget, on_progress=post_progress(err))
     profile = result.profile
     if profile is None:
         raise _no_profile_error(script, result)

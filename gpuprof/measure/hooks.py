@@ -53,6 +53,11 @@ except ImportError:  # torch < 2.3
         return False
 
 _get_ident = threading.get_ident
+_Tensor = torch.Tensor
+
+
+def _dead_ref():  # a weakref's answer for nothing
+    return None
 _ACTIVE: "weakref.WeakSet[TrainingHooks]" = weakref.WeakSet()
 _FORK_HANDLER = False
 
@@ -80,10 +85,6 @@ class _StepCounts:
     h2d_pageable_bytes: int = 0
     h2d_blocking: int = 0
 
-    def reset(self) -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, 0)
-
     def extra(self) -> dict:
         d = {"forwards": self.forwards, "backwards": self.backwards, "eval_forwards": self.eval_forwards}
         if self.h2d_copies:
@@ -94,19 +95,25 @@ class _StepCounts:
 
 def _first_tensor(args, kwargs):
     for a in args:
-        if isinstance(a, torch.Tensor):
+        if isinstance(a, _Tensor):
             return a
-    for a in kwargs.values():
-        if isinstance(a, torch.Tensor):
-            return a
+    if kwargs:
+        for a in kwargs.values():
+            if isinstance(a, _Tensor):
+                return a
     return None
+
+
+# Integer dtypes a token-id tensor can have (not bool, float or complex).
+_ID_DTYPES = frozenset(getattr(torch, n) for n in ("int64", "int32", "int16", "int8", "uint8", "uint16",
+                                                   "uint32", "uint64") if hasattr(torch, n))
 
 
 def _tokens_of(args, kwargs) -> int:
     """Tokens in one forward: the element count of its first tensor input when it holds integer
     ids (a language model's idx); 0 when the first input is not token ids."""
     t = _first_tensor(args, kwargs)
-    if t is None or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+    if t is None or t.dtype not in _ID_DTYPES:
         return 0
     return t.numel()
 
@@ -195,11 +202,14 @@ class TrainingHooks:
         self.suspended = False
         self._off = True
         self._tid = _get_ident()
-        self._pre_handle = None  # the global forward pre-hook, while registered
+        self._pre_handle = None  # the global forward pre-hook's handle, from install() to remove()
+        self._pre_id = None  # its key in torch's dict of global forward pre-hooks
+        self._pre_fn = None  # the bound method stored there (made once, not per forward)
         # module -> its forward-hook handle; weak, so a module created per call (an inline
         # `nn.CrossEntropyLoss()(...)`) does not leave a stale entry a new one could alias
         self._post_hooked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._outer = None  # the outermost module whose forward is running
+        self._last_outer = _dead_ref  # weak: the last one, known to carry our forward hook
         self._fwd_prev = "other"
         self._fwd_training = False
         self._opt_prev: list[str] = []
@@ -227,7 +237,9 @@ class TrainingHooks:
         if not _FORK_HANDLER and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _FORK_HANDLER = True
-        self._pre_handle = nn_module.register_module_forward_pre_hook(self._fwd_pre)
+        self._pre_fn = self._fwd_pre
+        self._pre_handle = nn_module.register_module_forward_pre_hook(self._pre_fn)
+        self._pre_id = self._pre_handle.id
         self._handles.append(optim_module.register_optimizer_step_pre_hook(self._opt_pre))
         self._handles.append(optim_module.register_optimizer_step_post_hook(self._opt_post))
 
@@ -258,12 +270,13 @@ class TrainingHooks:
         """Remove every hook and restore every patched attribute (idempotent)."""
         self._off = True
         if self._pre_handle is not None:
-            self._pre_handle.remove()
+            self._pre_handle.remove()  # also when a forward had it stepped aside: a no-op then
             self._pre_handle = None
         for h in (*self._handles, *list(self._post_hooked.values())):
             h.remove()
         self._handles.clear()
         self._post_hooked.clear()
+        self._last_outer = _dead_ref
         while self._undo:
             self._undo.pop()()
         _ACTIVE.discard(self)
@@ -305,25 +318,43 @@ class TrainingHooks:
         prev = t.switch(name)
         return "other" if prev == "eval" else prev
 
+    # The wrappers below run on every call of what they wrap (a backward, zero_grad, a user's
+    # get_batch, ...): _active() and _enter() are written out in them, and what they need is
+    # bound once, so a call costs a few attribute reads and two timer switches.
+
     def _wrap(self, fn, name: str, counter: str):
-        hooks = self
+        hooks, counts = self, self.counts
+        backward = name == "backward"
+        training = name in ("backward", "optimizer")  # work a data function never does
+        stays_eval = name in ("data", "h2d")  # under no_grad in eval mode: still eval (_enter)
+        grad_enabled = torch.is_grad_enabled
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            if _is_compiling() or not (hooks._first_event() if name == "backward" else hooks._active()):
+            if _is_compiling():
                 return fn(*args, **kwargs)
-            if hooks.timer.current != name or name != "backward":  # a backward inside a backward
-                hooks.counts[counter] += 1
-                if name == "backward":
-                    hooks._step.backwards += 1
-            if hooks._in_data and name in ("backward", "optimizer"):
+            t = hooks.timer
+            if t is None:  # nothing seen yet: a backward may start the run (_first_event)
+                if not (backward and hooks._first_event()):
+                    return fn(*args, **kwargs)
+                t = hooks.timer
+            elif hooks._off or hooks.suspended or _get_ident() != hooks._tid:
+                return fn(*args, **kwargs)
+            current = t.current
+            if not backward:
+                counts[counter] += 1
+            elif current != "backward":  # not a backward inside a backward
+                counts[counter] += 1
+                hooks._step.backwards += 1
+            if training and hooks._in_data:
                 hooks._not_data()
-            prev = hooks._enter(name)
+            if stays_eval and current == "eval" and not grad_enabled():
+                return fn(*args, **kwargs)
+            prev = t.switch(name)
             try:
                 return fn(*args, **kwargs)
             finally:
-                if prev is not None:
-                    hooks.timer.switch(prev)
+                t.switch("other" if prev == "eval" else prev)
 
         wrapper.__gpuprof_wrapped__ = fn
         return wrapper
@@ -331,21 +362,25 @@ class TrainingHooks:
     def _wrap_user_data(self, fn, label: str):
         """A user's data function: the `data` phase, unless it turns out to run the model (a
         forward, backward or optimizer step inside it); then it is dropped for later calls."""
-        hooks = self
+        hooks, counts, in_data, disqualified = self, self.counts, self._in_data, self.disqualified
+        grad_enabled = torch.is_grad_enabled
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            if _is_compiling() or label in hooks.disqualified or not hooks._active():
+            if _is_compiling() or label in disqualified:
                 return fn(*args, **kwargs)
-            hooks.counts["data_calls"] += 1
-            prev = hooks._enter("data")
-            hooks._in_data.append(label)
+            t = hooks.timer
+            if t is None or hooks._off or hooks.suspended or _get_ident() != hooks._tid:
+                return fn(*args, **kwargs)
+            counts["data_calls"] += 1
+            prev = None if t.current == "eval" and not grad_enabled() else t.switch("data")  # _enter
+            in_data.append(label)
             try:
                 return fn(*args, **kwargs)
             finally:
-                hooks._in_data.pop()
+                in_data.pop()
                 if prev is not None:
-                    hooks.timer.switch(prev)
+                    t.switch("other" if prev == "eval" else prev)
 
         wrapper.__gpuprof_wrapped__ = fn
         return wrapper
@@ -426,28 +461,33 @@ class TrainingHooks:
             return None  # inside dynamo's trace of a compiled model
         if self._off or self.suspended or _get_ident() != self._tid:
             return None
-        if self.timer is None and not self._start(module, args, _caller_kwargs()):
-            return None
-        if self.timer.current == "backward":
+        timer = self.timer
+        if timer is None:
+            if not self._start(module, args, _caller_kwargs()):
+                return None
+            timer = self.timer
+        if timer.current == "backward":
             return None  # activation checkpointing recomputing a forward: part of the backward
-        self._pre_handle.remove()
-        self._pre_handle = None
+        # Step aside (a dict pop, not a handle's remove: no allocation per forward).
+        nn_module._global_forward_pre_hooks.pop(self._pre_id, None)
         self._outer = module
-        if module not in self._post_hooked:
-            self._post_hooked[module] = _forward_hook(module, self._fwd_post)
+        if self._last_outer() is not module:  # usually the same model every time
+            if module not in self._post_hooked:
+                self._post_hooked[module] = _forward_hook(module, self._fwd_post)
+            self._last_outer = weakref.ref(module)
         if torch.is_grad_enabled():
             if self._in_data:
                 self._not_data()
             self.counts["forward"] += 1
             self._step.forwards += 1
             self._fwd_training = True
-            prev = self.timer.switch("forward")
+            prev = timer.switch("forward")
             self._fwd_prev = "other" if prev == "eval" else prev
         else:
             self._fwd_training = False
             self.counts["eval_forward"] += 1
             self._step.eval_forwards += 1
-            self.timer.switch("eval")
+            timer.switch("eval")
             self._fwd_prev = "eval"  # eval mode sticks until the next training event
         return None
 
@@ -472,21 +512,31 @@ class TrainingHooks:
             self._start(None, (), {})
         return self._active()
 
-    def _fwd_post(self, module, args, *rest):
-        """Forward hook on an outermost module: the end of its span (also when forward raised;
-        torch then passes no kwargs). Calls of it nested in another forward are ignored."""
+    def _fwd_post(self, module, args, kwargs=None, output=None):
+        """Forward hook on an outermost module (module, args, kwargs, output): the end of its span,
+        also when forward raised (always_call). Calls of it nested in another forward are ignored."""
         if module is not self._outer or _is_compiling() or _get_ident() != self._tid:
             return None
-        self._end_forward()
-        if self._fwd_training and not self._off:  # counted here: the pre-hook sees no kwargs
-            self._step.tokens += _tokens_of(args, rest[0] if len(rest) == 2 else {})
+        self._outer = None
+        if self._off:
+            return None
+        # _end_forward, written out: watch for the next outermost call again (same hook, same key)
+        nn_module._global_forward_pre_hooks[self._pre_id] = self._pre_fn
+        self.timer.switch(self._fwd_prev)
+        if self._fwd_training:  # tokens counted here: the pre-hook sees no kwargs
+            t = args[0] if args else None
+            if type(t) is not _Tensor:  # not a plain tensor first (an nn.Parameter, a kwarg, ...)
+                t = _first_tensor(args, kwargs)
+            if t is not None and t.dtype in _ID_DTYPES:
+                self._step.tokens += t.numel()
         return None
 
     def _end_forward(self) -> None:
         self._outer = None
         if self._off:
             return
-        self._pre_handle = nn_module.register_module_forward_pre_hook(self._fwd_pre)
+        # Watch for the next outermost call again: the same hook under the same key.
+        nn_module._global_forward_pre_hooks[self._pre_id] = self._pre_fn
         self.timer.switch(self._fwd_prev)
 
     # -- optimizer hooks -----------------------------------------------------------------------
@@ -521,7 +571,7 @@ class TrainingHooks:
     def _close_step(self) -> None:
         s = self._step
         self.timer.end_step(tokens=s.tokens, micro_steps=s.backwards or s.forwards, extra=s.extra())
-        s.reset()
+        self._step = _StepCounts()
         self.steps_done += 1
         if self._on_step is not None:
             self._on_step(self.steps_done)

@@ -52,29 +52,27 @@ class MicroBatchProbe:
         pass
 
     def stop(self, ctx) -> dict | None:
-        if ctx.model is None or not ctx.example_args:
-            return None
-        x = ctx.example_args[0]
-        y = ctx.example_args[1] if len(ctx.example_args) > 1 else None
-        if not isinstance(x, torch.Tensor) or x.dim() < 1:
+        args, kwargs = tuple(ctx.example_args or ()), dict(ctx.example_kwargs or {})
+        batch = batch_size_of(args, kwargs)
+        if ctx.model is None or batch is None:
             return None
         budget = getattr(ctx, "budget", None)
         if budget is None:
-            return measure_curve(ctx.model, x, y, ctx.device, ctx.autocast_dtype, reps=self.reps,
-                                 budget_s=self.budget_s)
+            return measure_curve_inputs(ctx.model, args, kwargs, ctx.device, ctx.autocast_dtype,
+                                        reps=self.reps, budget_s=self.budget_s)
         allotted = budget.allot(self.name)
         summary = (ctx.profile.summary if ctx.profile is not None else {}) or {}
         phases = summary.get("phases") or {}
         t_b = sum((phases.get(p) or {}).get("seconds", 0.0) for p in ("forward", "backward"))
         t_b /= max(1, summary.get("micro_steps") or 1)
-        sizes, left_out = plan_sizes(x.shape[0], t_b, allotted, self.reps)
+        sizes, left_out = plan_sizes(batch, t_b, allotted, self.reps)
         if len(sizes) < 2:
-            why = (f"one forward+backward at micro-batch {x.shape[0]} takes ~{t_b:.2f} s: two sizes "
+            why = (f"one forward+backward at micro-batch {batch} takes ~{t_b:.2f} s: two sizes "
                    f"do not fit the {allotted:.1f} s left for the curve")
             budget.done(self.name, ["the whole curve"])
-            return {"not_measured": why, "batch_size": x.shape[0], "points": []}
-        out = measure_curve(ctx.model, x, y, ctx.device, ctx.autocast_dtype, reps=self.reps,
-                            budget_s=allotted, sizes=sizes)
+            return {"not_measured": why, "batch_size": batch, "points": []}
+        out = measure_curve_inputs(ctx.model, args, kwargs, ctx.device, ctx.autocast_dtype, reps=self.reps,
+                                   budget_s=allotted, sizes=sizes)
         skipped = [f"micro-batch {b} (over budget)" for b in left_out]
         if out.get("stopped"):
             skipped.append(out["stopped"])
@@ -103,19 +101,59 @@ def plan_sizes(batch: int, t_batch_s: float, seconds: float, reps: int) -> tuple
 
 def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
                   budget_s: float = 4.0, clock=time.perf_counter, sizes: list[int] | None = None) -> dict:
+    """t(b) for a model called as model(x, y) (nanoGPT's shape); see measure_curve_inputs."""
+    args = (x,) if y is None else (x, y)
+    return measure_curve_inputs(model, args, {}, device, autocast_dtype, reps, budget_s, clock, sizes)
+
+
+def batch_size_of(args: tuple, kwargs: dict) -> int | None:
+    """The micro-batch size: the leading dimension of the first tensor input."""
+    t = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.dim() >= 1), None)
+    return int(t.shape[0]) if t is not None else None
+
+
+def loss_of(out) -> torch.Tensor | None:
+    """The loss in a model's output: a scalar tensor, `.loss` (HF ModelOutput), out['loss'], or the
+    first 0-dim tensor of a tuple (nanoGPT returns (logits, loss)); else a tensor output itself."""
+    if isinstance(out, torch.Tensor):
+        return out
+    loss = getattr(out, "loss", None)
+    if loss is None and isinstance(out, dict):
+        loss = out.get("loss")
+    if isinstance(loss, torch.Tensor):
+        return loss
+    if isinstance(out, (tuple, list)):
+        scalars = [o for o in out if isinstance(o, torch.Tensor) and o.dim() == 0]
+        if scalars:
+            return scalars[0]
+        return next((o for o in out if isinstance(o, torch.Tensor)), None)
+    return None
+
+
+def measure_curve_inputs(model, args: tuple, kwargs: dict, device: str, autocast_dtype=None, reps: int = 2,
+                         budget_s: float = 4.0, clock=time.perf_counter, sizes: list[int] | None = None) -> dict:
+    """Forward+backward seconds t(b) of `model(*args, **kwargs)` at micro-batch sizes b: every
+    tensor input whose leading dimension is the batch is cut or repeated to b rows."""
     is_cuda = str(device).startswith("cuda")
-    on = x.device if x.is_cuda else device  # where the model's work runs
-    batch = x.shape[0]
+    batch = batch_size_of(args, kwargs)
+    if batch is None:
+        return {"error": "no tensor input to size the micro-batch"}
+    first = next(a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.dim() >= 1)
+    on = first.device if first.is_cuda else device  # where the model's work runs
     ctx = (torch.autocast("cuda" if is_cuda else "cpu", dtype=autocast_dtype)
            if autocast_dtype is not None else contextlib.nullcontext())
+
+    def cut(v, size):
+        return _resize(v, size) if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == batch else v
+
     was_training = model.training
     model.train()
     points: list[tuple[int, float]] = []
     stopped = None
     t_start = clock()
     for size in (sizes or _sizes(batch, None)):
-        xb = _resize(x, size)
-        yb = _resize(y, size) if y is not None else None
+        a_b = tuple(cut(a, size) for a in args)
+        kw_b = {k: cut(v, size) for k, v in kwargs.items()}
         try:
             times: list[float] = []
             for r in range(1 + _max_reps(reps)):
@@ -123,9 +161,10 @@ def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
                     sync(on)  # the measured device, never the current one
                 t0 = clock()
                 with ctx:
-                    out = model(xb, yb) if yb is not None else model(xb)
-                loss = out[1] if isinstance(out, tuple) else out
-                if loss is None or not isinstance(loss, torch.Tensor):
+                    out = model(*a_b, **kw_b)
+                loss = loss_of(out)
+                if loss is None:
+                    model.train(was_training)
                     return {"error": "model returned no loss tensor"}
                 loss = loss.float().mean()
                 loss.backward()

@@ -110,3 +110,51 @@ def read_precision(model, autocast_dtype, device: str) -> dict:
         state = {"tf32_matmul": False, "tf32_source": "not applicable on " + str(device)}
     return {"autocast_dtype": ac, "param_dtype": pd, **state,
             "compute_dtype": compute_dtype(ac, pd, state.get("tf32_matmul"), device)}
+
+
+class MatmulDtypeWatch:
+    """Observes the dtype the model's largest matmul layer computes in, at its first training
+    forward: autocast applied *inside* forward (accelerate wraps HF models' forward that way,
+    Lightning's precision plugins likewise) is invisible from outside the call, but its output
+    dtype is not. A one-shot forward hook on that layer (nn.Linear, or HF's Conv1D)."""
+
+    def __init__(self, model):
+        import torch
+
+        self.dtype: str | None = None
+        self.layer: str | None = None
+        self._handle = None
+        best = None
+        for name, mod in model.named_modules():
+            w = getattr(mod, "weight", None)
+            if (isinstance(mod, torch.nn.Linear) or type(mod).__name__ == "Conv1D") and w is not None:
+                if best is None or w.numel() > best[1].weight.numel():
+                    best = (name, mod)
+        if best is not None:
+            self.layer = best[0]
+            self._handle = best[1].register_forward_hook(self._seen)
+
+    def _seen(self, module, args, output):
+        import torch
+
+        if torch.is_grad_enabled() and isinstance(output, torch.Tensor) and output.is_floating_point():
+            self.dtype = str(output.dtype).replace("torch.", "")
+            self.remove()
+
+    def remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+
+def with_observed_matmul(precision: dict, observed: str | None, layer: str | None, device: str) -> dict:
+    """The precision record updated with the matmul dtype seen in the run: a half-precision output
+    where no autocast was visible at the forward's entry means autocast inside forward."""
+    if not observed:
+        return precision
+    out = dict(precision, observed_matmul_dtype=observed, observed_layer=layer)
+    if observed in ("bfloat16", "float16") and out.get("compute_dtype") in ("fp32", "tf32"):
+        out["autocast_dtype"] = out.get("autocast_dtype") or observed
+        out["autocast_note"] = f"autocast inside the model's forward: {layer} computed in {observed}"
+        out["compute_dtype"] = compute_dtype(observed, out.get("param_dtype"), out.get("tf32_matmul"), device)
+    return out

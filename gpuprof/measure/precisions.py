@@ -24,13 +24,14 @@ MARKED_RATE = 1.5  # a dtype this much faster at the model's shapes is worth tim
 AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}
 
 
-def model_matmuls(model, example_args, max_shapes: int = MAX_SHAPES) -> dict:
+def model_matmuls(model, example_args, max_shapes: int = MAX_SHAPES, example_kwargs=None) -> dict:
     """The model's dominant matmul shapes at one micro-batch: {m, shapes: [{k, n, count,
     flops_share}], covered_share} where m = tokens per micro-batch (B·T), each shape is an
     nn.Linear (in k, out n), and flops_share its part of all nn.Linear forward FLOPs."""
     import torch
 
-    x = next((a for a in example_args or () if isinstance(a, torch.Tensor)), None)
+    x = next((a for a in (*(example_args or ()), *(example_kwargs or {}).values())
+              if isinstance(a, torch.Tensor)), None)
     if x is None or x.dim() == 0:
         raise ValueError("no example input to size the matmuls")
     if x.is_floating_point():
@@ -40,10 +41,16 @@ def model_matmuls(model, example_args, max_shapes: int = MAX_SHAPES) -> dict:
     counts: dict[tuple[int, int], int] = {}
     seen = set()
     for mod in model.modules():
-        if isinstance(mod, torch.nn.Linear) and id(mod) not in seen:
-            seen.add(id(mod))
+        if id(mod) in seen:
+            continue
+        if isinstance(mod, torch.nn.Linear):
             key = (mod.in_features, mod.out_features)
-            counts[key] = counts.get(key, 0) + 1
+        elif type(mod).__name__ == "Conv1D" and getattr(mod, "weight", None) is not None and mod.weight.dim() == 2:
+            key = tuple(mod.weight.shape)  # HF GPT-2's projections: x @ W with W (in, out)
+        else:
+            continue
+        seen.add(id(mod))
+        counts[key] = counts.get(key, 0) + 1
     if not counts:
         raise ValueError("the model has no nn.Linear layers to measure")
     flops = {k: 2.0 * m * k[0] * k[1] * c for k, c in counts.items()}
@@ -119,6 +126,26 @@ def measure_precisions(device: str, matmuls: dict, dtypes: list[str], seconds: f
             "tflops": rates, "by_shape": by_shape, "skipped": skipped, "seconds": clock() - t0}
 
 
+class _class_forward:
+    """Runs the model's own class forward: an instance-level forward wrapper (accelerate wraps an
+    HF model's forward in autocast that way) would otherwise impose the run's dtype on a timing
+    meant for another one."""
+
+    def __init__(self, model):
+        self.model = model
+        self.saved = None
+
+    def __enter__(self):
+        if "forward" in vars(self.model):
+            self.saved = vars(self.model).pop("forward")
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            self.model.forward = self.saved
+        return False
+
+
 class _null:
     def __enter__(self):
         return None
@@ -170,22 +197,22 @@ def _one(torch, a, b, on_cuda: bool, clock) -> float:
     return max(clock() - t, 1e-9)
 
 
-def time_step_in(model, example_args, device: str, dtype: str, seconds: float) -> float:
+def time_step_in(model, example_args, device: str, dtype: str, seconds: float, example_kwargs=None) -> float:
     """Seconds of one forward+backward of the eager model on the run's micro-batch in `dtype`
     (bf16/fp16 by autocast; fp32/tf32 without, with TF32 off/on on CUDA): the best of two after a
     warm-up. Gradients it creates are dropped."""
     import torch
 
     from gpuprof.measure.cuda import is_cuda
-    from gpuprof.measure.microbatch import measure_curve
+    from gpuprof.measure.microbatch import batch_size_of, measure_curve_inputs
     from gpuprof.measure.precision import tf32_matmul
 
-    x = example_args[0]
-    y = example_args[1] if len(example_args) > 1 else None
+    args, kwargs = tuple(example_args or ()), dict(example_kwargs or {})
     ac = getattr(torch, AUTOCAST[dtype]) if dtype in AUTOCAST else None
     ctx = tf32_matmul(dtype == "tf32") if is_cuda(device) and dtype in ("fp32", "tf32") else _null()
-    with ctx:
-        res = measure_curve(model, x, y, device, ac, reps=2, budget_s=seconds, sizes=[x.shape[0]])
+    with ctx, _class_forward(model):
+        res = measure_curve_inputs(model, args, kwargs, device, ac, reps=2, budget_s=seconds,
+                                   sizes=[batch_size_of(args, kwargs)])
     if res.get("error") or not res.get("points"):
         raise RuntimeError(res.get("error") or res.get("stopped") or "no timing")
     return res["points"][0]["seconds"]

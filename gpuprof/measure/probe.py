@@ -220,11 +220,11 @@ class CeilingProbe:
             return out
         try:
             t0 = time.perf_counter()
-            t_to = time_step_in(ctx.model, ctx.example_args, ctx.device, best, seconds)
+            t_to = time_step_in(ctx.model, ctx.example_args, ctx.device, best, seconds, ctx.example_kwargs)
             base = t_run
             if compiled:
                 base = time_step_in(ctx.model, ctx.example_args, ctx.device, current,
-                                    seconds - (time.perf_counter() - t0))
+                                    seconds - (time.perf_counter() - t0), ctx.example_kwargs)
                 out["eager_fwd_bwd_per_micro_s"] = base
         except Exception as exc:  # noqa: BLE001 - a model that will not run in that dtype
             out["not_measured"] = f"{exc.__class__.__name__}: {exc}"
@@ -243,7 +243,7 @@ class CeilingProbe:
             skipped.append("precisions at the model's shapes")
             return {"not_measured": f"no time left in the post-run budget ({seconds:.2f} s)"}
         try:
-            matmuls = model_matmuls(ctx.model, ctx.example_args)
+            matmuls = model_matmuls(ctx.model, ctx.example_args, example_kwargs=ctx.example_kwargs)
             dtypes, not_probed = offered_dtypes(ctx.device)
             res = measure_precisions(ctx.device, matmuls, dtypes, seconds)
             res["skipped"] = {**not_probed, **res["skipped"]}

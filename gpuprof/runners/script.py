@@ -25,11 +25,11 @@ from typing import Callable
 import torch
 from torch.utils.data import Dataset
 
-from gpuprof.nanogpt_log import EvalLine, IterLine, parse_line
+from gpuprof.steplog import EvalLine, IterLine, parse_line
 from gpuprof.errors import GpuprofError
 from gpuprof.measure.hooks import StopScript, TrainingHooks, data_like_name
 from gpuprof.measure.instruments import start_instruments
-from gpuprof.measure.precision import read_precision
+from gpuprof.measure.precision import MatmulDtypeWatch, read_precision
 from gpuprof.measure.stacks import StackSampler, is_user_file
 from gpuprof.measure.timer import PhaseTimer
 from gpuprof.profile import Profile
@@ -84,7 +84,14 @@ class ScriptRun:
 
 
 class _Tee:
-    """Writes through to `target` at once and hands each complete line to `on_line`."""
+    """Writes through to `target` at once and, while attached, hands each complete line to `on_line`.
+
+    Objects the script made keep the stream they were created with and may write to it long after
+    the run: a tqdm bar (HF Trainer's) closes itself from its finalizer, at interpreter shutdown
+    when this module's globals are already None; a logging handler or a `from sys import stdout`
+    keeps it too. So detach() turns a _Tee into a plain pass-through to the real stream: no line
+    parsing, no global lookups, and no reference left to the run (whose script objects can then
+    be freed)."""
 
     def __init__(self, target, on_line: Callable[[str], None]):
         self._target = target
@@ -93,22 +100,29 @@ class _Tee:
 
     def write(self, s: str) -> int:
         n = self._target.write(s)
+        on_line = self._on_line
+        if on_line is None:  # detached: the real stream's own answer, nothing else
+            return n
         self._buf += s.replace("\r", "\n")  # a `\r` progress bar ends its lines too
         if "\n" in self._buf:
             *lines, self._buf = self._buf.split("\n")
             for line in lines:
-                self._on_line(line)
+                on_line(line)
         return len(s) if n is None else n
 
     def flush(self) -> None:
         self._target.flush()
 
-    def close_lines(self) -> None:
-        if self._buf:
-            self._on_line(self._buf)
-            self._buf = ""
+    def detach(self) -> None:
+        """Hand over the last unterminated line, then pass writes through only."""
+        on_line, self._on_line = self._on_line, None
+        if on_line is not None and self._buf:
+            on_line(self._buf)
+        self._buf = ""
 
     def __getattr__(self, name):  # isatty, fileno, encoding, ... of the real stream
+        if name == "_target":  # not set yet (copy/pickle make instances without __init__)
+            raise AttributeError(name)
         return getattr(self._target, name)
 
 
@@ -130,6 +144,9 @@ class _Run:
         self.ctx: RunContext | None = None
         self.instruments: list = []
         self.not_started: dict[str, str] = {}
+        self.matmul_watch = None
+        self.post_budget_s: float | None = None
+        self.on_progress: Callable[[str], None] | None = None
         self.instrument_errors: list[str] = []
         self.device = "cpu"
         self.config: dict = {}
@@ -163,8 +180,9 @@ class _Run:
                 step()
             except Exception as exc:
                 self.source.setdefault("errors", []).append(f"{exc.__class__.__name__}: {exc}")
-        self.sampler = StackSampler(self.hooks._tid, self._sample_label, self.sample_interval_s,
-                                    marker=data_like_name)
+        hooks = self.hooks
+        self.sampler = StackSampler(hooks._tid, self._sample_label, self.sample_interval_s,
+                                    marker=data_like_name, steps=lambda: hooks.steps_done)
         self.sampler.start()
         gcfg = _gpt_config(self.config)
         autocast = None
@@ -180,6 +198,10 @@ class _Run:
             precision = {"error": f"{exc.__class__.__name__}: {exc}"}
         self.config["precision"] = precision
         self.config["tf32_matmul"] = bool(precision.get("tf32_matmul"))
+        try:  # autocast inside forward (accelerate, precision plugins) shows in the output dtype
+            self.matmul_watch = MatmulDtypeWatch(eager)
+        except Exception:  # noqa: BLE001 - an odd module: the precision read at entry stands
+            self.matmul_watch = None
         self.ctx = RunContext(self.config, gcfg, eager, tuple(args), dict(kwargs), self.device,
                               self.timer, autocast, precision=precision)
         if self.instruments_factory is not None:
@@ -372,13 +394,16 @@ def _error_location(exc: BaseException) -> dict:
 
 def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: bool = True,
                instruments_factory: Callable | None = None, on_step: Callable[[int], None] | None = None,
-               stdout=None, sample_interval_s: float = 0.01) -> ScriptRun:
+               stdout=None, sample_interval_s: float = 0.01, post_budget_s: float | None = None,
+               on_progress: Callable[[str], None] | None = None) -> ScriptRun:
     """Run `script args...` under the hooks; return its profile and how it ended.
 
     instruments_factory(device, data_path) -> instruments, called at the first forward.
-    stdout: where the script's stdout goes (default: the current sys.stdout)."""
+    stdout: where the script's stdout goes (default: the current sys.stdout).
+    post_budget_s / on_progress: the post-run measurements' shared budget and progress lines."""
     path, code = _load(script)
     run = _Run(path, [script, *args], warmup, instruments_factory, sample_interval_s)
+    run.post_budget_s, run.on_progress = post_budget_s, on_progress
     hooks = TrainingHooks(run.first_forward, on_step=on_step, stop_after=(warmup + steps) if stop else None)
     run.hooks = hooks
     module = types.ModuleType("__main__")
@@ -418,8 +443,9 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
             hooks.remove()
             if run.sampler is not None:
                 run.sampler.stop()
-            out.close_lines()
-            err.close_lines()
+            # The script's objects may still hold these streams (see _Tee): detach, not drop.
+            out.detach()
+            err.detach()
             sys.argv, sys.path[:], main, sys.stdout, sys.stderr = saved
             if main is not None:
                 sys.modules["__main__"] = main

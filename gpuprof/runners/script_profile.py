@@ -6,8 +6,11 @@ from __future__ import annotations
 import os
 import statistics
 
+from gpuprof.measure.budget import PostRunBudget
 from gpuprof.measure.instruments import stop_instruments
+from gpuprof.measure.precision import with_observed_matmul
 from gpuprof.profile import Profile, environment, summarize
+from gpuprof.steplog import reported_summary
 
 
 def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Profile | None:
@@ -47,19 +50,35 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     }
     profile = Profile(run=run_info, steps=measured, warmup_steps=warm,
                       environment=environment(run.device), summary=summarize(measured))
-    profile.measurements["script"] = _script_section(run, attribution)
+    profile.measurements["script"] = _script_section(run, attribution, profile.summary.get("step_s"))
     gpu_report = timer.gpu_report()
     if gpu_report:
         profile.measurements["timer"] = gpu_report
     if run.ctx is not None:
         run.ctx.profile = profile
-    # Post-run measurements are guarded: a failure is "not measured", never a lost profile.
-    profile.measurements.update(stop_instruments(run.instruments, run.ctx))
+        _observed_precision(run, cfg)
+    # Post-run measurements are guarded and share one time budget: a failure is "not measured",
+    # never a lost profile.
+    budget = PostRunBudget.for_run(run_wall, run.post_budget_s, on_progress=run.on_progress)
+    profile.measurements.update(stop_instruments(run.instruments, run.ctx, budget))
     for name, why in run.not_started.items():
         profile.measurements.setdefault(name, {"not_measured": why})
     if run.instrument_errors:
         profile.measurements["script"]["instrument_errors"] = run.instrument_errors
     return profile
+
+
+def _observed_precision(run, cfg: dict) -> None:
+    """The precision read at the first forward's entry, corrected by the dtype the largest matmul
+    layer computed in (autocast applied inside forward is invisible at its entry)."""
+    watch = run.matmul_watch
+    if watch is None:
+        return
+    watch.remove()
+    prec = with_observed_matmul(cfg.get("precision") or {}, watch.dtype, watch.layer, run.device)
+    cfg["precision"] = run.ctx.precision = prec
+    if prec.get("autocast_note") and cfg.get("autocast_dtype") is None:
+        cfg["autocast_dtype"] = prec["autocast_dtype"]
 
 
 def _attribute_data(run, measured) -> dict:
@@ -89,18 +108,10 @@ def _attribute_data(run, measured) -> dict:
     }
 
 
-def _script_section(run, attribution: dict) -> dict:
+def _script_section(run, attribution: dict, gpuprof_step_s: float | None = None) -> dict:
     iters = run.iter_lines
-    settled = iters[run.warmup:] if len(iters) > run.warmup else iters
-    # nanoGPT prints mfu -100.00% until local_iter_num >= 5: a placeholder, not a measurement.
-    mfus = [x.mfu_pct for x in iters if x.mfu_pct is not None and x.mfu_pct > -99.0]
-    reported = {
-        "lines": len(iters),
-        "step_ms_median": statistics.median([x.time_ms for x in settled]) if settled else None,
-        "mfu_pct_median": statistics.median(mfus) if mfus else None,
-        "mfu_lines": len(mfus),
-        "skipped_first": min(run.warmup, len(iters)),
-    }
+    # The script's own step lines (any format gpuprof.steplog reads) beside gpuprof's step.
+    reported = reported_summary(iters, skip_first=run.warmup, gpuprof_step_s=gpuprof_step_s)
     counts = dict(run.hooks.counts)
     hooks = {"counts": counts}
     if not run.hooks.accelerator:
@@ -109,7 +120,7 @@ def _script_section(run, attribution: dict) -> dict:
         hooks["h2d_note"] = "no host-to-device copies seen"
     section = {
         "reported": reported,
-        "iter_lines": [vars(x) for x in iters],
+        "iter_lines": [x.to_dict() for x in iters],
         "eval_lines": [vars(x) for x in run.eval_lines],
         "hooks": hooks,
         "data_attribution": attribution,

@@ -1,10 +1,11 @@
-"""nanoGPT log parsing and what a log alone implies (FACTS.md's H200 case)."""
+"""Log parsing and what a log alone implies (FACTS.md's H200 case); the other formats' line
+parsing is tested in tests/script/test_step_logs.py."""
 
 from pathlib import Path
 
 import pytest
 
-from gpuprof.analysis.logs import IterLine, analyze_log, parse_line
+from gpuprof.analysis.logs import IterLine, StepLine, analyze_log, parse_line
 from gpuprof.errors import GpuprofError
 
 FIX = Path(__file__).parent / "fixtures"
@@ -14,7 +15,10 @@ FACTS_CFG = dict(batch_size=16, block_size=1024, gradient_accumulation_steps=64)
 
 def test_parse_line_keeps_its_api():
     rec = parse_line("iter 10: loss 4.2345, time 21000.12ms, mfu 104.33%")
-    assert rec == IterLine(10, 4.2345, 21000.12, 104.33)
+    assert rec == StepLine("nanogpt", 10, 4.2345, 21000.12, None, 104.33)
+    assert IterLine is StepLine  # the runner's name for it
+    assert rec.to_dict() == {"format": "nanogpt", "step": 10, "loss": 4.2345, "step_ms": 21000.12,
+                             "tokens_per_s": None, "mfu_pct": 104.33}
     assert parse_line("hello") is None
 
 
@@ -81,9 +85,52 @@ def test_world_size_divides_accumulation(tmp_path):
 def test_invalid_logs_are_user_errors(tmp_path):
     empty = tmp_path / "empty.log"
     empty.write_text("step 0: train loss 10.9, val loss 10.9\nsomething else\n")
-    with pytest.raises(GpuprofError, match="no nanoGPT iteration lines"):
+    with pytest.raises(GpuprofError, match="no nanoGPT iteration lines .* no step times in another known format"):
         analyze_log(empty)
     with pytest.raises(GpuprofError, match="no such file"):
         analyze_log(tmp_path / "missing.log")
     with pytest.raises(GpuprofError, match="not a number"):
         analyze_log(H200_LOG, config={"batch_size": "sixteen", "block_size": 1024})
+
+
+def test_build_nanogpt_log_skips_step_0_and_uses_no_printed_mfu(tmp_path):
+    log = tmp_path / "build.log"
+    dts = [9000.0, 2000.0, 2100.0, 1900.0, 2050.0]  # step 0 compiles: left out of the median
+    log.write_text("".join(f"step {i:5d} | loss: 4.5 | lr 6.0000e-04 | norm: 1.2000 | dt: {dt:.2f}ms | "
+                           f"tok/sec: {524288 / dt * 1e3:,.2f}\n" for i, dt in enumerate(dts))
+                   + "validation loss: 4.4000\nHellaSwag accuracy: 2500/10042=0.2490\n")
+    cfg = dict(tokens_per_step=524288, n_layer=12, n_head=12, n_embd=768)
+    r = analyze_log(log, gpu="h200", config=cfg)
+    assert r["format"] == "build-nanogpt" and r["iter_lines"] == 5 and r["steady_lines"] == 4
+    assert r["first_iter"] == 0 and r["last_iter"] == 4
+    assert r["step_s_median"] == pytest.approx(2.025)  # median of 2000, 2100, 1900, 2050 ms
+    assert r["tokens_per_s_printed"] == pytest.approx(524288 / 2.025, rel=1e-3)
+    assert r["reported_mfu_pct"] is None and r["flops_source"].startswith("config")
+    assert r["misreport"] == []
+
+
+def test_llmc_log_skips_its_first_step_1(tmp_path):
+    log = tmp_path / "llmc.log"
+    ms = [5000.0, 140.0, 150.0, 145.0]  # llm.c prints step+1: its slow first step is `step 1`
+    log.write_text("".join(f"step {i + 1:4d}/10 | train loss 3.100000 | norm 1.0000 | lr 6.00e-04 | "
+                           f"({m:.2f} ms | {524288 / m * 1e3:.0f} tok/s)\n" for i, m in enumerate(ms))
+                   + "val loss 3.05\n")
+    r = analyze_log(log)
+    assert r["format"] == "llm.c" and r["steady_lines"] == 3
+    assert r["step_s_median"] == pytest.approx(0.145)
+
+
+def test_hf_trainer_log_has_only_a_whole_run_average(tmp_path):
+    log = tmp_path / "hf.log"
+    log.write_text("{'loss': 2.5, 'grad_norm': 1.1, 'learning_rate': 5e-05, 'epoch': 0.5}\n"
+                   "{'eval_loss': 2.4, 'eval_runtime': 3.0, 'eval_steps_per_second': 9.9, 'epoch': 1.0}\n"
+                   "{'train_runtime': 40.0321, 'train_samples_per_second': 3.997, "
+                   "'train_steps_per_second': 0.25, 'train_loss': 2.3, 'epoch': 1.0}\n")
+    r = analyze_log(log)
+    # 0.25 steps/s over 40.0321 s: 10 steps, so 4.00321 s each (not 1/0.25 = 4 s)
+    assert r["format"] == "hf-trainer" and r["iter_lines"] == 1
+    assert r["step_s_median"] == pytest.approx(4.00321)
+    assert any("whole-run average" in w for w in r["warnings"])
+    log.write_text("{'loss': 2.5, 'grad_norm': 1.1, 'learning_rate': 5e-05, 'epoch': 0.5}\n")
+    with pytest.raises(GpuprofError, match="no step times"):  # per-step dicts carry no time
+        analyze_log(log)

@@ -407,3 +407,45 @@ def test_positional_non_blocking_is_read_and_copies_counted_per_step():
     assert step.extra["h2d_copies"] == 3 and step.extra["h2d_blocking"] == 1
     assert step.extra["h2d_pageable"] == 3 and step.extra["h2d_pageable_bytes"] == 3 * 32
     assert hooks.counts["h2d_blocking"] == 1
+
+
+def test_the_global_pre_hook_steps_aside_under_one_key_and_a_raising_forward_ends():
+    """Per forward the pre-hook leaves torch's dict and comes back under the same key (no new
+    handle each time); a forward that raises still ends its span (always_call) and leaves the hook
+    in place; remove() takes it out for good."""
+    model, opt, hooks, _ = _setup()
+
+    class Boom(nn.Module):
+        def forward(self, idx):
+            raise ValueError("boom")
+
+    boom = Boom()
+    hooks.install()
+    try:
+        key = hooks._pre_handle.id
+        assert nn_module._global_forward_pre_hooks[key] == hooks._fwd_pre
+        x, y = _batch()
+        model(x, y).backward()
+        assert list(nn_module._global_forward_pre_hooks).count(key) == 1
+        with pytest.raises(ValueError):
+            boom(x)
+        assert hooks.timer.current == "other" and key in nn_module._global_forward_pre_hooks
+        model(x, targets=y).backward()
+        opt.step()
+        assert hooks._pre_handle.id == key
+    finally:
+        hooks.remove()
+    assert key not in nn_module._global_forward_pre_hooks
+    (step,) = hooks.timer.steps()
+    assert step.extra["forwards"] == 3 and step.micro_steps == 2
+
+
+@pytest.mark.parametrize("dtype, counted", [(torch.int64, True), (torch.int32, True), (torch.uint8, True),
+                                            (torch.float32, False), (torch.bool, False)])
+def test_tokens_are_counted_for_integer_id_inputs_only(dtype, counted):
+    from gpuprof.measure.hooks import _tokens_of
+
+    t = torch.zeros(2, 3, dtype=dtype)
+    assert _tokens_of((t,), {}) == (6 if counted else 0)
+    assert _tokens_of((), {"idx": t}) == (6 if counted else 0)
+    assert _tokens_of((), None) == 0

@@ -1,7 +1,10 @@
-"""The stack sampler: attribution to the innermost user function, labels, markers, misses."""
+"""The stack sampler: attribution to the innermost user function, labels, markers, misses, and the
+period that adapts to the step time. (Which frame is chosen: test_script_attribution.py.)"""
 
 import threading
 import time
+
+import pytest
 
 from gpuprof.measure.stacks import StackSampler, is_user_file
 
@@ -76,3 +79,41 @@ def test_stop_is_prompt_even_with_a_long_period():
     t = time.perf_counter()
     s.stop()
     assert time.perf_counter() - t < 1.0
+
+
+def test_period_is_half_the_step_within_10_to_50_ms():
+    def sampler(**kw):
+        return StackSampler(0, lambda: None, interval_s=0.01, steps=lambda: 0, **kw)
+
+    assert sampler()._adapt(0.015) == 0.01  # a short step: never faster than 10 ms
+    assert sampler()._adapt(0.05) == pytest.approx(0.025)
+    assert sampler()._adapt(0.4) == 0.05  # a long step: never slower than 50 ms
+    s = sampler()
+    for step_s in (0.06, 0.06, 3.0):  # an eval/checkpoint step does not swing it (median of 5)
+        period = s._adapt(step_s)
+    assert period == pytest.approx(0.03) and s.interval_s == period
+    assert sampler(per_step=10)._adapt(0.06) == 0.01
+    # a floor above the ceiling (benchmarks turn sampling off with an hour): the floor wins
+    assert StackSampler(0, lambda: None, interval_s=3600.0, steps=lambda: 0)._adapt(0.05) == 3600.0
+
+
+def test_thread_adapts_its_period_to_the_steps_it_sees_complete():
+    t, stop = _worker_in_get_batch()
+    steps = {"n": 0}
+    s = StackSampler(t.ident, lambda: "data", interval_s=0.01, steps=lambda: steps["n"])
+    s.start()
+    try:
+        for _ in range(4):
+            time.sleep(0.12)  # a 120 ms step: 60 ms / sample, capped at 50 ms
+            steps["n"] += 1
+        time.sleep(0.1)
+    finally:
+        s.stop()
+        stop.set()
+        t.join()
+    stats = s.stats()
+    assert s.interval_s == 0.05 and stats["interval_range_s"] == [0.01, 0.05]
+    assert stats["interval_rule"] == "step time / 2, within 10-50 ms"
+    assert stats["samples"] >= 5 and s.top("data")[0]["function"] == "get_batch"
+    fixed = StackSampler(t.ident, lambda: None).stats()
+    assert fixed["interval_rule"] == "fixed" and fixed["interval_s"] == 0.01
