@@ -119,3 +119,43 @@ def test_bf16_is_preferred_over_an_equally_fast_fp16():
     assert pick_faster({"tf32": 0.4, "bf16": 0.50, "fp16": 0.90}, "tf32") == "fp16"
     assert pick_faster({"bf16": 0.01, "fp16": 0.1, "fp32": 0.014}, "bf16") == "fp16"  # a V100
     assert pick_faster({"fp32": 0.08, "bf16": 0.1}, "fp32") is None
+
+
+def _accelerate_like(model):
+    """What accelerate does to an HF model for bf16 mixed precision: forward wrapped in autocast
+    at the instance level, invisible to a hook at the call's entry."""
+    import types
+
+    inner = type(model).forward
+
+    def forward(self, *a, **k):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return inner(self, *a, **k)
+
+    model.forward = types.MethodType(forward, model)
+    return model
+
+
+def test_autocast_inside_forward_is_seen_in_the_matmul_output():
+    from gpuprof.measure.precision import MatmulDtypeWatch, with_observed_matmul
+
+    model = _accelerate_like(torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Linear(32, 4)))
+    entry = read_precision(model, None, "cpu")  # what a hook at the forward's entry sees
+    assert entry["compute_dtype"] == "fp32"
+    watch = MatmulDtypeWatch(model)
+    model(torch.randn(2, 8)).sum().backward()
+    assert watch.dtype == "bfloat16" and watch.layer == "0"
+    prec = with_observed_matmul(entry, watch.dtype, watch.layer, "cpu")
+    assert prec["compute_dtype"] == "bf16" and "inside the model's forward" in prec["autocast_note"]
+
+
+def test_timing_another_dtype_bypasses_an_instance_forward_wrapper(monkeypatch):
+    from gpuprof.measure import microbatch
+    from gpuprof.measure.precisions import time_step_in
+
+    model = _accelerate_like(torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Linear(32, 4)))
+    seen = []
+    model[0].register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    time_step_in(model, (torch.randn(4, 8),), "cpu", "fp32", 5.0)
+    assert seen and set(seen) == {torch.float32}  # the class forward ran, without the wrapper's bf16
+    assert "forward" in vars(model)  # and the wrapper is back
