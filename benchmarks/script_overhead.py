@@ -12,26 +12,32 @@ skipped (iter 0 holds the eval and allocator warm-up); the report is the median 
 ratios with their spread (min, quartiles, max), for wall and for CPU time, plus the ratio of
 the pooled medians.
 
-    python benchmarks/script_overhead.py --interleaved --model mid --pairs 150   # ~75 ms steps
-    python benchmarks/script_overhead.py --interleaved --model tiny --pairs 400  # ~17 ms steps
-    python benchmarks/script_overhead.py --in-process --model mid --pairs 12     # whole runs
-    python benchmarks/script_overhead.py --model small                            # CLI end to end
+    python benchmarks/script_overhead.py --interleaved --model mid --pairs 150 --compare hooks
+    python benchmarks/script_overhead.py --interleaved --model tiny --pairs 300 --compare hooks
+    python benchmarks/script_overhead.py --in-process --model mid --pairs 10 --iters 15   # whole runs
+    python benchmarks/script_overhead.py --model small                                    # CLI end to end
 
---interleaved alternates single *iterations*, not runs: the fixture is executed once (one
-iteration) for its model, optimizer and get_batch, then this file runs nanoGPT's iteration body
-(the fixture's loop, copied below) again and again, ABBA, with gpuprof's instrumentation
-installed for the B iterations and removed for the A ones, outside the timed region: the same
-TrainingHooks + PhaseTimer + StackSampler (started per iteration with the period it had learnt,
-step time / per_step) and the get_batch wrapper that run_script installs, no instruments. Each
-group of four iterations gives a ratio, so machine load that drifts over seconds cancels out;
-on a shared 2-core VM this is the only mode that resolves 1%. It measures the steady state
-(no first-forward setup, no report).
+--interleaved alternates short *blocks of iterations*, not runs: the fixture is executed once
+(two iterations) for its model, optimizer and get_batch, then this file runs nanoGPT's
+iteration body (the fixture's loop, copied below) in blocks of --block (3) iterations, one
+block per variant in the order plain, gpuprof, *--compare, then reversed (ABBA generalised) --
+a *group*. gpuprof's instrumentation is installed before a block and removed after it, outside
+the timed region: the same TrainingHooks + PhaseTimer + StackSampler (started per block with
+the period a sampler running through the whole run would have learnt, step time / per_step,
+and its caches filled) and the get_batch wrapper that run_script installs; no instruments. The
+first iteration of each block is not timed (it absorbs installing and starting). Each group
+gives each variant's ratio to plain, so machine load that drifts over seconds cancels out; on a
+shared 2-core VM this is the only mode that resolves ~1% (with a few hundred groups). It
+measures the steady state (no first-forward setup, no report). --compare adds variants to the
+same groups: `hooks` (no stack sampler) and `fixed10` (the sampler at a fixed 10 ms, as it was
+before the period adapted). Besides the median group ratio it prints the ratio of the 10th
+percentiles: other processes only ever add time, so the fast tail is the least disturbed.
 
 --in-process runs both sides in this one process (plain: the fixture executed as __main__;
 instrumented: gpuprof.runners.script.run_script, no instruments), so the alternation is a
 fraction of a second instead of a whole interpreter start: on a shared, loaded machine it
-resolves a few per cent where whole-process runs cannot. --sampler off (in-process only) runs
-gpuprof without its stack sampler, to split the cost between the hooks and the sampler.
+resolves a few per cent where whole-process runs cannot (on this VM, not even that: see
+docs/script.md). --sampler off runs gpuprof without its stack sampler.
 
 Goal (issue 11): wall-time ratio <= 1.01 on steps >= 50 ms.
 """
@@ -178,8 +184,10 @@ def _interleaved(script_args: list[str], pairs: int, gpuprof: dict | None, block
             s = StackSampler(tid, label, smp["interval"], marker=data_like_name,
                              steps=lambda: hooks.steps_done, **kw)
             # Start where a sampler running through a whole run would be: the period it has
-            # learnt, and the code objects on these stacks already classified.
-            s._adapt(statistics.median(step_s))
+            # learnt (five steps seen, so that the first one this sampler times, which began
+            # before it started, does not move it), the code objects here already classified.
+            for _ in range(5):
+                s._adapt(statistics.median(step_s))
             s._code_cache, s._file_cache = caches
             s.start()
         out = []
@@ -267,7 +275,7 @@ def main() -> None:
     ap.add_argument("--model", default="mid", help=f"{' | '.join(MODELS)} or fixture --key=value overrides")
     ap.add_argument("--in-process", action="store_true", help="alternate both sides inside this process")
     ap.add_argument("--interleaved", action="store_true",
-                    help="alternate single iterations inside this process (pairs = ABBA groups of iterations)")
+                    help="alternate blocks of iterations inside this process (pairs = groups of blocks)")
     ap.add_argument("--per-step", type=float, default=None,
                     help="--interleaved: the sampler's samples per step (default: the sampler's own)")
     ap.add_argument("--compare", default="",

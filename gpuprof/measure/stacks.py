@@ -144,7 +144,7 @@ class StackSampler:
         self.labelled: dict[str, int] = {}  # label -> samples taken under that label
         self.samples = 0  # samples taken inside a labelled moment
         self.skipped = 0  # wake-ups outside a labelled moment
-        self.misses = 0  # sampling slots lost to late wake-ups
+        self.misses = 0  # sampling slots lost to late wake-ups that ended in a measured moment
         self.slots = 0  # sampling slots elapsed (wake-ups + misses)
         self.no_user_frame = 0  # samples with no informative or user frame on the stack
         self.errors = 0  # samples that failed
@@ -191,14 +191,17 @@ class StackSampler:
                     break
             now = clock()
             late = now - next_t
+            lost = 0
             if late > period:
                 lost = int(late / period)
-                self.misses += lost
                 self.slots += lost
                 next_t += lost * period
             next_t += period * (0.5 + jitter())
             self.slots += 1
+            skipped = self.skipped
             self.sample_once()
+            if lost and self.skipped == skipped:  # late inside a measured step (not in warmup,
+                self.misses += lost  # nor in the script's teardown after the stop)
             if steps is not None:
                 n = self._read_steps()
                 if n != seen:
