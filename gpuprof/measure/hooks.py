@@ -54,12 +54,12 @@ except ImportError:  # torch < 2.3
 
 _get_ident = threading.get_ident
 _Tensor = torch.Tensor
-
-
-def _dead_ref():  # a weakref's answer for nothing
-    return None
 _ACTIVE: "weakref.WeakSet[TrainingHooks]" = weakref.WeakSet()
 _FORK_HANDLER = False
+
+
+def _dead_ref():  # what a weakref to nothing answers: the "no last outermost module yet" state
+    return None
 
 
 def _after_fork_in_child() -> None:
