@@ -237,6 +237,13 @@ class TrainingHooks:
         if not _FORK_HANDLER and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)
             _FORK_HANDLER = True
+        try:
+            # Dynamo builds its rule map of torch functions when it is first imported (a script's
+            # first optimizer imports it): import it before our wrappers replace torch functions,
+            # or the map keeps them -- and through them this run and the script's objects -- for good.
+            import torch._dynamo  # noqa: F401
+        except Exception:  # noqa: BLE001 - a torch without dynamo
+            pass
         self._pre_fn = self._fwd_pre
         self._pre_handle = nn_module.register_module_forward_pre_hook(self._pre_fn)
         self._pre_id = self._pre_handle.id
@@ -551,8 +558,33 @@ class TrainingHooks:
         if self._primary_opt is None:
             self._primary_opt = weakref.ref(opt)
         prev = self._enter("optimizer")
-        self._opt_prev.append(prev if prev is not None else self.timer.current)
-        return None
+        before = prev if prev is not None else self.timer.current
+        self._opt_prev.append(before)
+        return self._time_closure(args, kwargs, before)
+
+    def _time_closure(self, args, kwargs, label: str):
+        """optimizer.step(closure) (Lightning, LBFGS) runs the loss closure -- a training_step's
+        forward, backward and bookkeeping -- inside the step: the closure's time is not the
+        optimizer's. Returns the (args, kwargs) with the closure wrapped, or None."""
+        # torch passes the step's own positional args to the hook: (optimizer, closure, ...)
+        if "closure" in kwargs and callable(kwargs["closure"]):
+            closure, where = kwargs["closure"], "kw"
+        elif len(args) > 1 and callable(args[1]):
+            closure, where = args[1], "pos"
+        else:
+            return None
+        timer = self.timer
+
+        def timed_closure(*a, **k):
+            back = timer.switch(label)
+            try:
+                return closure(*a, **k)
+            finally:
+                timer.switch(back)
+
+        if where == "kw":
+            return args, dict(kwargs, closure=timed_closure)
+        return (args[0], timed_closure, *args[2:]), kwargs
 
     def _opt_post(self, opt, args, kwargs):
         if self.stopped and _get_ident() == self._tid:  # a bare `except:` swallowed the first one

@@ -449,3 +449,32 @@ def test_tokens_are_counted_for_integer_id_inputs_only(dtype, counted):
     assert _tokens_of((t,), {}) == (6 if counted else 0)
     assert _tokens_of((), {"idx": t}) == (6 if counted else 0)
     assert _tokens_of((), None) == 0
+
+
+def test_a_closure_passed_to_step_is_not_optimizer_time():
+    # Lightning calls optimizer.step(closure): training_step's forward, backward and bookkeeping run
+    # inside the step. Its own time must not be the optimizer's.
+    import time as _time
+
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hooks = TrainingHooks(lambda m, a, k: PhaseTimer())
+    hooks.install()
+    try:
+        x, y = _batch()
+        for _ in range(2):
+            def closure():
+                loss = model(x, y)
+                _time.sleep(0.03)  # the step's bookkeeping (self.log, callbacks)
+                loss.backward()
+                return loss
+
+            opt.step(closure=closure) if _ == 0 else opt.step(closure)
+            opt.zero_grad()
+    finally:
+        hooks.remove()
+    steps = hooks.timer.steps()
+    assert len(steps) >= 1
+    for s in steps:
+        assert s.phases.get("optimizer", 0) < 0.02, s.phases
+        assert s.phases.get("other", 0) >= 0.025 and s.phases["forward"] > 0 and s.phases["backward"] > 0
