@@ -154,7 +154,7 @@ def run_figures(p) -> dict:
 def judge_gpu_run(p) -> tuple[bool, str]:
     """A diagnose run on CUDA: GPU timeline, every event resolved, MFU in (0, 1], the bf16
     ceiling 50-100% of the datasheet peak, and the probe measured the MFU's dtype."""
-    problems: list[str] = []
+    problems: list[str] = impossible_figures(p)
     tl = _value(p, "summary.timeline", problems)
     if tl is not None and tl != "gpu":
         problems.append(f"timeline is {tl!r}, not 'gpu'")
@@ -185,9 +185,20 @@ def judge_gpu_run(p) -> tuple[bool, str]:
                   f"{mdt} ceiling {ceiling:.0f} TFLOP/s = {share:.0%} of peak")
 
 
+def impossible_figures(p) -> list[str]:
+    """gpuprof's own physical-bounds checker on a profile dict: every impossible figure in it."""
+    try:
+        from gpuprof.analysis.bounds import violations
+        from gpuprof.profile import from_data
+
+        return [f"impossible figure: {v}" for v in violations(from_data(p))]
+    except Exception as exc:  # noqa: BLE001 - a profile the checker cannot read is itself a problem
+        return [f"bounds check failed: {exc.__class__.__name__}: {exc}"]
+
+
 def judge_cpu_run(p) -> tuple[bool, str]:
     """The smoke run's built-in loop on a CPU: host timeline, a step time, shares adding to 1."""
-    problems: list[str] = []
+    problems: list[str] = impossible_figures(p)
     tl = _value(p, "summary.timeline", problems)
     if tl is not None and tl != "host":
         problems.append(f"timeline is {tl!r}, not 'host' on a CPU")

@@ -128,6 +128,7 @@ def test_data_share_verdict():
 def h200_profile(**over) -> dict:
     """A plausible `gpuprof diagnose` profile of GPT-2 124M on an H200 (bf16)."""
     p = {
+        "schema_version": 1, "tool": {"name": "gpuprof"}, "steps": [],
         "environment": {"device_name": "NVIDIA H200"},
         "run": {"config": {"model": "gpt2", "batch_size": 16, "block_size": 1024, "grad_accum": 4, "dtype": "bf16",
                            "compile": False, "precision": {"autocast_dtype": "bf16", "param_dtype": "float32",
@@ -396,3 +397,8 @@ def test_h2d_copies_script_copies_every_micro_step(monkeypatch, pinned):
     out = _run_script("h2d_copies.py", monkeypatch, "--device=cpu", "--max_steps=2", f"--pinned={pinned}",
                       "--batch_size=2", "--block_size=8", "--n_embd=16")
     assert out.strip().startswith("h2d_copies: 2 steps, 4 copies of 0 MiB per step")
+
+
+def test_an_impossible_figure_fails_the_gpu_verdict():
+    ok, why = gc.judge_gpu_run(h200_profile(summary__mfu__mfu_vs_ceiling=2.24))
+    assert not ok and "impossible figure: summary.mfu.mfu_vs_ceiling" in why

@@ -255,3 +255,17 @@ def test_precision_is_observed_not_taken_from_the_dtype_global(data_dir, tmp_pat
     assert prec["compute_dtype"] == "fp32" and prec["autocast_dtype"] is None
     assert prec["param_dtype"] == "float32"
     assert compute_mfu(run.profile)["dtype"] == "fp32"
+
+
+def test_post_run_work_shares_one_budget_in_script_mode(data_dir, tmp_path):
+    from gpuprof.measure.instruments import default_instruments
+
+    lines = []
+    run = run_script(NANOGPT, _args(data_dir, tmp_path, "--n_layer=1"), steps=2, warmup=1,
+                     stdout=io.StringIO(), post_budget_s=2.0, on_progress=lines.append,
+                     instruments_factory=lambda dev, data: default_instruments(dev, data, samplers=False))
+    post = run.profile.measurements["post_run"]
+    assert post["budget_s"] == 2.0 and post["source"] == "--post-budget"
+    assert set(post["parts"]) == {"probe", "flops", "microbatch"}
+    assert post["spent_s"] < 2.0 + 1.5  # each part stops at its share; one repeat may run over
+    assert any(x.startswith("matmul ceiling and precisions") for x in lines)
