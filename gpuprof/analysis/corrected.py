@@ -41,12 +41,15 @@ def merge(findings: list, run_config: dict | None = None) -> CorrectedConfig:
     """Merge the config_overrides of ranked findings (dicts or Finding objects)."""
     out = CorrectedConfig()
     run_config = run_config or {}
+    # A profiled script takes only the settings it defines itself (nanoGPT's configurator asserts
+    # so); an argparse script has none: its fixes stay in the findings' `fix` text.
+    own = run_config.get("script_globals")
     for f in findings:
         d = f if isinstance(f, dict) else f.to_dict()
         if d.get("kind") != "fix":
             continue
         for key, value in (d.get("config_overrides") or {}).items():
-            if key not in NANOGPT_KEYS:
+            if key not in NANOGPT_KEYS or (own is not None and key not in own):
                 continue
             if key in out.overrides:
                 if out.overrides[key] != value:

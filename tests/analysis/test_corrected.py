@@ -33,3 +33,13 @@ def test_written_file_reads_back_through_python_and_refuses_overwrite(tmp_path):
     with pytest.raises(GpuprofError, match="already exists"):
         write_config(path, {"batch_size": 1}, "")
     assert path.read_text() == before
+
+
+def test_a_script_gets_only_the_settings_it_defines():
+    f = Finding("precision-slow", "t", 0.1, 0.5, {}, config_overrides={"dtype": "float32"})
+    g = Finding("micro-batch-too-small", "t", 0.05, 0.2, {}, config_overrides={"batch_size": 16})
+    nanogpt = merge([f, g], {"script_globals": {"dtype": "bfloat16", "batch_size": 4}})
+    assert nanogpt.overrides == {"dtype": "float32", "batch_size": 16}
+    argparse_script = merge([f, g], {"script_globals": {}})  # settings come from its flags
+    assert argparse_script.overrides == {}
+    assert merge([f], {}).overrides == {"dtype": "float32"}  # the built-in loop

@@ -23,16 +23,21 @@ def compute_dtype(ctx: Context) -> str | None:
     return (ctx.config.get("precision") or {}).get("compute_dtype") or (ctx.mfu or {}).get("dtype")
 
 
-def _fix(current: str, best: str, on_gpu: bool, script: bool) -> tuple[str, dict]:
-    """(the one-line change, nanoGPT config overrides) to go from `current` to `best`."""
+def _fix(current: str, best: str, on_gpu: bool, script: bool, dtype_setting: bool = True) -> tuple[str, dict]:
+    """(the one-line change, nanoGPT config overrides) to go from `current` to `best`.
+    dtype_setting: the run has a `dtype` setting to change (the built-in loop, a nanoGPT-style
+    script); an argparse script autocasts in its own code."""
     if best == "tf32":
         return ("torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')); "
                 "nanoGPT's train.py sets it at import"), {}
     if best == "fp32":
         where = "" if on_gpu else " on the CPU (autocast only where the device has fast bf16/fp16, e.g. device_type == 'cuda')"
+        drop = f"drop the torch.autocast(..., dtype=torch.{NANOGPT_DTYPE[current]}) around the forward"
+        if not dtype_setting:
+            return drop + where, {}
         how = "dtype = 'float32'" + where
         if script:
-            how += ", or drop the torch.autocast(..., dtype=torch.bfloat16) around the forward"
+            how += ", or " + drop
         return how, {"dtype": "float32"}
     if best == "fp16":
         return ("dtype = 'float16' (with torch.amp.GradScaler, as nanoGPT does for float16)"
@@ -92,7 +97,9 @@ def precision_slow(ctx: Context) -> list[Finding]:
             basis += f"; the model was not timed in {best}: {switch['not_measured']}"
     if not total or saving / total < MIN_SHARE:
         return []
-    fix, overrides = _fix(current, best, on_cuda(ctx), mode(ctx) == "script")
+    own = ctx.config.get("script_globals")
+    fix, overrides = _fix(current, best, on_cuda(ctx), mode(ctx) == "script",
+                          dtype_setting=own is None or "dtype" in own)
     others = ", ".join(f"{d} {r / r_now:.1f}x" for d, r in sorted(faster.items(), key=lambda kv: -kv[1]) if d != best)
     note = f"estimate: {basis}"
     if others:
