@@ -10,7 +10,7 @@ from rich.console import Console
 
 from gpuprof.analysis.bounds import enforce, violations
 from gpuprof.analysis.pipeline import analyze_profile
-from gpuprof.profile import PHASES, Profile, StepRecord, summarize
+from gpuprof.profile import Profile, StepRecord, summarize
 
 
 # These profiles are adversarial on purpose: the repair is what is tested, not a producer bug.

@@ -149,8 +149,7 @@ def test_autocast_inside_forward_is_seen_in_the_matmul_output():
     assert prec["compute_dtype"] == "bf16" and "inside the model's forward" in prec["autocast_note"]
 
 
-def test_timing_another_dtype_bypasses_an_instance_forward_wrapper(monkeypatch):
-    from gpuprof.measure import microbatch
+def test_timing_another_dtype_bypasses_an_instance_forward_wrapper():
     from gpuprof.measure.precisions import time_step_in
 
     model = _accelerate_like(torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Linear(32, 4)))

@@ -173,7 +173,10 @@ def test_host_sampler_real_psutil_short_run(tmp_path):
     timer.start_step()
     while time.perf_counter() < t_end:
         with timer.phase("forward"):
-            sum(i * i for i in range(20000))
+            sum(i * i for i in range(5000))
+            # a training step spends most of its time in torch's C++ code, which releases the GIL;
+            # a pure-Python spin would starve the sampler thread of it (5 samples/s, not 100)
+            time.sleep(0.0005)
     timer.end_step()
     ctx.profile = types.SimpleNamespace(steps=timer.steps(), warmup_steps=[], run={})
     out = smp.stop(ctx)
