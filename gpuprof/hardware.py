@@ -239,7 +239,10 @@ def compute_dtype(autocast_dtype: str | None, param_dtype: str | None, tf32: boo
     return "fp32"
 
 
-def pick_faster(rates: dict, current: str, marked: float = 1.5) -> str | None:
+MARKED_FASTER = 1.5  # another precision at least this much faster is worth switching to
+
+
+def pick_faster(rates: dict, current: str, marked: float = MARKED_FASTER) -> str | None:
     """The dtype to switch to from `current`, given measured rates (TFLOP/s by dtype): the fastest
     one at least `marked` times faster, except that bf16 wins over fp16 within 10% of it (same
     tensor-core peak on Ampere and later, and no loss scaling to manage). None if none is."""

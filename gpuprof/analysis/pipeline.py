@@ -16,18 +16,17 @@ def analyze_profile(profile: Profile, *, gpu: str | None = None, peak_tflops: fl
     from gpuprof.hardware import find_gpu
 
     mfu = None
+    repairs: list[str] = []
     if profile.summary:
-        profile.summary.pop("bounds", None)  # a re-analysis reports its own repairs only
         mfu = compute_mfu(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu_pct)
         profile.summary["mfu"] = mfu
-        enforce(profile, [])  # measured figures first: the rules read only possible ones
+        repairs = enforce(profile, [])  # measured figures first: the rules read only possible ones
     spec = find_gpu(gpu) if gpu else find_gpu(profile.environment.get("device_name"))
     ctx = Context(profile=profile, disk=disk, mfu=mfu, gpu=spec)
     findings = analyze(ctx)
     if profile.summary:
-        repairs = profile.summary.get("bounds") or []
-        enforce(profile, findings)  # last: nothing impossible reaches the report or the JSON
-        profile.summary["bounds"] = repairs + [r for r in profile.summary.get("bounds") or [] if r not in repairs]
+        repairs += enforce(profile, findings)  # last: nothing impossible reaches the report or the JSON
+        profile.summary["bounds"] = repairs  # this analysis's own (a re-analysis replaces them)
     profile.findings = [f.to_dict() for f in findings]
     profile.summary["corrected_config"] = merge(findings, profile.run.get("config")).to_dict() \
         if profile.summary else None

@@ -78,3 +78,12 @@ class PostRunBudget:
                 self._on_progress(line)
             except Exception:  # noqa: BLE001 - a display problem never stops a measurement
                 pass
+
+
+def per_micro_s(ctx, phases=("forward", "backward")) -> float:
+    """The run's own seconds of `phases` per micro-step (from the measured summary; 0 when not
+    measured): what each post-run part sizes its work with."""
+    summary = (ctx.profile.summary if getattr(ctx, "profile", None) is not None else {}) or {}
+    seen = summary.get("phases") or {}
+    total = sum((seen.get(p) or {}).get("seconds", 0.0) for p in phases)
+    return total / max(1, summary.get("micro_steps") or 1)

@@ -84,12 +84,14 @@ class FlopsInstrument:
             out["analytic_per_token"] = gpt_flops_per_token(dims)
             if tokens:
                 out["analytic_per_step"] = out["analytic_per_token"] * tokens
+        from gpuprof.measure.budget import per_micro_s
+
         budget = getattr(ctx, "budget", None)
         fits = True
         if budget is not None:
             allotted = budget.allot(self.name)
             # FlopCounterMode runs one eager forward (~2x its time with the counter's dispatch)
-            est = 2 * _forward_s_per_micro(summary)
+            est = 2 * per_micro_s(ctx, ("forward",))
             if self.count and ctx.model is not None and est > allotted:
                 fits = False
                 out["errors"].append(f"count skipped: one forward takes ~{est / 2:.1f} s, over the "
@@ -118,12 +120,6 @@ class FlopsInstrument:
         # a known GPT; otherwise the count is all there is.
         out["used"] = "analytic" if a else ("counted" if c else None)
         return out
-
-
-def _forward_s_per_micro(summary: dict) -> float:
-    """Measured seconds of one micro-step's forward (0 when not measured)."""
-    fwd = ((summary.get("phases") or {}).get("forward") or {}).get("seconds") or 0.0
-    return fwd / max(1, summary.get("micro_steps") or 1)
 
 
 def _tokens_per_step(cfg: dict) -> int | None:

@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from gpuprof.measure.budget import per_micro_s
 from gpuprof.measure.cuda import synchronize as sync
 
 
@@ -61,10 +62,7 @@ class MicroBatchProbe:
             return measure_curve_inputs(ctx.model, args, kwargs, ctx.device, ctx.autocast_dtype,
                                         reps=self.reps, budget_s=self.budget_s)
         allotted = budget.allot(self.name)
-        summary = (ctx.profile.summary if ctx.profile is not None else {}) or {}
-        phases = summary.get("phases") or {}
-        t_b = sum((phases.get(p) or {}).get("seconds", 0.0) for p in ("forward", "backward"))
-        t_b /= max(1, summary.get("micro_steps") or 1)
+        t_b = per_micro_s(ctx)
         sizes, left_out = plan_sizes(batch, t_b, allotted, self.reps)
         if len(sizes) < 2:
             why = (f"one forward+backward at micro-batch {batch} takes ~{t_b:.2f} s: two sizes "

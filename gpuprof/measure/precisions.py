@@ -16,11 +16,11 @@ Transformer Engine), not a dtype switch, so its rate would promise a change no c
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 MAX_SHAPES = 3
 MIN_CELL_S = 0.02  # below this per (shape, dtype) a rate is mostly call overhead
-MARKED_RATE = 1.5  # a dtype this much faster at the model's shapes is worth timing the model in
 AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -102,7 +102,7 @@ def measure_precisions(device: str, matmuls: dict, dtypes: list[str], seconds: f
     by_shape: dict[str, list] = {}
     skipped: dict[str, str] = {}
     for dt in dtypes:
-        ctx = tf32_matmul(dt == "tf32") if on_cuda and dt in ("fp32", "tf32") else _null()
+        ctx = tf32_matmul(dt == "tf32") if on_cuda and dt in ("fp32", "tf32") else contextlib.nullcontext()
         cells = []
         try:
             with ctx, torch.no_grad():
@@ -143,14 +143,6 @@ class _class_forward:
     def __exit__(self, *exc):
         if self.saved is not None:
             self.model.forward = self.saved
-        return False
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
         return False
 
 
@@ -209,7 +201,7 @@ def time_step_in(model, example_args, device: str, dtype: str, seconds: float, e
 
     args, kwargs = tuple(example_args or ()), dict(example_kwargs or {})
     ac = getattr(torch, AUTOCAST[dtype]) if dtype in AUTOCAST else None
-    ctx = tf32_matmul(dtype == "tf32") if is_cuda(device) and dtype in ("fp32", "tf32") else _null()
+    ctx = tf32_matmul(dtype == "tf32") if is_cuda(device) and dtype in ("fp32", "tf32") else contextlib.nullcontext()
     with ctx, _class_forward(model):
         res = measure_curve_inputs(model, args, kwargs, device, ac, reps=2, budget_s=seconds,
                                    sizes=[batch_size_of(args, kwargs)])

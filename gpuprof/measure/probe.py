@@ -187,20 +187,18 @@ class CeilingProbe:
         two), compared with the run's own forward+backward per micro-step. This measures what the
         switch saves, norms, softmax and casts included, not only the matmuls."""
         from gpuprof.hardware import pick_faster
-        from gpuprof.measure.precisions import MARKED_RATE, time_step_in
+        from gpuprof.measure.budget import per_micro_s
+        from gpuprof.measure.precisions import time_step_in
 
         precision = getattr(ctx, "precision", None) or {}
         current = precision.get("compute_dtype")
         rates = prec["tflops"]
         if current not in rates:
             return None
-        best = pick_faster(rates, current, MARKED_RATE)
+        best = pick_faster(rates, current)
         if best is None:
             return None
-        summary = (ctx.profile.summary if ctx.profile is not None else {}) or {}
-        phases = summary.get("phases") or {}
-        t_run = sum((phases.get(p) or {}).get("seconds", 0.0) for p in ("forward", "backward"))
-        t_run /= max(1, summary.get("micro_steps") or 1)
+        t_run = per_micro_s(ctx)
         out = {"from": current, "to": best, "run_fwd_bwd_per_micro_s": t_run}
         if best in ("fp32", "tf32") and precision.get("param_dtype") in ("bfloat16", "float16"):
             out["not_measured"] = "the weights are half precision: running fp32 needs a cast model copy"

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import mode, on_cuda, step_s
-from gpuprof.hardware import pick_faster
+from gpuprof.hardware import MARKED_FASTER as MARKED, pick_faster
 
-MARKED = 1.5  # another precision at least this much faster at the model's shapes
 MIN_SHARE = 0.02  # ... and worth at least 2% of the step
 BWD_FWD_HIGH, BWD_FWD_LOW = 4.0, 1.0  # backward is ~2x forward (two matmuls per forward one)
 NANOGPT_DTYPE = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -63,7 +62,7 @@ def precision_slow(ctx: Context) -> list[Finding]:
     if not current or current not in rates:
         return []
     r_now = rates[current]
-    best = pick_faster(rates, current, MARKED)
+    best = pick_faster(rates, current)
     if best is None:
         return []
     faster = {d: r for d, r in rates.items() if d != current and r >= MARKED * r_now}
