@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 import os
 
+from gpuprof.units import seconds
+
 TOL = 1e-6  # float rounding in sums of shares
 CPU_TOL = 1.0 + TOL  # no CPU figure above its cores, not even by rounding
 
@@ -188,7 +190,7 @@ def _enforce_savings(summary: dict, findings) -> list[str]:
             why = ("a saving cannot be negative" if sv < 0 else
                    "the fixes ranked above already account for the rest of the step" if new < step else
                    "no saving exceeds the step")
-            note = (get("note") or "") + (" " if get("note") else "") + f"saving capped from {sv:.3g} s to {new:.3g} s: {why}"
+            note = (get("note") or "") + (" " if get("note") else "") + f"saving capped from {seconds(sv)} to {seconds(new)}: {why}"
             claims = get("claims") or {}
             scale = new / sv if sv > 0 else 0.0
             for k, v in (("saving_s", new), ("saving_share", new / step), ("note", note),

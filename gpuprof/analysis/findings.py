@@ -22,6 +22,12 @@ class Finding:
     config_overrides: dict = field(default_factory=dict)  # nanoGPT config keys when a config fix
     kind: str = "fix"  # fix | correction (a wrong figure, not time) | verdict | info
     note: str = ""  # e.g. why the saving cannot be estimated, or the constraint on the fix
+    # The evidence in words, with units: a sentence or two the rule writes from the same numbers
+    # it puts in `evidence` (formatted with gpuprof.units), e.g. "data: 1.20 s per step, 26.8% of
+    # the step; the host's CPUs were 8% busy while it loaded: it waits, it does not compute".
+    # The report shows it; `evidence` stays the machine-readable dict. Empty: the renderer
+    # words the evidence dict itself (gpuprof.render.format.evidence_words).
+    because: str = ""
     # Seconds per step of each phase this finding's saving comes out of. The engine caps
     # overlapping claims so that two findings never save the same interval twice.
     claims: dict = field(default_factory=dict)

@@ -10,6 +10,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpuprof.render.format import FitTable, bytes_per_s, flops_rate, nbytes, seconds
+
 NM = "not measured"
 
 
@@ -21,51 +23,18 @@ def _pct(x, digits: int = 1) -> str:
     return NM if x is None else f"{x * 100:.{digits}f}%"
 
 
-def _secs(x) -> str:
-    if x is None:
-        return NM
-    if x >= 100:
-        return f"{x:.0f} s"
-    if x >= 1:
-        return f"{x:.2f} s"
-    if x >= 1e-3:
-        return f"{x * 1e3:.1f} ms"
-    return f"{x * 1e6:.0f} µs"
+# The same words for a figure as everywhere else in the report (gpuprof.units).
+_secs, _tflops, _bytes_s, _bytes = seconds, flops_rate, bytes_per_s, nbytes
 
 
 def _flops(x) -> str:
     return NM if x is None else f"{x:.3g} FLOP"
 
 
-def _tflops(x) -> str:
-    if x is None:
-        return NM
-    return f"{x:.1f} TFLOP/s" if x >= 1 else f"{x * 1e3:.1f} GFLOP/s"
-
-
-def _bytes_s(x) -> str:
-    if x is None:
-        return NM
-    for unit, div in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if abs(x) >= div:
-            return f"{x / div:.1f} {unit}"
-    return f"{x:.0f} B/s"
-
-
-def _bytes(x) -> str:
-    if x is None:
-        return NM
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(x) >= div:
-            v = x / div
-            return f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}" if abs(v) >= 10 else f"{v:.2f} {unit}"
-    return f"{x:.0f} B"
-
-
 def _kv_table() -> Table:
     t = Table.grid(padding=(0, 2))
-    t.add_column(style="bold")
-    t.add_column()
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
     return t
 
 
@@ -86,7 +55,8 @@ def mfu_panel(mfu: dict) -> Panel:
     t.add_row("Model FLOPs / step", f"{_flops(mfu.get('flops_per_step'))}"
               + (f" [dim]MFU uses {fm}[/dim]" if fm else "") + extra)
     timeline = mfu.get("timeline")
-    t.add_row("Step time (median)", _secs(mfu.get("step_s")) + (f" [dim]{timeline} timeline[/dim]" if timeline else ""))
+    # The step printed above the findings, with its statistic: here it is only that figure again.
+    t.add_row("Step time", _secs(mfu.get("step_s")) + (f" [dim]{timeline} timeline[/dim]" if timeline else ""))
     t.add_row("Achieved", _tflops(mfu.get("achieved_tflops")))
     dtype = mfu.get("dtype") or "?"
     peak = mfu.get("peak_tflops")
@@ -145,21 +115,19 @@ _HOST_COLS = [("cpu_pct", "CPU", lambda v: _num(v, "{:.0f}", "%")),
 _PHASE_ORDER = ["data", "h2d", "forward", "backward", "optimizer", "eval", "other", "warmup", "outside"]
 
 
-def _phase_table(section: dict, cols) -> Table:
-    t = Table(show_edge=False, pad_edge=False)
-    t.add_column("phase")
-    t.add_column("n", justify="right")
-    for _, label, _ in cols:
-        t.add_column(label, justify="right")
+def _phase_table(section: dict, cols) -> FitTable:
+    """A sampler's figures per phase. Its cells never wrap or truncate: at a narrow width the
+    columns continue in a second table under the first (format.FitTable)."""
     phases = section.get("phases") or {}
     overall = section.get("summary") or {}
-    t.add_row("[bold]steps[/bold]", str(sum(p.get("samples", 0) for k, p in phases.items()
-                                                     if k not in ("warmup", "outside"))),
-              *[fmt((overall.get(key) or {}).get("mean")) for key, _, fmt in cols])
+    rows = [["[bold]steps[/bold]", str(sum(p.get("samples", 0) for k, p in phases.items()
+                                           if k not in ("warmup", "outside"))),
+             *[fmt((overall.get(key) or {}).get("mean")) for key, _, fmt in cols]]]
     for ph in sorted(phases, key=lambda p: _PHASE_ORDER.index(p) if p in _PHASE_ORDER else 99):
         row = phases[ph]
-        t.add_row(ph, str(row.get("samples", 0)), *[fmt(row.get(key)) for key, _, fmt in cols])
-    return t
+        rows.append([ph, str(row.get("samples", 0)), *[fmt(row.get(key)) for key, _, fmt in cols]])
+    headers = [("phase", "left"), ("n", "right")] + [(label, "right") for _, label, _ in cols]
+    return FitTable(headers, rows, show_edge=False, pad_edge=False)
 
 
 def _quality(section: dict) -> str:
@@ -226,8 +194,8 @@ def log_analysis_panel(result: dict) -> Panel:
     """What a nanoGPT log implies: FLOPs, model size, true MFU, the floor, the verdict."""
     r = result
     t = _kv_table()
-    t.add_row("Log", f"{r.get('path')}: {r.get('iter_lines')} iteration lines "
-              f"(iters {r.get('first_iter')}-{r.get('last_iter')}), {r.get('eval_lines')} eval lines")
+    t.add_row("Log", f"{r.get('iter_lines')} iteration lines (iters {r.get('first_iter')}-{r.get('last_iter')}), "
+              f"{r.get('eval_lines')} eval lines in {r.get('path')}")
     t.add_row("Step time (median)", f"{_secs(r.get('step_s_median'))} "
               f"[dim](p10 {_secs(r.get('step_s_p10'))}, p90 {_secs(r.get('step_s_p90'))})[/dim]")
     rep = r.get("reported_mfu_pct")
@@ -259,12 +227,10 @@ def log_analysis_panel(result: dict) -> Panel:
     for m in r.get("misreport") or []:
         parts.append(Text(f"  - {m['text']}", style="red" if m.get("cause") == "impossible" else ""))
     if r.get("size_table"):
-        st = Table(title="If the model were…", show_edge=False)
-        for col in ("model", "params", "floor", "true MFU at logged step", "nanoGPT would print"):
-            st.add_column(col, justify="right")
-        for row in r["size_table"]:
-            st.add_row(row["model"], f"{row['params'] / 1e6:,.0f}M", _secs(row.get("floor_s")),
-                       _pct(row.get("true_mfu_at_step")), _pct(row.get("nanogpt_mfu_at_step")))
-        parts.append(st)
+        rows = [[row["model"], f"{row['params'] / 1e6:,.0f}M", _secs(row.get("floor_s")),
+                 _pct(row.get("true_mfu_at_step")), _pct(row.get("nanogpt_mfu_at_step"))] for row in r["size_table"]]
+        parts.append(Text("If the model were…", style="italic"))
+        parts.append(FitTable([(col, "right") for col in ("model", "params", "floor", "true MFU at logged step",
+                                                          "nanoGPT would print")], rows, show_edge=False))
     parts += _notes(r.get("warnings"))
     return Panel(Group(*parts), title="nanoGPT log analysis", expand=False)

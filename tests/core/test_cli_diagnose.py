@@ -41,7 +41,7 @@ def test_diagnose_json_and_analyze_round_trip(tmp_path):
 def test_diagnose_report(tmp_path):
     res = runner.invoke(app, ["diagnose", *FAST])
     assert res.exit_code == 0, res.output
-    assert "forward" in res.stdout and "Findings" in res.stdout
+    assert "forward" in res.stdout and "Verdict:" in res.stdout
 
 
 def _one_line_error(res, text):

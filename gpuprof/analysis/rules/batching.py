@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, on_cuda, step_s
+from gpuprof.units import gib, pct, seconds, times
 
 FIXED_SHARE_MIN = 0.10  # fixed per-micro-step cost worth acting on
 HEADROOM_MAX_USED = 0.5
@@ -91,16 +92,24 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         if best is None or saving > best[2]:
             best = (b2, n2, saving, est)
         b2 *= 2
-    title = (f"micro-batch too small: {n} micro-steps each pay a fixed {fixed * 1e3:.1f} ms of "
-             f"{t(batch) * 1e3:.1f} ms ({fixed_share:.0%} of the step)")
+    title = (f"micro-batch too small: {n} micro-steps each pay a fixed {seconds(fixed)} of "
+             f"{seconds(t(batch))} ({fixed_share:.0%} of the step)")
+    because = (f"on the micro-batch curve measured after the run, each of the {n} micro-steps of "
+               f"batch_size {batch} pays a fixed {seconds(fixed)} of its {seconds(t(batch))} forward+backward; "
+               f"with this run's {seconds(fwd_bwd)} forward+backward per step that is {pct(fixed_share)} of the step")
     if best is None or best[2] <= 0:
         note = "no larger micro-batch that keeps the tokens per step exact would run faster"
         if blocked:
-            note = (f"batch_size={blocked[0]} does not fit: needs {blocked[1].total_bytes / 2**30:.1f} GiB "
-                    f"of {capacity / 2**30:.1f} GiB; activation checkpointing or a smaller block would lift it")
+            note = (f"batch_size={blocked[0]} does not fit: needs {gib(blocked[1].total_bytes)} "
+                    f"of {gib(capacity)}; activation checkpointing or a smaller block would lift it")
         return [Finding(id="micro-batch-too-small", title=title, saving_s=None, saving_share=None,
-                        evidence=ev, confidence="medium", note=note)]
+                        evidence=ev, confidence="medium", note=note, because=because)]
     b2, n2, saving, est = best
+    cost = n2 * t(b2) / (n * t(batch))
+    because += (f"; {n2} micro-step{'s' if n2 > 1 else ''} of batch_size {b2} {'take' if n2 > 1 else 'takes'} "
+                f"{seconds(n2 * t(b2))}"
+                f"{'' if b2 in measured else ' (extrapolated)'} where {n} of batch_size {batch} take "
+                f"{seconds(n * t(batch))}: {times(cost)} the forward+backward time")
     ev.update({"new_batch_size": b2, "new_grad_accum": n2, "micro_at_new_batch_s": t(b2),
                "new_batch_measured": b2 in measured})
     if est is not None:
@@ -113,9 +122,9 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
              f"{b2 * n2 * (ctx.config.get('block_size') or 0):,} tokens per step)"),
         note=("saving = forward+backward per step × (1 − n2·t(B2) / (n·t(B))), t from the measured "
               "micro-batch curve" + ("" if b2 in measured else " (t(B2) extrapolated from its line fit)")
-              + (f"; fits: {est.total_bytes / 2**30:.2f} GiB modeled of {capacity / 2**30:.1f} GiB ({cap_src})"
+              + (f"; fits: {gib(est.total_bytes)} modeled of {gib(capacity)} ({cap_src})"
                  if est is not None and capacity else "")),
-        config_overrides={"batch_size": b2, "gradient_accumulation_steps": n2},
+        config_overrides={"batch_size": b2, "gradient_accumulation_steps": n2}, because=because,
         claims={"forward": saving / 3, "backward": saving * 2 / 3},
     )]
 
@@ -130,6 +139,7 @@ def memory_headroom(ctx: Context) -> list[Finding]:
     ev = {"peak_allocated_bytes": peak, "capacity_bytes": cap, "used": peak / cap, "batch_size": batch}
     gcfg = _gpt_config(ctx)
     note = ""
+    because = f"peak memory allocated {gib(peak)} of {gib(cap)} ({pct(peak / cap, 0)}) at batch_size {batch}"
     if gcfg is not None:
         from gpuprof.recommend.memory import max_batch_that_fits
 
@@ -137,8 +147,10 @@ def memory_headroom(ctx: Context) -> list[Finding]:
                                       compile=bool(ctx.config.get("compile")), grad_accum=micro_steps(ctx))
         ev["max_batch_modeled"] = biggest
         note = f"the memory model fits up to batch_size={biggest}; see `gpuprof recommend`"
+        because += f"; the memory model fits up to batch_size {biggest} in {gib(cap)}"
     return [Finding(
         id="memory-headroom",
-        title=f"memory headroom: peak {peak / 2**30:.1f} GiB of {cap / 2**30:.0f} GiB ({peak / cap:.0%})",
+        title=f"memory headroom: peak {gib(peak)} of {gib(cap)} ({peak / cap:.0%})",
         saving_s=None, saving_share=None, evidence=ev, confidence="high", kind="info", note=note,
+        because=because,
     )]

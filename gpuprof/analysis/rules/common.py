@@ -29,6 +29,23 @@ def step_s(ctx: Context) -> float:
     return ctx.summary.get("mean_step_s") or ctx.summary.get("step_s") or 0.0
 
 
+def shown_step_s(ctx: Context) -> float | None:
+    """The step the report prints, once, labelled with its statistic: summary.step_s, the median
+    step (on the GPU timeline on CUDA). A `because` sentence that quotes the step quotes this one,
+    and evidence["step_s"] holds it, so the page and the JSON carry one value for the step."""
+    return ctx.summary.get("step_s") or None
+
+
+def step_evidence(ctx: Context) -> dict:
+    """The step figures a finding's evidence carries: the step the report prints (step_s, the
+    median) and the denominator of its shares (mean_step_s, the mean step)."""
+    return {"step_s": shown_step_s(ctx), "mean_step_s": step_s(ctx)}
+
+
+def timeline_words(ctx: Context) -> str:
+    return "the GPU timeline" if ctx.summary.get("timeline") == "gpu" else "host wall time"
+
+
 def mode(ctx: Context) -> str:
     return ctx.profile.run.get("mode", "builtin")
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
-from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
+from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, shown_step_s, step_s
+from gpuprof.units import bytes_per_s, count, flops_rate, nbytes, pct, seconds, times
 
 OPTIMIZER_MIN_SHARE = 0.10
 # Bytes AdamW moves per parameter in fp32: reads param, grad, exp_avg, exp_avg_sq (16 B) and
@@ -60,12 +61,22 @@ def h2d_pageable(ctx: Context) -> list[Finding]:
         return []
     if share is None and phases.get("host_seconds", 0.0) / total < 0.01:
         return []
-    what = (f"{pageable:.0f} pageable copies per step ({pageable_bytes / 1e6:.1f} MB)" if pageable
+    what = (f"{pageable:.0f} pageable copies per step ({nbytes(pageable_bytes)})" if pageable
             else f"{blocking:.0f} blocking copies per step")
+    because = (f"{pageable:.0f} copies per step from pageable memory moved {nbytes(pageable_bytes)}" if pageable
+               else f"{blocking:.0f} copies per step blocked the host until the GPU had them")
+    if "pageable_gb_s" in ev:
+        because += (f"; measured after the run, host-to-device copies ran at {bytes_per_s(bw['pageable_bytes_s'])} "
+                    f"from pageable memory and {bytes_per_s(bw['pinned_bytes_s'])} from pinned memory, so the "
+                    f"same bytes move {seconds(saving)} faster pinned")
+    elif "h2d_gpu_s" in ev:
+        because += f"; the copies span {seconds(h2d_gpu)} per step on the GPU timeline"
+    else:
+        because += f"; the copies take {seconds(ev['h2d_host_s'])} per step on the host"
     return [Finding(
         id="h2d-pageable",
         title=f"host-to-device copies from pageable memory: {what}",
-        saving_s=saving, saving_share=share, evidence=ev, confidence="medium",
+        saving_s=saving, saving_share=share, evidence=ev, confidence="medium", because=because,
         fix="x.pin_memory().to(device, non_blocking=True) (DataLoader: pin_memory=True)",
         note=note,
         claims={"h2d": saving} if saving else {},
@@ -83,10 +94,14 @@ def optimizer_slow(ctx: Context) -> list[Finding]:
     ev = {"optimizer_s": opt, "share": opt / total, "fused_adamw": fused}
     saving = None
     note = ""
+    because = (f"optimizer: {seconds(opt)} per step, {pct(opt / total)} of the step; AdamW is "
+               + ("fused" if fused else "not fused" if fused is False else "not known to be fused"))
     params = ctx.config.get("param_count")
     if ctx.gpu is not None and params:
         floor = ADAMW_BYTES_PER_PARAM * params / (ctx.gpu.hbm_tb_s * 1e12)
         ev["optimizer_floor_s"] = floor
+        because += (f"; moving AdamW's {ADAMW_BYTES_PER_PARAM} bytes per parameter for {count(params)} parameters "
+                    f"at {ctx.gpu.name}'s {ctx.gpu.hbm_tb_s:g} TB/s takes at least {seconds(floor)}")
         saving = max(opt - floor, 0.0)
         note = (f"saving = optimizer time - the memory-bandwidth floor of AdamW "
                 f"({ADAMW_BYTES_PER_PARAM} B/param at {ctx.gpu.hbm_tb_s} TB/s): an upper bound")
@@ -98,7 +113,7 @@ def optimizer_slow(ctx: Context) -> list[Finding]:
     return [Finding(
         id="optimizer-slow", title=f"the optimizer step takes {opt / total:.0%} of the step",
         saving_s=saving, saving_share=(saving / total if saving is not None else None),
-        evidence=ev, confidence="medium", fix=fix, note=note,
+        evidence=ev, confidence="medium", fix=fix, note=note, because=because,
         claims={"optimizer": saving} if saving else {},
     )]
 
@@ -128,16 +143,19 @@ def no_tensor_cores(ctx: Context) -> list[Finding]:
     ev = {"dtype": dtype, "tf32": False, "compute_s": compute, "gpu": spec.name}
     saving = None
     note = "cannot estimate without the FLOPs per step"
+    because = f"forward+backward: {seconds(compute)} per step in fp32 without TF32 or autocast on {spec.name}"
     if flops:
         at_half = flops / (0.5 * spec.bf16 * 1e12)  # model FLOPs are forward + backward
         ev["bf16_compute_at_50pct_mfu_s"] = at_half
+        because += (f"; its {flops:.3g} FLOPs per step at 50% of the bf16 peak ({flops_rate(spec.bf16)}) "
+                    f"take {seconds(at_half)}")
         saving = max(compute - at_half, 0.0)
         note = "estimate: forward+backward at 50% MFU of the bf16 peak (typical 40-60%)"
     return [Finding(
         id="no-tensor-cores",
         title="fp32 math without TF32 or autocast: the tensor cores sit unused",
         saving_s=saving, saving_share=(saving / total if saving is not None and total else None),
-        evidence=ev, confidence="medium", note=note,
+        evidence=ev, confidence="medium", note=note, because=because,
         fix="dtype = 'bfloat16' (autocast), or torch.backends.cuda.matmul.allow_tf32 = True",
         config_overrides={"dtype": "bfloat16"},
         claims={"forward": saving * 0.33, "backward": saving * 0.67} if saving else {},
@@ -150,29 +168,38 @@ def compile_findings(ctx: Context) -> list[Finding]:
     compiled = ctx.config.get("compile")
     total = step_s(ctx)
     warm = ctx.profile.warmup_steps
-    if compiled and warm and total:
+    shown = shown_step_s(ctx) or total
+    if compiled and warm and shown:
+        # Against the step the report prints (the median), so "Nx a measured step" and the step
+        # figure on the page agree.
         first = warm[0].wall_s
         n_steps = len(ctx.profile.steps) + len(warm)
-        extra = sum(s.wall_s for s in warm) - len(warm) * total
-        if first > 5 * total:
+        extra = sum(s.wall_s for s in warm) - len(warm) * shown
+        if first > 5 * shown:
             out.append(Finding(
                 id="compile-warmup",
-                title=(f"compile warm-up: the first step took {first:.1f} s, "
-                       f"{first / total:.0f}x a measured step"),
+                title=(f"compile warm-up: the first step took {seconds(first)}, "
+                       f"{first / shown:.0f}x a measured step"),
                 saving_s=None, saving_share=None,
-                evidence={"first_step_s": first, "step_s": total, "warmup_extra_s": extra,
-                          "run_steps": n_steps},
+                evidence={"first_step_s": first, "step_s": shown, "mean_step_s": total,
+                          "warmup_extra_s": extra, "run_steps": n_steps},
                 confidence="high", kind="info",
-                note=(f"a one-time cost: {extra:.1f} s over this run, about "
-                      f"{extra / total:.0f} steps' worth; it matters only for short runs"),
+                note=(f"a one-time cost: {seconds(extra)} over this run, about "
+                      f"{extra / shown:.0f} steps' worth; it matters only for short runs"),
+                because=(f"the first warm-up step took {seconds(first)} where a measured step takes "
+                         f"{seconds(shown)}; the {len(warm)} warm-up step{'s' if len(warm) > 1 else ''} took "
+                         f"{seconds(extra)} more than as many measured steps, once in a run of {n_steps} steps"),
             ))
     if on_cuda(ctx) and compiled is False:
+        fb = ctx.share("forward") + ctx.share("backward")
         out.append(Finding(
             id="compile-missing",
             title="the model runs eagerly (compile=False)",
             saving_s=None, saving_share=None,
-            evidence={"compile": False, "compute_share": ctx.share("forward") + ctx.share("backward")},
+            evidence={"compile": False, "compute_share": fb},
             confidence="low",
+            because=(f"forward and backward are {pct(fb)} of the step and run eagerly; what compiling "
+                     "saves was not measured in this run"),
             note=("not measured here: nanoGPT reports 250 -> 135 ms per iteration on an A100 for "
                   "GPT-2 124M; run `gpuprof diagnose --compile` to measure it on this setup"),
             fix="compile = True (torch.compile(model)); exclude the first steps from timing",
@@ -200,6 +227,9 @@ def launch_bound(ctx: Context) -> list[Finding]:
         evidence={"host_fwd_bwd_s": host, "gpu_fwd_bwd_s": gpu, "micro_steps": n,
                   "host_per_micro_s": host / n},
         confidence="medium",
+        because=(f"the host took {seconds(host)} per step to launch forward+backward and the GPU "
+                 f"{seconds(gpu)} to run them ({times(host / gpu)}); {seconds(host / n)} of host time "
+                 f"per micro-step over {n} micro-steps"),
         note="the GPU waits for Python and kernel launches; how much a fix saves needs a kernel trace",
         fix="torch.compile (mode='reduce-overhead' for CUDA graphs), or fewer, larger micro-batches",
         config_overrides={"compile": True} if not ctx.config.get("compile") else {},
@@ -217,13 +247,20 @@ def sync_in_step(ctx: Context) -> list[Finding]:
     other_idle = ctx.summary.get("phases", {}).get("other", {}).get("idle_exposed_s")
     ev = {"syncs_per_step": per_step, "micro_steps": n, "per_phase": syncs.get("per_phase")}
     saving = other_idle if other_idle else None
+    because = f"{per_step:.0f} host-device synchronizations per step over {n} micro-steps"
+    where = {k: v for k, v in (syncs.get("per_phase") or {}).items()  # totals over the measured steps
+             if k != "h2d" and isinstance(v, (int, float)) and v}  # per_step leaves the copies' own out
+    if where:
+        steps = max(int(syncs.get("measured_steps") or 1), 1)
+        because += " (" + ", ".join(f"{k} {v / steps:.3g}" for k, v in where.items()) + ")"
     if saving:
         ev["gpu_idle_in_other_s"] = saving
+        because += f"; the GPU sat idle {seconds(saving)} per step outside the measured phases"
     return [Finding(
         id="sync-in-step",
         title=f"{per_step:.0f} host-device synchronizations per step ({per_step / n:.1f} per micro-step)",
         saving_s=saving, saving_share=(saving / total if saving and total else None),
-        evidence=ev, confidence="medium",
+        evidence=ev, confidence="medium", because=because,
         note="each sync drains the GPU queue; the saving is the GPU idle time outside the phases (an upper bound)",
         fix="drop .item()/print(tensor)/.cpu() inside the micro-step loop; log every log_interval steps",
         claims={"other": saving} if saving else {},

@@ -4,6 +4,7 @@ gpuprof, so findings come from the log's own numbers and the stated formulas."""
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Finding
+from gpuprof.units import flops_rate, pct, seconds, times
 
 
 def log_findings(result: dict) -> list[Finding]:
@@ -21,6 +22,7 @@ def log_findings(result: dict) -> list[Finding]:
             evidence={"reported_pct": rep, "true_pct": true * 100 if true is not None else None,
                       "peak_tflops": result.get("peak_tflops"), "gpu": result.get("gpu_name")},
             confidence="high",
+            because=_mfu_because(result),
             fix=(f"flops_promised = {result['peak_tflops']:g}e12 in estimate_mfu (this GPU's "
                  f"{result.get('dtype')} peak), not the A100's 312e12"),
             note=" ".join(r["text"] for r in result["misreport"]),
@@ -30,26 +32,45 @@ def log_findings(result: dict) -> list[Finding]:
     if verdict and ratio:
         ev = {"step_s": step, "floor_s": floor, "times_floor": ratio,
               "implied_params": result.get("implied_params"), "true_mfu": true}
+        flops = result.get("flops_per_step")
+        because = (f"the log's median step is {seconds(step)}; the FLOP floor"
+                   + (f" of its {flops:.3g} FLOPs per step" if flops else "")
+                   + f" at 100% of the {result.get('dtype')} peak of {result.get('gpu_name') or 'the GPU'} is "
+                   f"{seconds(floor)}: the step is {times(ratio)} the floor"
+                   + (f", a true MFU of {pct(true)}" if true is not None else ""))
         if verdict["id"] in ("healthy", "suspicious"):
             out.append(Finding(
                 id="compute-bound",
-                title=(f"compute-bound: {step:.3g} s per step is {ratio:.1f}x the FLOP floor "
-                       f"({floor:.3g} s) for a ~{(result.get('implied_params') or 0) / 1e9:.2f}B-parameter model"),
+                title=(f"compute-bound: {seconds(step)} per step is {ratio:.1f}x the FLOP floor "
+                       f"({seconds(floor)}) for a ~{(result.get('implied_params') or 0) / 1e9:.2f}B-parameter model"),
                 saving_s=None, saving_share=None, evidence=ev, confidence="medium", kind="verdict",
-                note=verdict["text"],
+                note=verdict["text"], because=because,
             ))
         elif verdict["id"] in ("fair", "slow"):
             out.append(Finding(
                 id="step-far-from-floor",
-                title=f"the step is {ratio:.1f}x its FLOP floor ({floor:.3g} s): true MFU {true * 100:.1f}%",
+                title=f"the step is {ratio:.1f}x its FLOP floor ({seconds(floor)}): true MFU {true * 100:.1f}%",
                 saving_s=None, saving_share=None, evidence=ev, confidence="medium", kind="verdict",
-                note=verdict["text"],
+                note=verdict["text"], because=because,
             ))
         else:
             out.append(Finding(
                 id="step-time-impossible",
-                title=f"the logged step ({step:.3g} s) is faster than the FLOP floor ({floor:.3g} s)",
+                title=f"the logged step ({seconds(step)}) is faster than the FLOP floor ({seconds(floor)})",
                 saving_s=None, saving_share=None, evidence=ev, confidence="medium", kind="verdict",
-                note=verdict["text"],
+                note=verdict["text"], because=because,
             ))
     return out
+
+
+def _mfu_because(result: dict) -> str:
+    rep, true, peak = result.get("reported_mfu_pct"), result.get("true_mfu"), result.get("peak_tflops")
+    text = f"the log prints {rep:.1f}% MFU" if rep is not None else "the log prints an MFU"
+    if true is not None and peak:
+        flops = result.get("flops_per_step")
+        text += ("; " + (f"its {flops:.3g} FLOPs per step" if flops else "its FLOPs per step")
+                 + f" in its median {seconds(result.get('step_s_median'))} against the {result.get('dtype')} "
+                 f"peak of {result.get('gpu_name') or 'the GPU'} ({flops_rate(peak)}) give {true * 100:.1f}%")
+    else:
+        text += "; there is no true MFU to compare it with (no GPU peak or no FLOP count)"
+    return text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import COMPUTE_PHASES, on_cuda, step_s
+from gpuprof.units import flops_rate, pct, seconds
 
 CPU_SATURATED = 0.90
 OTHERS_NOTABLE_SHARE = 0.20  # other processes' share of the cores worth naming even when this run leads
@@ -33,13 +34,22 @@ def mfu_misreported(ctx: Context) -> list[Finding]:
     ev = {"reported_pct": rep, "true_pct": true * 100 if true is not None else None,
           "peak_tflops": mfu.get("peak_tflops"), "source": mfu.get("reported_source"),
           "causes": ", ".join(r["cause"] for r in reasons)}
+    source = {"script output": "the script printed", "--reported-mfu": "the MFU given with --reported-mfu is"}
+    because = f"{source.get(mfu.get('reported_source'), 'the reported MFU is')} {rep:.1f}%"
+    gpu = mfu.get("gpu_name") or mfu.get("device_name") or "this device"
+    if true is not None and mfu.get("peak_tflops"):
+        because += (f"; this step's {mfu['flops_per_step']:.3g} FLOPs in its measured {seconds(mfu.get('step_s'))} "
+                    f"against the {mfu.get('dtype') or ''} peak of {gpu} ({flops_rate(mfu['peak_tflops'])}) "
+                    f"give {true * 100:.1f}%") if mfu.get("flops_per_step") else f"; the true MFU is {true * 100:.1f}%"
+    else:
+        because += "; there is no true MFU to compare it with (no datasheet peak or no FLOP count)"
     return [Finding(
         id="mfu-misreported", title=title, saving_s=None, saving_share=None, kind="correction", evidence=ev,
         confidence="high" if true is not None else "medium",
         fix=(f"compute MFU against this GPU's {mfu.get('dtype') or ''} peak "
              f"(flops_promised = {mfu['peak_tflops']:g}e12 in nanoGPT's estimate_mfu)"
              if mfu.get("peak_tflops") else "compute MFU against this GPU's datasheet peak"),
-        note=" ".join(r["text"] for r in reasons if r["cause"] not in ("agrees",)),
+        note=" ".join(r["text"] for r in reasons if r["cause"] not in ("agrees",)), because=because,
     )]
 
 
@@ -64,8 +74,8 @@ def gpu_throttled(ctx: Context) -> list[Finding]:
     shares = [phases[p]["sm_clock_share"] for p in COMPUTE_PHASES
               if p in phases and phases[p].get("sm_clock_share") is not None]
     clock = min(shares) if shares else None
-    seconds = {p: ctx.seconds(p) for p in COMPUTE_PHASES}
-    compute = sum(seconds.values())
+    phase_s = {p: ctx.seconds(p) for p in COMPUTE_PHASES}
+    compute = sum(phase_s.values())
     lost = 1 - clock if clock is not None and clock < 1 else None
     saving = compute * lost if lost else None
     total = step_s(ctx)
@@ -79,6 +89,10 @@ def gpu_throttled(ctx: Context) -> list[Finding]:
         note = "not estimated: the SM clock stayed at max boost while computing"
     if power_cap:
         note += f"; it also ran at its power limit in {power_cap:.0%} of samples, which is normal under load"
+    because = "NVML reported " + ", ".join(f"{r} in {pct(s, 0)} of the samples" for r, s in slow.items())
+    if clock is not None:
+        because += f"; while computing, the SM clock ran at {pct(clock, 0)} of its maximum"
+    because += f"; forward, backward and optimizer take {seconds(compute)} per step"
     return [Finding(
         id="gpu-throttled",
         title="the GPU slowed itself: " + ", ".join(f"{r} {s:.0%} of samples" for r, s in slow.items()),
@@ -89,8 +103,8 @@ def gpu_throttled(ctx: Context) -> list[Finding]:
         fix=("check cooling and power delivery: nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER names the "
              "active reason; thermal slowdown means airflow or inlet temperature, hw_slowdown or the "
              "power brake an external signal from the board or the power supply"),
-        note=note,
-        claims={p: s * lost for p, s in seconds.items() if s} if saving else {},
+        note=note, because=because,
+        claims={p: s * lost for p, s in phase_s.items() if s} if saving else {},
     )]
 
 
@@ -110,11 +124,15 @@ def cpu_saturated(ctx: Context) -> list[Finding]:
     kind = "info" if not on_cuda(ctx) else "fix"
     title = f"the host's CPUs were {mean:.0f}% busy on average"
     own = others = 0.0
+    because = (f"the host's {cores} cores were {mean:.0f}% busy on average over the measured steps" if cores
+               else f"the host's CPUs were {mean:.0f}% busy on average over the measured steps")
     if split is not None:
         busy, own, others = split
         ev.update({"machine_busy_cores": busy, "own_cpu_cores": own, "others_cpu_cores": others,
                    "own_share": own / cores, "others_share": others / cores,
                    "own_includes": "this process and its child processes (e.g. DataLoader workers)"})
+        because += (f"; this run (its process and child processes) used {own:.1f} cores, other processes "
+                    f"{others:.1f}")
     if split is not None and others >= own:
         # Mostly other processes: the model's compute is not what fills the cores.
         title = (f"the host's CPUs were {mean:.0f}% busy: other processes held {others:.1f} of {cores} "
@@ -129,7 +147,7 @@ def cpu_saturated(ctx: Context) -> list[Finding]:
         # Information on a CPU run, as below: it says what the measurement competed with and ranks
         # after the verdict on the step itself; on a GPU run a starved host is a fix.
         return [Finding(id="cpu-saturated", title=title, saving_s=None, saving_share=None, evidence=ev,
-                        confidence="medium", kind=kind, fix=fix, note=note)]
+                        confidence="medium", kind=kind, fix=fix, note=note, because=because)]
     if split is not None:
         title = f"the host's CPUs were {mean:.0f}% busy: this run used {own:.1f} of {cores} cores"
         if others / cores >= OTHERS_NOTABLE_SHARE:
@@ -146,7 +164,7 @@ def cpu_saturated(ctx: Context) -> list[Finding]:
     return [Finding(
         id="cpu-saturated", title=title,
         saving_s=None, saving_share=None, evidence=ev, confidence="medium",
-        kind=kind, fix=fix, note=note,
+        kind=kind, fix=fix, note=note, because=because,
     )]
 
 

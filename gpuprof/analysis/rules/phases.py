@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
-from gpuprof.analysis.rules.common import COMPUTE_PHASES, exposed_s, mode, on_cuda, step_s
+from gpuprof.analysis.rules.common import (
+    COMPUTE_PHASES,
+    exposed_s,
+    mode,
+    on_cuda,
+    shown_step_s,
+    step_evidence,
+    step_s,
+    timeline_words,
+)
+from gpuprof.units import pct, seconds, times
 
 PHASE_MEANING = {
     "data": "loading batches on the host",
@@ -34,9 +44,11 @@ def dominant_phase(ctx: Context) -> list[Finding]:
             saving_s=None,
             saving_share=None,
             evidence={"phase": name, "phase_s": entry["seconds"], "share": entry["share"],
-                      "step_s": step_s(ctx), "timeline": ctx.summary.get("timeline")},
+                      **step_evidence(ctx), "timeline": ctx.summary.get("timeline")},
             confidence="high",
             kind="info",
+            because=(f"{name}: {seconds(entry['seconds'])} per step on {timeline_words(ctx)}, "
+                     f"{pct(entry['share'])} of the step"),
         )
     ]
 
@@ -51,13 +63,15 @@ def data_loading_exposed(ctx: Context) -> list[Finding]:
     exp = exposed_s(ctx, "data")
     if not total or exp / total < DATA_EXPOSED_MIN_SHARE:
         return []
-    ev = {"data_exposed_s": exp, "share": exp / total, "step_s": total,
+    ev = {"data_exposed_s": exp, "share": exp / total, **step_evidence(ctx),
           "timeline": ctx.summary.get("timeline")}
     note = ""
     confidence = "high" if on_cuda(ctx) else "medium"
     busy = _host_busy_during(ctx, "data")
     if busy is not None:
         ev["host_cpu_busy_during_data"] = busy
+    if _own_cpu_during(ctx, "data") is not None:
+        ev["own_cpu_cores_during_data"] = _own_cpu_during(ctx, "data")
     free = _free_cores(ctx)
     if free is not None:
         ev.update(free)
@@ -106,8 +120,45 @@ def data_loading_exposed(ctx: Context) -> list[Finding]:
         id="data-loading-exposed",
         title=f"the {'GPU' if on_cuda(ctx) else 'step'} waits {exp / total:.0%} of the step for data loading",
         saving_s=exp, saving_share=exp / total, evidence=ev, confidence=confidence, fix=fix,
-        note=note, claims={"data": exp},
+        note=note, claims={"data": exp}, because=_data_because(ctx, exp, total, busy, free),
     )]
+
+
+def _data_because(ctx: Context, exp: float, total: float, busy: float | None, free: dict | None) -> str:
+    """data-loading-exposed's evidence in words: how long the device waits, how busy the host
+    was while it loaded (waiting on I/O or computing), the free cores, and where in the user's
+    code the data phase's samples fell."""
+    if ctx.summary.get("timeline") == "gpu":
+        host = ctx.summary.get("phases", {}).get("data", {}).get("host_seconds")
+        text = (f"the GPU sat idle {seconds(exp)} per step ({pct(exp / total)} of the step) while the host "
+                "loaded the next batch")
+        if host:
+            text += f"; the loading itself took {seconds(host)} per step on the host"
+    else:
+        text = (f"data: {seconds(exp)} per step, {pct(exp / total)} of the step, on the host that also "
+                "computes the model")
+    own = _own_cpu_during(ctx, "data")
+    if own is not None:
+        # This run's CPU (its process and its workers) while it loaded: low means the loader
+        # sleeps on I/O or a lock, high that it computes (decoding, copying, tokenizing).
+        used = f"{pct(own, 0)} of one core" if own < 1 else f"{own:.1f} cores"
+        text += f"; this run's CPU while it loaded was {used}"
+        if own < 0.5:
+            text += ": it waits, it does not compute"
+        elif own >= 0.9:
+            text += ": the loading computes, it does not wait"
+        if busy is not None and busy > 0.9:
+            text += f"; the machine's CPUs were {pct(busy, 0)} busy"
+    elif busy is not None:
+        text += f"; the machine's CPUs were {pct(busy, 0)} busy while it loaded"
+    if free is not None:
+        text += f"; {free['free_cores']:.1f} of {free['cores']} cores were free to this run"
+    top = (((ctx.profile.measurements.get("script") or {}).get("top_functions") or {}).get("data") or [None])[0]
+    if top and top.get("function"):
+        func = "module level" if top["function"] == "<module>" else top["function"]
+        text += (f"; in the script, {pct(top.get('share'), 0)} of the data phase's stack samples were in "
+                 f"{func} ({top.get('file')}:{top.get('line')})")
+    return text
 
 
 def _free_cores(ctx: Context) -> dict | None:
@@ -128,6 +179,14 @@ def _free_cores(ctx: Context) -> dict | None:
             "children_cpu_cores": children, "free_cores": max(0.0, cores - others - proc)}
 
 
+def _own_cpu_during(ctx: Context, phase: str) -> float | None:
+    """This run's mean CPU, in cores (its process and child processes), while `phase` ran, or None."""
+    host = ctx.profile.measurements.get("host") or {}
+    entry = (host.get("phases") or {}).get(phase) or {}
+    val = entry.get("own_cpu_cores")
+    return float(val) if val is not None and entry.get("samples") else None
+
+
 def _host_busy_during(ctx: Context, phase: str) -> float | None:
     """Mean system-wide CPU busy fraction while `phase` ran (host sampler), or None."""
     host = ctx.profile.measurements.get("host") or {}
@@ -146,8 +205,10 @@ def eval_in_measured_steps(ctx: Context) -> list[Finding]:
             id="eval-in-measured-steps",
             title=f"evaluation runs inside the training step: {eval_s / total:.0%} of every step",
             saving_s=eval_s, saving_share=eval_s / total,
-            evidence={"eval_s": eval_s, "share": eval_s / total, "step_s": total},
+            evidence={"eval_s": eval_s, "share": eval_s / total, **step_evidence(ctx)},
             confidence="high",
+            because=(f"evaluation: {seconds(eval_s)} per step, {pct(eval_s / total)} of the step, inside "
+                     "the timed training step"),
             fix=("evaluate every eval_interval steps (not every step), outside the timed window, "
                  "with fewer eval_iters"),
             claims={"eval": eval_s},
@@ -165,6 +226,9 @@ def eval_in_measured_steps(ctx: Context) -> list[Finding]:
                       "eval_forwards": script.get("eval_forwards")},
             confidence="medium", kind="info",
             note="the script's printed first-iteration time is not a training step time",
+            because=(f"the script printed {seconds(first / 1e3)} for its first iteration and "
+                     f"{seconds(median / 1e3)} for its median one ({times(first / median)}); "
+                     f"{script.get('eval_forwards')} evaluation forward passes ran in the profiled steps"),
         ))
     return out
 
@@ -179,20 +243,33 @@ def compute_bound(ctx: Context) -> list[Finding]:
     if share > COMPUTE_BOUND_MAX_EXPOSED:
         return []
     compute_share = sum(ctx.share(p) for p in COMPUTE_PHASES)
-    ev = {"compute_share": compute_share, "non_compute_exposed_share": share, "step_s": total}
+    compute_s = sum(ctx.seconds(p) for p in COMPUTE_PHASES)
+    ev = {"compute_share": compute_share, "non_compute_exposed_share": share, **step_evidence(ctx)}
     title = f"compute-bound: forward, backward and optimizer are {compute_share:.1%} of the step"
+    because = (f"forward, backward and optimizer: {seconds(compute_s)} per step, {pct(compute_share)} of "
+               f"the step; data loading, copies and other loop code leave the device waiting "
+               f"{seconds(non_compute)} per step ({pct(share)})")
     mfu = ctx.mfu or {}
     floor = mfu.get("floor_s")
+    shown = shown_step_s(ctx) or total
     if floor:
+        # The step over its floor as the MFU section states it: the median step (the one printed).
+        ratio = mfu.get("step_over_floor") or shown / floor
         ev["floor_s"] = floor
-        ev["times_floor"] = total / floor
-        title += f"; the step is {total / floor:.1f}x its FLOP floor ({floor:.3g} s)"
+        ev["times_floor"] = ratio
+        title += f"; the step is {ratio:.1f}x its FLOP floor ({seconds(floor)})"
+        because += (f"; the {seconds(shown)} step is {times(ratio)} its FLOP floor of {seconds(floor)} "
+                    "at 100% of the peak")
     for key in ("mfu", "mfu_vs_ceiling"):
         if mfu.get(key) is not None:
             ev[key] = mfu[key]
+    if mfu.get("mfu") is not None:
+        because += f"; MFU {pct(mfu['mfu'])} of the datasheet peak"
+    if mfu.get("mfu_vs_ceiling") is not None:
+        because += f"; MFU {pct(mfu['mfu_vs_ceiling'])} of the measured matmul ceiling"
     return [Finding(
         id="compute-bound", title=title, saving_s=None, saving_share=None, evidence=ev,
-        confidence="high", kind="verdict",
+        confidence="high", kind="verdict", because=because,
         note=("data loading, storage and copies are not what limits this step: moving data to "
               "faster storage or adding loader workers will not make it faster; only faster "
               "math (dtype, compile, kernels) or fewer FLOPs will"),

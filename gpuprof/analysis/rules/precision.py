@@ -6,6 +6,7 @@ from __future__ import annotations
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import mode, on_cuda, step_s
 from gpuprof.hardware import MARKED_FASTER as MARKED, pick_faster
+from gpuprof.units import flops_rate, seconds, times
 
 MIN_SHARE = 0.02  # ... and worth at least 2% of the step
 BWD_FWD_HIGH, BWD_FWD_LOW = 4.0, 1.0  # backward is ~2x forward (two matmuls per forward one)
@@ -79,23 +80,31 @@ def precision_slow(ctx: Context) -> list[Finding]:
         gain = max(0.0, 1 - switch["ratio"])
         saving = compute * gain
         if switch.get("eager_fwd_bwd_per_micro_s"):
-            vs = f"{switch['eager_fwd_bwd_per_micro_s'] * 1e3:.3g} ms in {current} (both eager; the run was compiled)"
+            vs = f"{seconds(switch['eager_fwd_bwd_per_micro_s'])} in {current} (both eager; the run was compiled)"
         else:
-            vs = f"the run's {switch['run_fwd_bwd_per_micro_s'] * 1e3:.3g} ms"
+            vs = f"the run's {seconds(switch['run_fwd_bwd_per_micro_s'])}"
         basis = (f"the model's forward+backward per micro-step timed after the run in {best}: "
-                 f"{switch['fwd_bwd_per_micro_s'] * 1e3:.3g} ms vs {vs}")
+                 f"{seconds(switch['fwd_bwd_per_micro_s'])} vs {vs}")
     else:
         # The matmul time of the step, its FLOPs at the measured rate (capped by the compute
         # time), sped up by the rate ratio; the rest of the compute is taken to stay.
         matmul_s = min(compute, flops / (r_now * 1e12)) if flops else compute
         saving = matmul_s * (1 - r_now / rates[best])
-        basis = ((f"the step's {flops:.3g} FLOPs at {r_now * 1e3:.3g} GFLOP/s = {matmul_s:.3g} s of its "
-                  f"{compute:.3g} s forward+backward" if flops else f"forward+backward ({compute:.3g} s)")
-                 + f", sped up by the measured matmul rate ratio ({r_now * 1e3:.3g} vs {rates[best] * 1e3:.3g} GFLOP/s)")
+        basis = ((f"the step's {flops:.3g} FLOPs at {flops_rate(r_now)} = {seconds(matmul_s)} of its "
+                  f"{seconds(compute)} forward+backward" if flops else f"forward+backward ({seconds(compute)})")
+                 + f", sped up by the measured matmul rate ratio ({flops_rate(r_now)} vs {flops_rate(rates[best])})")
         if switch.get("not_measured"):
             basis += f"; the model was not timed in {best}: {switch['not_measured']}"
     if not total or saving / total < MIN_SHARE:
         return []
+    because = (f"at the model's matmul shapes this device ran {current} at {flops_rate(r_now)} and {best} at "
+               f"{flops_rate(rates[best])} ({times(rates[best] / r_now)}); forward+backward take "
+               f"{seconds(compute)} per step")
+    if switch.get("to") == best and switch.get("ratio"):
+        because += (f"; the model itself, timed after the run, ran forward+backward in {best} in "
+                    f"{times(switch['ratio'])} the time")
+    elif matmul_s is not None:
+        because += f", of which {seconds(matmul_s)} is matmul time at the measured rate"
     own = ctx.config.get("script_globals")
     fix, overrides = _fix(current, best, on_cuda(ctx), mode(ctx) == "script",
                           dtype_setting=own is None or "dtype" in own)
@@ -115,7 +124,7 @@ def precision_slow(ctx: Context) -> list[Finding]:
                   "ratio": rates[best] / r_now, "compute_s": compute, "matmul_s": matmul_s,
                   "model_time_ratio": switch.get("ratio") if switch.get("to") == best else None,
                   "shapes": [f"{prec.get('m')}x{s['k']}x{s['n']}" for s in prec.get("shapes") or []]},
-        confidence="medium", fix=fix, note=note, config_overrides=overrides,
+        confidence="medium", fix=fix, note=note, config_overrides=overrides, because=because,
         claims={"forward": saving * fwd / compute, "backward": saving * bwd / compute},
     )]
 
@@ -149,4 +158,6 @@ def backward_forward_ratio(ctx: Context) -> list[Finding]:
         id="backward-forward-ratio", title=title, saving_s=None, saving_share=None, kind="info",
         evidence={"forward_s": fwd, "backward_s": bwd, "ratio": ratio, "timeline": ctx.summary.get("timeline")},
         confidence="medium", note="likely causes: " + "; ".join(causes),
+        because=(f"backward {seconds(bwd)} and forward {seconds(fwd)} per step: the backward takes "
+                 f"{ratio:.1f}x the forward, where about 2x is usual"),
     )]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import exposed_s, step_s
+from gpuprof.units import number, pct, seconds, times
 
 DATA_EXPOSED_MIN_SHARE = 0.05
 
@@ -38,11 +39,18 @@ def storage_too_slow(ctx: Context) -> list[Finding]:
                        "fit in RAM: most samples are read from the device")
     if not reasons:
         return []
+    because = f"the step waits {seconds(exposed)} per step for data ({pct(exposed / total)} of the step)"
+    if fs.get("kind") in ("network", "fuse"):
+        because += f"; the data is on {fs.get('type')}, a {fs.get('kind')} filesystem at {fs.get('mountpoint')}"
+    if "resident_at_start" in ev:
+        because += (f"; {pct(ev['resident_at_start'], 0)} of the file was in the page cache at the start and it "
+                    "does not fit in RAM")
     return [Finding(
         id="storage-too-slow",
         title=f"the data's storage is suspect while the step waits {exposed / total:.0%} for data",
         saving_s=None, saving_share=None, evidence=ev, confidence="low",
         fix="measure it: `gpuprof bench-disk <data file> --profile run.gpuprof.json`; copy the dataset to local NVMe if it cannot keep up",
+        because=because,
         note="; ".join(reasons) + ". Without a bench-disk result the I/O part of the data time cannot be separated from the loader's CPU work",
         claims={},
     )]
@@ -70,12 +78,16 @@ def _from_bench(ctx: Context, exposed: float, total: float) -> Finding | None:
     if a["headroom"] >= 1 and a["loader_cold_headroom"] >= 1:
         return None
     saving = min(exposed, cold_s) if cold_s is not None else None
+    because = (f"without data stalls the loop needs {number(a['reads_per_s'])} random reads/s "
+               f"({number(a['mb_s'])} MB/s); the bench-disk result gives {number(a['disk_qd1_iops'])} reads/s at "
+               f"queue depth 1, {times(a['headroom'])} headroom, and the loader reading cold "
+               f"{times(a['loader_cold_headroom'])}; the step waits {seconds(exposed)} per step for data")
     return Finding(
         id="storage-too-slow",
         title=f"the storage cannot feed the loop: {a['verdict']}",
         saving_s=saving, saving_share=saving / total if saving is not None else None,
         evidence=ev, confidence="high",
         fix="copy the dataset to local NVMe (or RAM: it is read at random), or read larger sequential chunks",
-        note=a.get("loader_verdict", ""),
+        note=a.get("loader_verdict", ""), because=because,
         claims={"data": saving} if saving else {},
     )

@@ -1,0 +1,105 @@
+"""How a figure is written in words: seconds, shares, bytes, rates, ratios.
+
+Shared vocabulary, next to the Profile: the rules write their `because` sentences with these and
+the renderers print their tables with them, so one figure reads the same everywhere on a page
+(gpuprof.render.format re-exports them for the renderers)."""
+
+from __future__ import annotations
+
+NM = "not measured"
+
+
+def seconds(s: float | None) -> str:
+    """Human seconds: 21.0 s, 135 ms, 4.2 ms, 420 µs."""
+    if s is None:
+        return NM
+    a = abs(s)
+    if a == 0:
+        return "0"
+    # Each threshold is where the rounded figure would reach the next unit: 0.99999 s is
+    # "1.00 s", never "1000 ms".
+    if a >= 99.995:
+        return f"{s:,.0f} s"
+    if a >= 0.9995:
+        return f"{s:.2f} s"
+    if a >= 0.09995:
+        return f"{s * 1e3:.0f} ms"
+    if a >= 0.0009995:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.0f} µs"
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    """A fraction as a percentage: 0.271 -> 27.1%."""
+    return NM if x is None else f"{x * 100:.{digits}f}%"
+
+
+def count(n: float | None) -> str:
+    """A large count: 921.1K, 1.6B."""
+    if n is None:
+        return NM
+    n = float(n)
+    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.1f}{unit}"
+    return f"{n:,.0f}"
+
+
+def tokens(n: int | None) -> str:
+    return NM if n is None else f"{int(n):,}"
+
+
+def nbytes(x: float | None) -> str:
+    """Bytes, decimal units, three significant figures: 11.0 MB, 1.07 GB, 339 MB."""
+    if x is None:
+        return NM
+    for unit, div in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(x) >= div:
+            v = x / div
+            return f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}" if abs(v) >= 10 else f"{v:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def gib(x: float | None) -> str:
+    """Bytes in binary units, as memory capacities are quoted: 132 GiB, 23.5 GiB, 10.5 MiB."""
+    if x is None:
+        return NM
+    v = x / 2**30
+    if abs(v) < 1:
+        return f"{x / 2**20:.3g} MiB"
+    return f"{v:.0f} GiB" if abs(v) >= 100 else f"{v:.1f} GiB" if abs(v) >= 10 else f"{v:.2f} GiB"
+
+
+def bytes_per_s(x: float | None) -> str:
+    """A transfer rate: 42.4 MB/s, 24.0 GB/s."""
+    if x is None:
+        return NM
+    for unit, div in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.1f} {unit}"
+    return f"{x:.0f} B/s"
+
+
+def flops_rate(tflops: float | None) -> str:
+    """A compute rate given in TFLOP/s: 989.5 TFLOP/s, or 60.0 GFLOP/s below one TFLOP/s."""
+    if tflops is None:
+        return NM
+    return f"{tflops:.1f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:.1f} GFLOP/s"
+
+
+def times(x: float | None) -> str:
+    """A ratio, two decimals: 1.93×."""
+    return NM if x is None else f"{x:.2f}×"
+
+
+def number(x: float | None) -> str:
+    """A figure with no known unit: three significant figures, thousands separated."""
+    if x is None:
+        return NM
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"

@@ -1,0 +1,207 @@
+"""The report people read, rendered from real profiles (the built-in loop, CPU scenarios) and a
+hand-built CUDA one at 80 and 120 columns: verdict and fixes first, details only when asked,
+one value per figure, nothing wider than the terminal, no truncated cell, no broken word."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from gpuprof import scenarios as S
+from gpuprof.analysis.bounds import violations
+from gpuprof.analysis.logs import analyze_log
+from gpuprof.analysis.pipeline import analyze_profile
+from gpuprof.analysis.rules.logs import log_findings
+from gpuprof.measure.instruments import default_instruments
+from gpuprof.render.mfu import _HOST_COLS, _NVML_COLS
+from gpuprof.render.terminal import DETAILS_HINT, findings_table, render_diagnosis
+from gpuprof.runners.builtin import LoopConfig, run_builtin
+from gpuprof.units import pct, seconds
+from render_report.profiles import cpu_profile, gpu_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+WIDTHS = (80, 120)
+SCENARIOS = ("slow-storage", "eval-every-step", "tiny-micro-batch")
+
+
+@pytest.fixture(scope="module")
+def reports():
+    """name -> (profile, findings); measured once for the module (~10 s on 2 cores)."""
+    out = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPUPROF_TEST_STRICT_BOUNDS", "1")
+        cfg = LoopConfig(n_layer=1, n_head=2, n_embd=32, batch_size=2, block_size=32, grad_accum=2, steps=3,
+                         warmup=1)
+        p = run_builtin(cfg, instruments=default_instruments("cpu", None, interval_s=0.05), post_budget_s=3)
+        out["builtin"] = (p, analyze_profile(p))
+        by_name = {sc.name: sc for sc in S.discover(ROOT / "scenarios")}
+        for name in SCENARIOS:
+            sc = by_name[name]
+            sc = dataclasses.replace(sc, config={**sc.config, "steps": 2, "warmup": 1})
+            inst = default_instruments("cpu", None, probe=False, flops=False, interval_s=0.05,
+                                       microbatch=name == "tiny-micro-batch")
+            res = S.run(sc, instruments=inst)
+            out[name] = (res.profile, res.findings)
+        g = gpu_profile()
+        for s in g.steps:
+            s.extra = {"h2d_pageable": 8, "h2d_pageable_bytes": 200e6}
+        out["cuda"] = (g, analyze_profile(g, gpu="h200"))
+    return out
+
+
+def render(profile, findings, width: int, details: bool = False) -> str:
+    c = Console(width=width, record=True, color_system=None)
+    render_diagnosis(profile, findings, c, details=details)
+    return c.export_text()
+
+
+def flat(text: str) -> str:
+    """The text as one line of words: wrapped lines joined, panel edges and column rules dropped.
+    A word broken across lines ("backwa" + "rd") does not survive this; a wrapped sentence does."""
+    return " ".join(text.replace("│", " ").replace("┃", " ").split())
+
+
+def _texts(d: dict) -> list[str]:
+    from gpuprof.render.terminal import because_text
+
+    return [t for t in (d.get("title"), d.get("fix"), because_text(d), d.get("note")) if t]
+
+
+CASES = [(name, w, det) for name in ("builtin", *SCENARIOS, "cuda") for w in WIDTHS for det in (False, True)]
+
+
+def test_the_measured_profiles_are_physical(reports):
+    for name, (p, _) in reports.items():
+        assert violations(p) == [], name
+
+
+@pytest.mark.parametrize("name, width, details", CASES)
+def test_fits_the_width_with_no_truncated_cell_and_no_broken_word(reports, name, width, details):
+    p, findings = reports[name]
+    text = render(p, findings, width, details)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert "…" not in text
+    whole = flat(text)
+    for f in findings:
+        for part in _texts(f.to_dict()):
+            assert flat(part) in whole, (name, width, part)
+    # the phase table uses the whole width and each row keeps its cells on its line
+    border = next(line for line in lines if line.startswith("┏"))
+    assert len(border) == width
+    for phase, e in p.summary["phases"].items():
+        row = next(line for line in lines if line.startswith(f"│ {phase} "))
+        assert seconds(e["seconds"]) in row and pct(e["share"]) in row
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_sampler_tables_keep_every_cell_whole(reports, width):
+    """Today's `backwa…` and `1.07 / GB`: at 80 columns the columns continue in a second table,
+    each row's cells stay on its line."""
+    p, findings = reports["cuda"]
+    lines = render(p, findings, width, details=True).splitlines()
+    for section, cols in (("host", _HOST_COLS), ("nvml", _NVML_COLS)):
+        for phase, row in p.measurements[section]["phases"].items():
+            mine = [line for line in lines if line.startswith(f"│ {phase} ") and "┃" not in line]
+            mine = [line for line in mine if line.count("│") >= 3]
+            joined = " ".join(mine)
+            for key, _, fmt in cols:
+                assert fmt(row.get(key)) in joined, (section, phase, key)
+    text = "\n".join(lines)
+    assert "│ backward  │" in text and "1.07 GB" in text
+
+
+def test_verdict_and_fixes_come_first_details_only_when_asked(reports):
+    p, findings = reports["cuda"]
+    short = render(p, findings, 100)
+    for absent in ("Model FLOPs utilization", "What the machine did", "Details"):
+        assert absent not in short
+    assert DETAILS_HINT.split(":")[0] in flat(short)
+    order = [short.index(s) for s in ("step ", "Verdict:", "Fixes, ranked", "Where a step's time goes",
+                                      "A typical step", "MFU ", "What ran")]
+    assert order == sorted(order)
+    full = render(p, findings, 100, details=True)
+    order = [full.index(s) for s in ("Verdict:", "Where a step's time goes", "What ran", "Model FLOPs utilization",
+                                     "What the machine did")]
+    assert order == sorted(order)
+    # the fix: its saving, the one-line change, the evidence in words
+    top = findings[0]
+    assert top.id == "data-loading-exposed"
+    assert f"saves {seconds(top.saving_s)} per step ({pct(top.saving_share)} of the step)" in flat(short)
+    assert "because the GPU sat idle 50.0 ms per step" in flat(short)
+    assert "MFU 7.7% of the bf16 datasheet peak" in flat(short)  # MFU in one line
+
+
+def test_one_step_figure_on_the_page():
+    """Median 1.10 s, mean 1.23 s: only the median, labelled once, appears anywhere."""
+    p = cpu_profile([{"data": 0.1, "forward": 0.3, "backward": 0.6},
+                     {"data": 0.1, "forward": 0.35, "backward": 0.65},
+                     {"data": 0.6, "forward": 0.35, "backward": 0.65}])
+    findings = analyze_profile(p)
+    assert seconds(p.summary["step_s"]) == "1.10 s" and seconds(p.summary["mean_step_s"]) == "1.23 s"
+    for details in (False, True):
+        text = render(p, findings, 120, details)
+        assert "1.10 s" in text and "1.23 s" not in text
+        assert flat(text).count("(median of") == 1  # the statistic is named once
+        assert "step 1.10 s (median of 3 measured steps, host wall time" in flat(text)
+    assert all(f.evidence.get("step_s", p.summary["step_s"]) == p.summary["step_s"] for f in findings)
+
+
+def test_timeline_below_the_phase_table_with_a_gpu_row_only_on_the_gpu_timeline(reports):
+    g = render(*reports["cuda"], 80)
+    c = render(*reports["builtin"], 80)
+    assert g.index("Where a step's time goes") < g.index("A typical step") < g.index("MFU ")
+    gpu_row = next(line for line in g.splitlines() if line.startswith("GPU  "))  # the row, not a caption
+    assert "·" in gpu_row and "█" in gpu_row  # idle while the host loads, busy otherwise
+    assert not any(line.startswith("GPU  ") for line in c.splitlines())
+    assert "The order is the loop's, not measured" in flat(c)
+
+
+def test_script_attribution_is_a_detail_and_the_scripts_own_log_is_not():
+    p = cpu_profile([{"data": 0.2, "forward": 0.3, "backward": 0.5}] * 3)
+    p.run.update(mode="script", command=["train.py", "--batch_size=8"])
+    p.measurements["script"] = {
+        "top_functions": {"data": [{"function": "get_batch", "file": "train.py", "line": 117, "share": 0.93,
+                                    "hot_line": 121}]},
+        "sampler": {"interval_s": 0.01, "samples": 40, "misses": 0},
+        "reported": {"lines": 3, "format": "nanogpt", "step_ms_median": 1000.0}}
+    findings = analyze_profile(p)
+    short, full = render(p, findings, 80), render(p, findings, 80, details=True)
+    assert "get_batch (train.py:117)" in flat(short)  # in the data fix's evidence
+    assert "user code by phase" not in short and "user code by phase" in full
+    assert "the script's own log: nanogpt format" in flat(short)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_log_findings_fit_the_width(width):
+    log = ROOT / "tests" / "mfu" / "fixtures" / "nanogpt_h200_21s_mfu164.log"
+    res = analyze_log(log, gpu="h200", config=dict(batch_size=16, block_size=1024, gradient_accumulation_steps=64))
+    findings = log_findings(res)
+    c = Console(width=width, record=True, color_system=None)
+    c.print(findings_table(findings))
+    text = c.export_text()
+    assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
+    for f in findings:
+        for part in _texts(f.to_dict()):
+            assert flat(part) in flat(text)
+    assert "Verdict: compute-bound" in text and "Corrections" in text
+
+
+def test_cli_analyze_shows_details_only_with_the_flag(tmp_path):
+    """The hand-off: `gpuprof analyze PROFILE [--details]` prints the short report in 80 columns,
+    and the MFU table and samplers only when asked."""
+    from typer.testing import CliRunner
+
+    from gpuprof.cli import app
+
+    path = tmp_path / "cuda.gpuprof.json"
+    path.write_text(gpu_profile().to_json())
+    runner = CliRunner()
+    short = runner.invoke(app, ["analyze", str(path)], env={"COLUMNS": "80"})
+    full = runner.invoke(app, ["analyze", str(path), "--details"], env={"COLUMNS": "80"})
+    assert short.exit_code == 0 and full.exit_code == 0, short.output + full.output
+    assert "Verdict:" in short.stdout and "Model FLOPs utilization" not in short.stdout
+    assert "Model FLOPs utilization" in full.stdout and "What the machine did" in full.stdout
+    for res in (short, full):
+        assert max(len(line) for line in res.stdout.splitlines()) <= 80 and "…" not in res.stdout
