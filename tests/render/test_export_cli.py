@@ -1,0 +1,111 @@
+"""`gpuprof export`: the hand-off to the renderers, output checks before anything is written,
+one-line errors, the fallback file when a write fails."""
+
+import json
+
+from typer.testing import CliRunner
+
+import gpuprof.cli.export  # noqa: F401 - registers the verb (until gpuprof/cli/__init__.py imports it)
+from gpuprof import profile as profile_io
+from gpuprof.cli.app import app
+from gpuprof.render.html import render_html
+from gpuprof.render.trace import render_trace
+
+runner = CliRunner()
+
+
+def _one_line_error(res, text):
+    assert res.exit_code == 2, res.output
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1 and text in err, err
+
+
+def test_export_writes_the_trace_and_the_page_from_the_stored_findings(builtin_profile, tmp_path):
+    src = tmp_path / "run.gpuprof.json"
+    profile_io.save(builtin_profile, src)
+    trace, page = tmp_path / "t.json", tmp_path / "r.html"
+    res = runner.invoke(app, ["export", str(src), "--trace", str(trace), "--html", str(page)])
+    assert res.exit_code == 0, res.output
+    assert f"trace written to {trace}" in res.stdout and f"HTML report written to {page}" in res.stdout
+    loaded = profile_io.load(src)
+    assert json.loads(trace.read_text()) == render_trace(loaded, loaded.findings)
+    assert page.read_text(encoding="utf-8") == render_html(loaded, loaded.findings)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "run.gpuprof.json", "t.json"]  # no temp left
+
+
+def test_a_profile_saved_without_findings_is_analysed(builtin_profile, tmp_path):
+    data = builtin_profile.to_dict()
+    data["findings"] = []
+    src = tmp_path / "bare.json"
+    src.write_text(json.dumps(data))
+    trace = tmp_path / "t.json"
+    res = runner.invoke(app, ["export", str(src), "--trace", str(trace)])
+    assert res.exit_code == 0, res.output
+    ids = [e["args"]["id"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "i"]
+    assert ids == [f["id"] for f in builtin_profile.findings]
+
+
+def test_nothing_to_export_is_a_one_line_error(builtin_profile, tmp_path):
+    src = tmp_path / "run.json"
+    profile_io.save(builtin_profile, src)
+    _one_line_error(runner.invoke(app, ["export", str(src)]), "give --trace FILE.json and/or --html FILE.html")
+
+
+def test_bad_inputs_and_outputs_are_refused_before_writing(builtin_profile, tmp_path):
+    src = tmp_path / "run.json"
+    profile_io.save(builtin_profile, src)
+    _one_line_error(runner.invoke(app, ["export", str(tmp_path / "nope.json"), "--html", str(tmp_path / "r.html")]),
+                    "no such file")
+    _one_line_error(runner.invoke(app, ["export", str(src), "--html", str(tmp_path / "no" / "r.html")]),
+                    "--html: cannot write")
+    same = str(tmp_path / "x.out")
+    _one_line_error(runner.invoke(app, ["export", str(src), "--trace", same, "--html", same]), "both name")
+    _one_line_error(runner.invoke(app, ["export", str(src), "--trace", str(src)]), "is this run's profile")
+    not_json = tmp_path / "notes.txt"
+    not_json.write_text("hello")
+    _one_line_error(runner.invoke(app, ["export", str(not_json), "--trace", str(tmp_path / "t.json")]),
+                    "not valid JSON")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "run.json"]
+
+
+def test_malformed_ranks_are_a_one_line_error(builtin_profile, tmp_path, monkeypatch):
+    src = tmp_path / "merged.json"
+    src.write_text(builtin_profile.to_json())
+    original = profile_io.Profile.from_dict
+    bad_rank = {"schema_version": 1, "steps": [{"index": 0}]}  # a step without its times
+
+    def with_ranks(d):  # what Profile.from_dict will do once it reads `ranks`
+        prof = original(d)
+        if d is not bad_rank:
+            prof.ranks = [{"rank": 0, "status": "ok", "profile": bad_rank}]
+        return prof
+
+    monkeypatch.setattr(profile_io.Profile, "from_dict", staticmethod(with_ranks))
+    res = runner.invoke(app, ["export", str(src), "--trace", str(tmp_path / "t.json")])
+    _one_line_error(res, "rank 0: malformed per-rank profile")
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_a_failed_write_goes_to_a_fallback_file_and_exits_3(builtin_profile, tmp_path, monkeypatch):
+    import errno
+
+    import gpuprof.files as files
+
+    src = tmp_path / "run.json"
+    profile_io.save(builtin_profile, src)
+    monkeypatch.chdir(tmp_path)
+    real, calls = files.atomic_write, []
+
+    def flaky(path, data, overwrite=True):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data, overwrite=overwrite)
+
+    monkeypatch.setattr(files, "atomic_write", flaky)
+    page = tmp_path / "r.html"
+    res = runner.invoke(app, ["export", str(src), "--html", str(page)])
+    assert res.exit_code == 3, res.output
+    rescued = next(tmp_path.glob("r.rescued-*.html"))
+    assert f"saved it to {rescued} instead" in res.stderr and not page.exists()
+    assert rescued.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")

@@ -1,0 +1,174 @@
+"""The HTML report: self-contained (nothing it could fetch), the run's strings escaped, the figures
+the profile's own, and a real headless Chromium that loads it without a console message or a
+request."""
+
+import importlib.util
+import statistics
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from gpuprof.render.format import pct, seconds
+from gpuprof.render.html import CSP, render_html
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Page(HTMLParser):
+    """Every tag with its attributes, and the text, as a browser's parser would see them."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.ends: list[str] = []
+        self.text: list[str] = []
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        self.ends.append(tag)
+
+    def handle_endtag(self, tag):
+        self.ends.append(tag)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+    def count(self, tag):
+        return sum(1 for t, _ in self.tags if t == tag)
+
+
+def check_self_contained(text: str) -> Page:
+    page = Page(text)
+    assert text.startswith("<!DOCTYPE html>")
+    assert page.count("script") == 0 and page.count("link") == 0
+    assert page.count("iframe") == page.count("object") == page.count("embed") == page.count("img") == 0
+    for tag, attrs in page.tags:
+        for name in ("src", "href", "xlink:href", "action", "srcset", "data"):
+            assert name not in attrs, (tag, attrs)  # nothing to fetch, not even a relative path
+        assert "url(" not in (attrs.get("style") or "")
+    style = "".join(t for t in page.text if "{" in t)
+    assert "url(" not in style and "@import" not in style
+    low = text.lower()
+    for needle in ("http://", "https://", 'src="//', "src='//", 'href="//'):
+        assert needle not in low
+    csp = [a for t, a in page.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and csp[0]["content"] == CSP
+    for tag in ("svg", "table", "html", "body", "ol", "pre"):  # closed as often as opened
+        assert page.count(tag) == page.ends.count(tag), tag
+    return page
+
+
+def test_builtin_report_is_self_contained_with_the_profiles_figures(builtin_profile):
+    p = builtin_profile
+    text = render_html(p, p.findings)
+    page = check_self_contained(text)
+    words = " ".join(page.text)
+    s = p.summary
+    assert f"step {seconds(s['step_s'])} median" in words
+    assert f"{s['tokens_per_s']:,.0f} tokens/s" in words
+    assert f"p10 {seconds(s['step_s_p10'])}, p90 {seconds(s['step_s_p90'])}" in words
+    for phase, e in s["phases"].items():
+        assert f"{phase} {seconds(e['seconds'])} {pct(e['share'])}" in " ".join(words.split()), phase
+    fixes = [f for f in p.findings if f["kind"] == "fix" and f["saving_s"] is not None]
+    for f in p.findings:
+        assert f["title"] in words
+    for f in fixes:
+        assert f"saves {seconds(f['saving_s'])} per step ({pct(f['saving_share'])} of the step)" in words
+    # A CPU run has no NVML sampler: said, not drawn.
+    assert "GPU utilization and memory: not measured" in words
+    assert page.count("polyline") >= 2  # host CPU % and cores over time
+    assert "Ranks" not in words  # a single process has no per-rank section
+
+
+def test_an_injected_script_argument_stays_text(script_profile):
+    p = script_profile
+    injected = "<script>alert(1)</script>"  # the argument tests/render/conftest.py gave the script
+    assert injected in " ".join(p.run["command"])
+    text = render_html(p, p.findings)
+    page = check_self_contained(text)
+    assert injected not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert any(injected in t for t in page.text)  # shown, as text
+    assert page.count("script") == 0
+
+
+def test_merged_report_shows_ranks_escaped_and_the_corrected_config(merged_profile):
+    p = merged_profile
+    text = render_html(p, p.findings)
+    page = check_self_contained(text)
+    words = " ".join(page.text)
+    assert "NCCL <b>timeout</b>" in words and "&lt;b&gt;timeout&lt;/b&gt;" in text
+    assert page.count("b") == text.count("<b>")  # no tag came from the run's strings
+    assert "the step waits for <data>" in words and "<i>x</i>" in words
+    for r in p.ranks:
+        times = [s["gpu_s"] for s in r["profile"]["steps"]]
+        assert seconds(statistics.median(times)) in words
+    assert "failed" in words and "node-a" in words
+    pre = text.split("<pre>")[1].split("</pre>")[0]
+    assert "batch_size = 16" in pre and "(was 8)" in pre
+    assert "--batch_size=16" in words
+    # The top level is rank 0's view: the page says so above its charts.
+    assert "view rank 0 (the lowest rank with a profile)" in words
+    assert "NVIDIA H200: utilization (NVML)" in words
+
+
+def test_gpu_report_draws_the_nvml_timeline(merged_profile):
+    from gpuprof.profile import Profile
+
+    rank0 = Profile.from_dict(merged_profile.ranks[0]["profile"])
+    text = render_html(rank0, [])
+    page = check_self_contained(text)
+    words = " ".join(page.text)
+    assert "NVIDIA H200: utilization (NVML)" in words and "NVIDIA H200: memory used (NVML)" in words
+    assert "150.0 GB" in words  # the memory chart's top is the GPU's total, from the profile
+    assert "GPU idle exposed" in words  # the phase table on the GPU timeline
+    assert "no findings" in words
+
+
+def _html_render_module():
+    spec = importlib.util.spec_from_file_location("html_render", REPO / "benchmarks" / "html_render.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["html_render"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium for this module's tests (benchmarks/html_render.py drives it)."""
+    mod = _html_render_module()
+    if mod.find_chromium() is None:
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium); the static checks still ran")
+    with mod.Chromium() as chromium:
+        yield chromium
+
+
+def test_chromium_loads_the_reports_without_console_messages_or_requests(browser, builtin_profile,
+                                                                         script_profile, merged_profile, tmp_path):
+    for name, prof in (("builtin", builtin_profile), ("script", script_profile), ("merged", merged_profile)):
+        path = tmp_path / f"{name}.html"
+        path.write_text(render_html(prof, prof.findings), encoding="utf-8")
+        shot = tmp_path / f"{name}.png"
+        res = browser.open(path, shot)
+        assert res["console"] == [] and res["errors"] == [] and res["requests"] == [], (name, res)
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+        assert res["height"] > 800  # the whole report laid out, not an empty page
+
+
+def test_chromium_check_does_catch_a_request_and_a_script(browser, tmp_path):
+    """The detector itself: a page that asks for an image and runs a script is reported."""
+    path = tmp_path / "bad.html"
+    path.write_text(f'<!DOCTYPE html><html><head><meta http-equiv="Content-Security-Policy" content="{CSP}">'
+                    '</head><body><img src="https://example.invalid/x.png"><script>console.log(1)</script>'
+                    "</body></html>", encoding="utf-8")
+    res = browser.open(path)
+    assert res["requests"] == ["https://example.invalid/x.png"]
+    assert any("Content Security Policy" in c for c in res["console"])
+    assert any("inline script" in c for c in res["console"])  # the script was refused, not run
