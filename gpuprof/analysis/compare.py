@@ -1,0 +1,355 @@
+"""Before/after: what changed between two profiles, and whether BEFORE's predicted savings came true.
+
+Pure functions over two analysed Profiles (findings and summary.mfu present when they were
+analysed); nothing here runs, prints or analyses. Statistics, the same as every other part of
+gpuprof:
+- the step time is `summary.step_s`, the median step (on the GPU timeline on CUDA, else host
+  wall time); tokens/s is `summary.tokens_per_s` = tokens per step / that median; the step delta,
+  the seconds per 1M tokens and the --fail-if-slower gate all use it;
+- a phase's seconds are `summary.phases.<p>.seconds`, the mean per step (the only per-phase
+  statistic a profile has, and the one the rules predict savings from).
+
+The basis. Runs with the same tokens per step are compared per step. When the tokens per step
+differ, a step is not the same amount of work: the times are compared per token (seconds per 1M
+tokens) and the result says so (`basis`). A finding's predicted saving is seconds per BEFORE
+step, so its achieved saving is expressed the same way: AFTER's per-token time × BEFORE's tokens
+per step.
+
+Achieved saving of a finding of BEFORE. Its `claims` name the phases the saving comes out of
+(phase -> seconds per step). When it has claims that cover its whole saving, achieved = the drop
+in those phases, BEFORE − AFTER (mean seconds per step, on the basis above): the fix acts on
+those phases, and their drop is measured with far less noise than the whole step's. The change
+in the other phases is reported beside it (`other_phases_change_s`), so a fix that moved time
+elsewhere (a background loader slowing the compute on a CPU) is visible. Without claims (or a
+saving partly outside them), achieved = the drop of the step, summary.step_s BEFORE − AFTER.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from gpuprof.errors import GpuprofError
+from gpuprof.profile import PHASES, Profile
+
+PER_TOKENS = 1_000_000  # per-token figures are seconds per this many tokens
+REALISED_TOL = 0.15  # achieved within ±15% of predicted is "realised" (issue #13's bar)
+NOT_REALISED_BELOW = 0.15  # achieved under 15% of predicted: the saving did not happen
+CLAIMS_COVER = 0.99  # claims summing to ≥ 99% of the saving cover it (rounding)
+
+
+@dataclass
+class Figure:
+    """One figure before and after; None where a profile did not measure it."""
+
+    before: float | None
+    after: float | None
+
+    @property
+    def change(self) -> float | None:
+        if self.before is None or self.after is None:
+            return None
+        return self.after - self.before
+
+    @property
+    def change_pct(self) -> float | None:
+        """Relative change as a fraction of BEFORE (0.12 = 12% more)."""
+        if self.change is None or not self.before:
+            return None
+        return self.change / self.before
+
+    def to_dict(self) -> dict:
+        return {"before": self.before, "after": self.after, "change": self.change,
+                "change_pct": self.change_pct}
+
+
+@dataclass
+class PhaseChange:
+    """A phase's mean time per unit (see Comparison.unit) and its share of the step."""
+
+    phase: str
+    time: Figure
+    share: Figure
+
+    def to_dict(self) -> dict:
+        return {"phase": self.phase, "time": self.time.to_dict(), "share": self.share.to_dict()}
+
+
+@dataclass
+class Outcome:
+    """Whether a finding of BEFORE was realised in AFTER. Seconds are per BEFORE step."""
+
+    id: str
+    title: str
+    kind: str
+    predicted_s: float | None  # BEFORE's saving_s (None: the rule did not estimate one)
+    achieved_s: float | None
+    ratio: float | None  # achieved / predicted
+    measured_from: str | None  # "phases" (its claims) or "step" (the step delta)
+    phases: list[str]  # the claimed phases achieved was measured from
+    other_phases_change_s: float | None  # change of the unclaimed phases (+ = slower), per BEFORE step
+    verdict: str
+    in_after: bool  # AFTER still has a finding with this id
+    after_saving_s: float | None  # its saving there
+    overlaps: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Comparison:
+    before_name: str
+    after_name: str
+    basis: str  # "step" or "token"
+    unit: str  # "s/step" or "s/1M tokens": the unit of `time` and of every phase time
+    basis_note: str
+    tokens_per_step: Figure
+    step_s: Figure  # summary.step_s, the median step, always per step
+    time: Figure  # the basis figure: step_s, or seconds per 1M tokens
+    tokens_per_s: Figure
+    mfu: Figure
+    mfu_vs_ceiling: Figure
+    spread: Figure  # (p90 - p10) / median of the step times
+    world_size: Figure
+    timeline: tuple[str | None, str | None]
+    phases: list[PhaseChange]
+    outcomes: list[Outcome]
+    new_findings: list[dict]
+    config_changes: list[dict]
+    notes: list[str]
+    not_measured: dict  # figure -> why, for the figures a profile lacks
+
+    @property
+    def slower_pct(self) -> float | None:
+        """How much slower AFTER is, in percent, on the basis (negative: faster)."""
+        c = self.time.change_pct
+        return None if c is None else c * 100.0
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k not in (
+            "tokens_per_step", "step_s", "time", "tokens_per_s", "mfu", "mfu_vs_ceiling", "spread",
+            "world_size", "phases", "outcomes")}
+        for key in ("tokens_per_step", "step_s", "time", "tokens_per_s", "mfu", "mfu_vs_ceiling",
+                    "spread", "world_size"):
+            d[key] = getattr(self, key).to_dict()
+        d["timeline"] = list(self.timeline)
+        d["phases"] = [p.to_dict() for p in self.phases]
+        d["findings"] = [o.to_dict() for o in self.outcomes]
+        d["slower_pct"] = self.slower_pct
+        return d
+
+
+def compare(before: Profile, after: Profile, *, before_name: str = "BEFORE",
+            after_name: str = "AFTER") -> Comparison:
+    """Compare two analysed profiles (see the module docstring for the statistics and the basis).
+    A profile without a measured step is a GpuprofError (nothing to compare)."""
+    for prof, name in ((before, before_name), (after, after_name)):
+        if not (prof.summary or {}).get("step_s"):
+            raise GpuprofError(f"{name}: no measured step to compare")
+    sb, sa = before.summary, after.summary
+    tok_b, tok_a = sb.get("tokens_per_step") or None, sa.get("tokens_per_step") or None
+    notes: list[str] = []
+    per_token = bool(tok_b and tok_a and tok_b != tok_a)
+    if per_token:
+        basis, unit = "token", "s/1M tokens"
+        basis_note = (f"tokens per step differ ({tok_b:,} → {tok_a:,}): times are compared per token "
+                      f"(seconds per 1M tokens); a finding's seconds are per BEFORE step of {tok_b:,} tokens")
+    else:
+        basis, unit = "step", "s/step"
+        if tok_b and tok_a:
+            basis_note = f"same tokens per step ({tok_b:,}): compared per step"
+        else:
+            lacking = " and ".join(n for n, t in ((before_name, tok_b), (after_name, tok_a)) if not t)
+            basis_note = f"tokens per step not measured ({lacking}): compared per step"
+    # scale[i]: multiplies a per-step time of profile i into the basis unit
+    scale_b = PER_TOKENS / tok_b if per_token else 1.0
+    scale_a = PER_TOKENS / tok_a if per_token else 1.0
+    # to_before: multiplies an AFTER per-step time into seconds per BEFORE step
+    to_before = tok_b / tok_a if per_token else 1.0
+
+    step = Figure(sb["step_s"], sa["step_s"])
+    time = Figure(sb["step_s"] * scale_b, sa["step_s"] * scale_a)
+    not_measured: dict[str, str] = {}
+    mfu, mfu_c = _mfu(before, after, before_name, after_name, not_measured)
+    ws_b, ws_a = world_size(before), world_size(after)
+    if ws_b != ws_a:
+        notes.append(f"world size changed {ws_b} → {ws_a}: each side is compared by its top-level "
+                     "figures, one rank's view (for a merged profile, the rank gpuprof merge put there); "
+                     "the tokens per step and tokens/s are that rank's, not the whole job's")
+    tl = (sb.get("timeline"), sa.get("timeline"))
+    if tl[0] != tl[1]:
+        notes.append(f"the step times are on different clocks: BEFORE {tl[0]}, AFTER {tl[1]} timeline")
+    dev_b, dev_a = before.environment.get("device_name"), after.environment.get("device_name")
+    if dev_b and dev_a and dev_b != dev_a:
+        notes.append(f"different devices: {dev_b} → {dev_a}")
+    spread = Figure(sb.get("spread"), sa.get("spread"))
+    noise = max((x for x in (spread.before, spread.after) if x is not None), default=None)
+    if noise and time.change_pct is not None and abs(time.change_pct) < noise:
+        notes.append(f"the {'time per token' if per_token else 'step time'} changed by "
+                     f"{time.change_pct:+.1%}, less than the runs' own step-time spread "
+                     f"(p10–p90 {noise:.0%} of the median): within run-to-run noise")
+    phases = phase_changes(sb, sa, scale_b, scale_a)
+    return Comparison(
+        before_name=before_name, after_name=after_name, basis=basis, unit=unit, basis_note=basis_note,
+        tokens_per_step=Figure(tok_b, tok_a), step_s=step, time=time,
+        tokens_per_s=Figure(sb.get("tokens_per_s") or None, sa.get("tokens_per_s") or None),
+        mfu=mfu, mfu_vs_ceiling=mfu_c, spread=spread, world_size=Figure(ws_b, ws_a), timeline=tl,
+        phases=phases,
+        outcomes=outcomes(before, after, to_before),
+        new_findings=new_findings(before, after),
+        config_changes=config_changes(before.run.get("config") or {}, after.run.get("config") or {}),
+        notes=notes, not_measured=not_measured,
+    )
+
+
+def world_size(profile: Profile) -> int:
+    """Ranks in the run: a merged distributed profile's `ranks` entries (missing ranks included) or
+    its run.world_size, whichever is larger; 1 for a single process."""
+    ranks = getattr(profile, "ranks", None) or []
+    return max(len(ranks), int(profile.run.get("world_size") or 1))
+
+
+def _mfu(before: Profile, after: Profile, nb: str, na: str, why: dict) -> tuple[Figure, Figure]:
+    """summary.mfu's MFU (vs the datasheet peak) and MFU vs the measured ceiling of each side; `why`
+    gets the reason for each one a side lacks."""
+    vals = {}
+    for key in ("mfu", "mfu_vs_ceiling"):
+        pair, missing = [], {}
+        for prof, name in ((before, nb), (after, na)):
+            m = prof.summary.get("mfu")
+            v = m.get(key) if isinstance(m, dict) else None
+            if v is None:
+                missing.setdefault(mfu_reason(m, key), []).append(name)
+            pair.append(v)
+        if missing:
+            why[key] = "; ".join(f"{'both profiles' if len(names) == 2 else names[0]}: {r}"
+                                 for r, names in missing.items())
+        vals[key] = Figure(*pair)
+    return vals["mfu"], vals["mfu_vs_ceiling"]
+
+
+def mfu_reason(m, key: str) -> str:
+    """Why summary.mfu has no `key` (mfu or mfu_vs_ceiling), from what analysis.mfu recorded."""
+    if not isinstance(m, dict):
+        return "not analysed"
+    said = key.replace("_", " ") + " not measured: "
+    for w in m.get("warnings") or []:  # the bounds checker's repair of an impossible figure
+        if str(w).startswith(said):
+            return str(w)[len(said):]
+    if not m.get("flops_per_step"):
+        return "FLOPs per step unknown"
+    if key == "mfu":
+        return "no datasheet peak for the device and dtype" if not m.get("peak_tflops") else "not computed"
+    return "no matmul ceiling measured in the step's dtype" if not m.get("ceiling_tflops") else "not computed"
+
+
+def phase_seconds(summary: dict, phase: str) -> float:
+    """Mean seconds per step of `phase`. summarize() lists every phase but an eval that never ran,
+    so a phase absent from a summary with phases is 0."""
+    return float(((summary.get("phases") or {}).get(phase) or {}).get("seconds", 0.0))
+
+
+def phase_changes(sb: dict, sa: dict, scale_b: float = 1.0, scale_a: float = 1.0) -> list[PhaseChange]:
+    """Every phase either side measured, in the profile's phase order."""
+    pb, pa = sb.get("phases") or {}, sa.get("phases") or {}
+    names = [p for p in PHASES if p in pb or p in pa] + sorted((set(pb) | set(pa)) - set(PHASES))
+    out = []
+    for p in names:
+        share = Figure((pb.get(p) or {}).get("share", 0.0), (pa.get(p) or {}).get("share", 0.0))
+        out.append(PhaseChange(p, Figure(phase_seconds(sb, p) * scale_b, phase_seconds(sa, p) * scale_a),
+                               share))
+    return out
+
+
+def achieved(finding: dict, sb: dict, sa: dict, to_before: float = 1.0) -> tuple:
+    """(achieved_s, measured_from, phases, other_phases_change_s), seconds per BEFORE step.
+
+    From the finding's claimed phases when its claims cover its saving, else from the step."""
+    claims = {p: float(s) for p, s in (finding.get("claims") or {}).items() if s}
+    predicted = finding.get("saving_s")
+    names = set(sb.get("phases") or {}) | set(sa.get("phases") or {})
+
+    def drop(phases) -> float:
+        return sum(phase_seconds(sb, p) - phase_seconds(sa, p) * to_before for p in phases)
+
+    others = sorted(names - set(claims))
+    other_change = -drop(others) if names else None
+    if claims and (predicted is None or sum(claims.values()) >= CLAIMS_COVER * predicted):
+        order = [p for p in PHASES if p in claims] + sorted(set(claims) - set(PHASES))
+        return drop(order), "phases", order, other_change
+    return sb["step_s"] - sa["step_s"] * to_before, "step", [], other_change
+
+
+def verdict(predicted: float | None, ratio: float | None, achieved_s: float | None) -> str:
+    """A word for achieved vs predicted: realised (within ±15%), exceeded, partly, not realised,
+    worse (the claimed time grew); no prediction (the rule estimated none), none predicted (0 s)."""
+    if predicted is None:
+        return "no prediction"
+    if not predicted:
+        return "none predicted"  # a saving capped to 0 by higher-ranked findings
+    if ratio is None:
+        return "not measured"
+    if achieved_s is not None and achieved_s < 0:
+        return "worse"
+    if ratio > 1 + REALISED_TOL:
+        return "exceeded"
+    if ratio >= 1 - REALISED_TOL:
+        return "realised"
+    if ratio >= NOT_REALISED_BELOW:
+        return "partly"
+    return "not realised"
+
+
+def outcomes(before: Profile, after: Profile, to_before: float = 1.0) -> list[Outcome]:
+    """One Outcome per finding of BEFORE, in BEFORE's ranking."""
+    after_by_id = {f.get("id"): f for f in after.findings or []}
+    out = []
+    for f in before.findings or []:
+        predicted = f.get("saving_s")
+        ach, source, phases, other = achieved(f, before.summary, after.summary, to_before)
+        if predicted is None:
+            ach, source, phases, other = None, None, [], None
+        ratio = ach / predicted if predicted and ach is not None else None
+        twin = after_by_id.get(f.get("id"))
+        out.append(Outcome(
+            id=str(f.get("id")), title=str(f.get("title", "")), kind=str(f.get("kind", "fix")),
+            predicted_s=predicted, achieved_s=ach, ratio=ratio, measured_from=source, phases=phases,
+            other_phases_change_s=other, verdict=verdict(predicted, ratio, ach),
+            in_after=twin is not None, after_saving_s=(twin or {}).get("saving_s"),
+            overlaps=list(f.get("overlaps") or []),
+        ))
+    return out
+
+
+def new_findings(before: Profile, after: Profile) -> list[dict]:
+    """Findings of AFTER whose id BEFORE did not have."""
+    seen = {f.get("id") for f in before.findings or []}
+    return [{"id": f.get("id"), "title": f.get("title", ""), "kind": f.get("kind", "fix"),
+             "saving_s": f.get("saving_s")} for f in after.findings or [] if f.get("id") not in seen]
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def config_changes(cb: dict, ca: dict) -> list[dict]:
+    """run.config keys whose value differs (nested sections as dotted keys). A key one side does not
+    have is "not set"; one absent on one side and empty, zero or false on the other is no change."""
+    fb, fa = _flatten(cb), _flatten(ca)
+    out = []
+    for key in list(fb) + [k for k in fa if k not in fb]:
+        has_b, has_a = key in fb, key in fa
+        vb, va = fb.get(key), fa.get(key)
+        if has_b and has_a:
+            if vb != va:
+                out.append({"key": key, "before": vb, "after": va})
+        elif (vb if has_b else va) not in (None, 0, 0.0, False, "", [], {}):
+            out.append({"key": key, "before": vb, "after": va, "missing": "after" if has_b else "before"})
+    return out

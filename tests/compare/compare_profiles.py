@@ -1,0 +1,33 @@
+"""Hand-built profiles for the compare tests: chosen numbers, so the arithmetic can be checked exactly.
+(A module with its own name, not conftest: several test folders have a conftest.py.)"""
+
+from __future__ import annotations
+
+from gpuprof.profile import Profile, StepRecord, summarize
+
+BASE_PHASES = {"data": 0.30, "h2d": 0.0, "forward": 0.20, "backward": 0.40, "optimizer": 0.08, "other": 0.02}
+
+
+def finding(fid: str, saving: float | None, claims: dict | None = None, kind: str = "fix",
+            step: float = 1.0, overlaps: list | None = None) -> dict:
+    """A finding dict as profile.findings holds them."""
+    return {"id": fid, "title": f"{fid} title words", "kind": kind, "saving_s": saving,
+            "saving_share": None if saving is None else saving / step, "evidence": {},
+            "confidence": "high", "fix": "", "config_overrides": {}, "note": "",
+            "claims": dict(claims or {}), "overlaps": list(overlaps or [])}
+
+
+def hand_profile(steps: list[dict], *, tokens: int = 4096, config: dict | None = None,
+                 findings: list | None = None, mfu: dict | None = None, device_name: str = "CPU",
+                 world_size: int = 1) -> Profile:
+    """A CPU profile whose steps have exactly these phases (each step's wall = their sum)."""
+    records = [StepRecord(i, sum(p.values()), dict(p), tokens=tokens, micro_steps=4) for i, p in enumerate(steps)]
+    cfg = {"device": "cpu", "model": "tiny", "batch_size": 8, "block_size": 128, "grad_accum": 4,
+           "dtype": "fp32", "tokens_per_step": tokens}
+    cfg.update(config or {})
+    summary = summarize(records)
+    if mfu is not None:
+        summary["mfu"] = mfu
+    return Profile(run={"mode": "builtin", "config": cfg, "world_size": world_size}, steps=records,
+                   environment={"device": "cpu", "device_name": device_name}, summary=summary,
+                   findings=list(findings or []))

@@ -1,0 +1,148 @@
+"""analysis.compare on hand-built profiles: every figure of the difference, exactly."""
+
+import pytest
+
+from compare_profiles import BASE_PHASES, finding, hand_profile
+from gpuprof.analysis.compare import compare, config_changes, mfu_reason, verdict
+from gpuprof.errors import GpuprofError
+
+
+def by_id(c):
+    return {o.id: o for o in c.outcomes}
+
+
+def test_step_tokens_and_mfu_use_the_median_step(hand_pair):
+    c = compare(*hand_pair)
+    assert c.basis == "step" and c.unit == "s/step" and "compared per step" in c.basis_note
+    # summary.step_s is the median (1.00 s), not the mean (1.05 s): the step, the gate and tokens/s agree
+    assert c.step_s.before == pytest.approx(1.00) and c.step_s.after == pytest.approx(0.75)
+    assert c.step_s.change == pytest.approx(-0.25) and c.step_s.change_pct == pytest.approx(-0.25)
+    assert c.slower_pct == pytest.approx(-25.0)
+    assert c.tokens_per_s.before == pytest.approx(4096) and c.tokens_per_s.after == pytest.approx(4096 / 0.75)
+    assert c.mfu.before == 0.40 and c.mfu.after == pytest.approx(0.40 / 0.75)
+    assert c.mfu.change == pytest.approx(0.40 / 0.75 - 0.40)
+    assert c.mfu_vs_ceiling.after is None and c.mfu_vs_ceiling.change is None
+    assert c.not_measured == {"mfu_vs_ceiling": "AFTER: no matmul ceiling measured in the step's dtype"}
+
+
+def test_mfu_reasons():
+    assert mfu_reason(None, "mfu") == "not analysed"
+    assert mfu_reason({"flops_per_step": None}, "mfu") == "FLOPs per step unknown"
+    assert mfu_reason({"flops_per_step": 1e9, "peak_tflops": None}, "mfu") == "no datasheet peak for the device and dtype"
+    repaired = {"flops_per_step": 1e9, "peak_tflops": 1.0,
+                "warnings": ["mfu not measured: 120.0% would be impossible; the datasheet peak is not this step's"]}
+    assert mfu_reason(repaired, "mfu") == "120.0% would be impossible; the datasheet peak is not this step's"
+
+
+def test_phases_seconds_and_shares(hand_pair):
+    c = compare(*hand_pair)
+    ph = {p.phase: p for p in c.phases}
+    assert list(ph) == ["data", "h2d", "forward", "backward", "optimizer", "other"]
+    assert ph["data"].time.before == pytest.approx(0.30) and ph["data"].time.after == pytest.approx(0.05)
+    assert ph["data"].time.change == pytest.approx(-0.25) and ph["data"].time.change_pct == pytest.approx(-25 / 30)
+    assert ph["forward"].time.before == pytest.approx(0.25)  # the mean of 0.1, 0.2, 0.2, 0.5
+    assert ph["data"].share.before == pytest.approx(0.30 / 1.05) and ph["data"].share.after == pytest.approx(0.05 / 0.75)
+    assert ph["h2d"].time.change == 0 and ph["h2d"].time.change_pct is None
+
+
+def test_predicted_vs_achieved_from_claims_or_the_step(hand_pair):
+    o = by_id(compare(*hand_pair))
+    data = o["data-loading-exposed"]  # claims data: achieved = data drop 0.30 - 0.05
+    assert data.measured_from == "phases" and data.phases == ["data"]
+    assert data.predicted_s == 0.30 and data.achieved_s == pytest.approx(0.25)
+    assert data.ratio == pytest.approx(0.25 / 0.30) and data.verdict == "partly"
+    # the unclaimed phases: forward 0.25 -> 0.20, the rest unchanged
+    assert data.other_phases_change_s == pytest.approx(-0.05)
+    assert not data.in_after
+    mb = o["micro-batch-too-small"]  # claims forward + backward: (0.25 + 0.40) - (0.20 + 0.40)
+    assert mb.phases == ["forward", "backward"] and mb.achieved_s == pytest.approx(0.05)
+    assert mb.ratio == pytest.approx(0.05 / 0.09) and mb.verdict == "partly"
+    st = o["storage-too-slow"]  # no claims: the median step's drop, 1.00 - 0.75
+    assert st.measured_from == "step" and st.achieved_s == pytest.approx(0.25)
+    assert st.ratio == pytest.approx(2.5) and st.verdict == "exceeded"
+    dom = o["dominant-phase"]
+    assert dom.predicted_s is None and dom.achieved_s is None and dom.verdict == "no prediction"
+    assert dom.in_after
+
+
+def test_new_findings_and_config_changes(hand_pair):
+    c = compare(*hand_pair)
+    assert [f["id"] for f in c.new_findings] == ["cpu-saturated"]
+    assert c.config_changes == [{"key": "batch_size", "before": 8, "after": 16},
+                                {"key": "grad_accum", "before": 4, "after": 2}]
+
+
+def test_capped_claims_still_measure_from_phases():
+    """A saving capped below its claims (it shares a phase with a higher-ranked finding) is still
+    measured from the claimed phases, and says which finding it shares them with."""
+    b = hand_profile([BASE_PHASES] * 3, findings=[
+        finding("data-loading-exposed", 0.30, {"data": 0.30}),
+        finding("storage-too-slow", 0.0, {"data": 0.20}, overlaps=["data-loading-exposed"])])
+    a = hand_profile([dict(BASE_PHASES, data=0.10)] * 3)
+    o = by_id(compare(b, a))
+    assert o["data-loading-exposed"].achieved_s == pytest.approx(0.20)
+    assert o["storage-too-slow"].measured_from == "phases"
+    assert o["storage-too-slow"].overlaps == ["data-loading-exposed"]
+    assert o["storage-too-slow"].ratio is None and o["storage-too-slow"].verdict == "none predicted"
+
+
+def test_different_tokens_per_step_compare_per_token():
+    """AFTER does twice the tokens in a 1.5x longer step: 50% slower per step, 25% faster per token."""
+    b = hand_profile([BASE_PHASES] * 3, tokens=4096, findings=[finding("data-loading-exposed", 0.30, {"data": 0.30})])
+    doubled = {k: v * 2 for k, v in BASE_PHASES.items()}
+    a = hand_profile([dict(doubled, data=0.10)] * 3, tokens=8192, config={"batch_size": 16})  # 1.50 s
+    c = compare(b, a)
+    assert c.basis == "token" and c.unit == "s/1M tokens"
+    assert "per token" in c.basis_note and "4,096 → 8,192" in c.basis_note
+    assert c.step_s.change_pct == pytest.approx(0.5)  # per step it is slower ...
+    assert c.time.before == pytest.approx(1.0 / 4096 * 1e6) and c.time.after == pytest.approx(1.5 / 8192 * 1e6)
+    assert c.slower_pct == pytest.approx(-25.0)  # ... per token it is faster
+    assert c.tokens_per_s.change_pct == pytest.approx(1 / 0.75 - 1)
+    data = {p.phase: p for p in c.phases}["data"]
+    assert data.time.after == pytest.approx(0.10 / 8192 * 1e6)
+    # achieved is seconds per BEFORE step: data 0.30 - (0.10 per 8,192 tokens = 0.05 per 4,096)
+    o = by_id(c)["data-loading-exposed"]
+    assert o.achieved_s == pytest.approx(0.25) and o.ratio == pytest.approx(0.25 / 0.30)
+
+
+def test_world_size_device_and_timeline_notes():
+    b = hand_profile([BASE_PHASES] * 3)
+    a = hand_profile([BASE_PHASES] * 3, device_name="CPU (other)")
+    a.ranks = [{"rank": r} for r in range(4)]  # a merged distributed profile: read through getattr
+    c = compare(b, a)
+    assert c.world_size.before == 1 and c.world_size.after == 4
+    assert any("world size changed 1 → 4" in n for n in c.notes)
+    assert any("different devices" in n for n in c.notes)
+    assert c.step_s.change == 0 and c.slower_pct == 0
+
+
+def test_change_within_the_spread_is_called_noise():
+    b = hand_profile([dict(BASE_PHASES, forward=f) for f in (0.1, 0.2, 0.3, 0.4)])
+    a = hand_profile([dict(BASE_PHASES, forward=f + 0.01) for f in (0.1, 0.2, 0.3, 0.4)])
+    c = compare(b, a)
+    assert any("within run-to-run noise" in n for n in c.notes)
+
+
+def test_no_steps_is_an_error():
+    b = hand_profile([BASE_PHASES] * 2)
+    empty = hand_profile([BASE_PHASES])
+    empty.steps, empty.summary = [], {}
+    with pytest.raises(GpuprofError, match="AFTER: no measured step"):
+        compare(b, empty)
+
+
+def test_config_changes_flatten_and_skip_unset_defaults():
+    b = {"dtype": "bf16", "faults": {"loader": {"batch_delay_s": 0.05, "read_latency_s": 0.0}},
+         "model_dims": {"n_layer": 2}, "compile": False}
+    a = {"dtype": "fp32", "faults": None, "model_dims": {"n_layer": 4}}
+    assert config_changes(b, a) == [
+        {"key": "dtype", "before": "bf16", "after": "fp32"},
+        {"key": "faults.loader.batch_delay_s", "before": 0.05, "after": None, "missing": "after"},
+        {"key": "model_dims.n_layer", "before": 2, "after": 4}]
+
+
+@pytest.mark.parametrize("ratio,achieved,word", [
+    (1.0, 1.0, "realised"), (0.86, 0.86, "realised"), (1.14, 1.14, "realised"), (1.2, 1.2, "exceeded"),
+    (0.5, 0.5, "partly"), (0.1, 0.1, "not realised"), (-0.2, -0.2, "worse")])
+def test_verdict_words(ratio, achieved, word):
+    assert verdict(1.0, ratio, achieved) == word

@@ -1,0 +1,89 @@
+"""The compare report at 80 and 120 columns: no wrapped or cut cell, no broken word; and its JSON."""
+
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from compare_profiles import BASE_PHASES, finding, hand_profile
+from gpuprof.analysis.compare import compare
+from gpuprof.render.compare import (comparison_json, outcome_line, outcome_table, phase_table,
+                                    render_comparison, summary_table)
+
+
+def per_token_pair():
+    long_id = "backward-forward-ratio"  # among the longest rule ids
+    b = hand_profile([BASE_PHASES] * 3, findings=[
+        finding("data-loading-exposed", 0.30, {"data": 0.30}), finding(long_id, 0.05, {}),
+        finding("compute-bound", None, kind="verdict")],
+        mfu={"mfu": 0.123, "mfu_vs_ceiling": 0.456})
+    a = hand_profile([dict({k: v * 2 for k, v in BASE_PHASES.items()}, data=0.001, eval=0.2)] * 3, tokens=8192,
+                     config={"batch_size": 16, "data": "/a/rather/long/path/to/the/new/train.bin"},
+                     findings=[finding("eval-in-measured-steps", 0.2, {"eval": 0.2}, step=1.6)])
+    a.ranks = [{"rank": 0}, {"rank": 1}]
+    return b, a
+
+
+def rendered(c, width):
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    render_comparison(c, console)
+    return console.export_text()
+
+
+def table_rows(table):
+    cols = [list(col._cells) for col in table.columns]
+    return [[str(cells[i]) for cells in cols] for i in range(len(cols[0]))]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("which", ["hand", "per-token"])
+def test_no_wrapped_cell_and_no_broken_word(hand_pair, width, which):
+    c = compare(*(hand_pair if which == "hand" else per_token_pair()), before_name="runs/before.gpuprof.json",
+                after_name="runs/after.gpuprof.json")
+    text = rendered(c, width)
+    lines = text.splitlines()
+    assert all(len(line) <= width for line in lines)
+    assert "…" not in text  # nothing cut
+    for table in (summary_table(c), phase_table(c), outcome_table([o for o in c.outcomes if o.predicted_s is not None])):
+        for row in table_rows(table):  # every row's cells on one line: nothing wrapped
+            assert any(all(cell in line for cell in row) for line in lines), (row, text)
+    words = set(text.split())
+    prose = [c.basis_note, *c.notes, *(outcome_line(o) for o in c.outcomes if o.predicted_s is not None),
+             *(f["title"] for f in c.new_findings), *(ch["key"] + ":" for ch in c.config_changes)]
+    for sentence in prose:
+        for word in sentence.split():
+            assert word in words, (word, text)  # wrapped at spaces, never inside a word
+
+
+def test_report_says_what_changed(hand_pair):
+    text = rendered(compare(*hand_pair), 80)
+    prose = " ".join(text.split())  # lines wrapped at 80 columns, joined back
+    assert "same tokens per step (4,096): compared per step" in text
+    assert "1.00 s" in text and "750 ms" in text and "-250 ms (-25.0%)" in text
+    assert "data-loading-exposed" in text and "0.83" in text and "partly" in text
+    assert "storage-too-slow" in text and "2.50" in text and "exceeded" in text
+    assert "achieved = drop of data" in text and "achieved = drop of the step" in text
+    assert "New in AFTER" in text and "cpu-saturated" in text
+    assert "batch_size: 8 → 16" in text and "grad_accum: 4 → 2" in text
+    assert "MFU vs ceiling not measured: AFTER: no matmul ceiling measured in the step's dtype" in prose
+    assert "within run-to-run noise" in prose  # -25% vs BEFORE's own spread: (1.21 - 0.93) / 1.00 = 28%
+
+
+def test_per_token_report_says_so():
+    text = rendered(compare(*per_token_pair()), 80)
+    assert "compared per token" in text and "per 1M tokens" in text
+    assert "world size changed 1 → 2" in text
+    assert "eval-in-measured-steps" in text  # a new finding of AFTER
+
+
+def test_json_form(hand_pair):
+    c = compare(*hand_pair)
+    d = json.loads(comparison_json(c, {"fail_if_slower_pct": 5.0, "slower_pct": c.slower_pct, "failed": False}))
+    assert d["basis"] == "step" and d["step_s"]["before"] == pytest.approx(1.0)
+    assert d["slower_pct"] == pytest.approx(-25.0) and d["gate"]["failed"] is False
+    f = {x["id"]: x for x in d["findings"]}
+    assert f["data-loading-exposed"]["achieved_s"] == pytest.approx(0.25)
+    assert f["data-loading-exposed"]["ratio"] == pytest.approx(0.25 / 0.30)
+    assert [p["phase"] for p in d["phases"]][0] == "data"
+    assert d["mfu_vs_ceiling"]["after"] is None  # not measured stays null, never a number
