@@ -256,3 +256,44 @@ def pick_faster(rates: dict, current: str, marked: float = MARKED_FASTER) -> str
     if best == "fp16" and faster.get("bf16", 0) >= 0.9 * faster["fp16"]:
         return "bf16"
     return best
+
+
+# -- Interconnects: the link a data-parallel all-reduce runs over ---------------------------
+# Per GPU, each direction (nccl-tests' bus bandwidth is comparable to this figure: "busbw ...
+# reflects the speed of the hardware bottleneck"). Bidirectional headline = 2 × this.
+SRC_NVLINK = "NVIDIA H100/H200 SXM and A100 SXM datasheets (NVLink per GPU, bidirectional / 2)"
+SRC_PCIE = "PCI-SIG: x16 per direction (Gen4 16 GT/s ≈ 32 GB/s, Gen5 32 GT/s ≈ 64 GB/s)"
+SRC_IB = "NVIDIA ConnectX-7 / InfiniBand NDR 400 Gb/s per port"
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    key: str
+    name: str
+    per_direction_gb_s: float  # decimal GB/s, per GPU, one direction
+    source: str
+
+
+LINKS = {
+    "nvlink4": LinkSpec("nvlink4", "NVLink 4 (18 links, H100/H200 SXM: 900 GB/s bidirectional)", 450.0, SRC_NVLINK),
+    "nvlink3": LinkSpec("nvlink3", "NVLink 3 (12 links, A100 SXM: 600 GB/s bidirectional)", 300.0, SRC_NVLINK),
+    "pcie5x16": LinkSpec("pcie5x16", "PCIe Gen5 x16", 64.0, SRC_PCIE),
+    "pcie4x16": LinkSpec("pcie4x16", "PCIe Gen4 x16", 32.0, SRC_PCIE),
+    "ib-ndr": LinkSpec("ib-ndr", "InfiniBand NDR 400 Gb/s (one port)", 50.0, SRC_IB),
+}
+# Full-card NVLink counts (a GPU with fewer active links has proportionally less bandwidth).
+NVLINK_FULL = {4: ("nvlink4", 18), 3: ("nvlink3", 12)}
+
+
+def link_for(nvlink_version: int | None, nvlink_active: int, pcie_gen: int | None,
+             pcie_width: int | None) -> tuple[LinkSpec | None, float | None]:
+    """(the link, its per-GPU per-direction GB/s) for what NVML reports, or (None, None) where the
+    table has no row. NVLink bandwidth scales with the active link count; PCIe rows are x16."""
+    if nvlink_active and nvlink_version in NVLINK_FULL:
+        key, full = NVLINK_FULL[nvlink_version]
+        spec = LINKS[key]
+        return spec, spec.per_direction_gb_s * min(nvlink_active, full) / full
+    if pcie_gen in (4, 5) and pcie_width:
+        spec = LINKS[f"pcie{pcie_gen}x16"]
+        return spec, spec.per_direction_gb_s * min(pcie_width, 16) / 16
+    return None, None

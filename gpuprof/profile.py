@@ -88,6 +88,12 @@ class Profile:
     measurements: dict = field(default_factory=dict)
     findings: list[dict] = field(default_factory=list)
     warmup_steps: list[StepRecord] = field(default_factory=list)
+    # A merged data-parallel run (gpuprof.merge): one entry per rank, sorted by rank:
+    # {"rank", "local_rank", "node_rank", "host", "status": ok|failed|interrupted|missing,
+    #  "error": dict|None, "profile": that rank's whole profile dict, or None when missing}.
+    # The top-level steps/summary/measurements are then the lowest present rank's. Empty for a
+    # single process.
+    ranks: list[dict] = field(default_factory=list)
     tool: dict = field(default_factory=lambda: {"name": "gpuprof", "version": __version__})
     schema_version: int = SCHEMA_VERSION
 
@@ -106,6 +112,7 @@ class Profile:
             "warmup_steps": [s.to_dict() for s in self.warmup_steps],
             "measurements": self.measurements,
             "findings": self.findings,
+            **({"ranks": self.ranks} if self.ranks else {}),
         }
 
     @classmethod
@@ -120,6 +127,7 @@ class Profile:
             warmup_steps=[StepRecord.from_dict(s) for s in d.get("warmup_steps", [])],
             measurements=d.get("measurements", {}),
             findings=d.get("findings", []),
+            ranks=list(d.get("ranks") or []),
         )
 
     def to_json(self) -> str:

@@ -1,7 +1,8 @@
 """The instruments a diagnose run carries, in the order they must stop.
 
 Instruments stop in list order: the sync counter first (it only restores a torch setting) and
-the storage facts (a residency read), then the samplers (so later work does not pollute their
+the storage facts (a residency read), the all-reduce meter of a data-parallel rank (arithmetic
+over its marks), then the samplers (so later work does not pollute their
 samples), then the post-run measurements that compute, which share one time budget
 (measure/budget.py): the copy bandwidths, the matmul ceiling and precisions (first: the precision
 rule can be the biggest fix), the FLOP count, the micro-batch curve. The NVML sampler and the copy
@@ -13,8 +14,10 @@ the report prints as "not measured: <reason>"."""
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
+from gpuprof.measure.comm import CommMeter
 from gpuprof.measure.copies import CopyBandwidthProbe
 from gpuprof.measure.flops import FlopsInstrument
 from gpuprof.measure.host import HostSampler
@@ -30,6 +33,8 @@ def default_instruments(device: str, data_path: str | None, *, samplers: bool = 
                         probe: bool = True) -> list:
     """Instruments for a run on `device` reading `data_path` (None: taken from the run)."""
     out: list = [SyncCounter(), StorageFacts(data_path)]
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank under torchrun: DDP's all-reduces
+        out.append(CommMeter())
     if samplers and str(device).startswith("cuda"):
         out.append(NvmlSampler(interval_s))
     if samplers:

@@ -296,6 +296,13 @@ class NvmlSampler:
                 "power_limit_w": lim / 1000.0 if lim else None,
                 **_mig_info(n, h)}
 
+    def latest(self) -> dict | None:
+        """The last sample of the run's GPU (for a live display), or None before the first."""
+        try:
+            return dict(self._samples[0][-1][1]) if self._samples and self._samples[0] else None
+        except (IndexError, TypeError):
+            return None
+
     def _tick(self, t_ns: int) -> None:
         n = self._nvml
         pcie = self._thread.ticks % self.pcie_every == 0

@@ -63,6 +63,9 @@ class PhaseTimer:
         # Host-time spans (start_ns, end_ns, label) relative to the origin, for aligning
         # sampler data to phases. Appending a tuple per transition is ~0.1 µs.
         self.spans: list[tuple[int, int, str]] = []
+        # Called with each closed step's host figures (index, wall_s, phases, tokens, micro_steps)
+        # for a live display; a listener that raises is dropped, never the run.
+        self.listener: Callable[[dict], None] | None = None
 
     @classmethod
     def for_device(cls, device, clock: Callable[[], int] = time.perf_counter_ns,
@@ -147,10 +150,32 @@ class PhaseTimer:
         )
         self._index += 1
         self._in_step = False
+        if self.listener is not None:
+            try:
+                self.listener({"index": self._index - 1, "wall_s": (now - self._step_start) / 1e9,
+                               "phases": {k: v / 1e9 for k, v in self._host.items()},
+                               "tokens": tokens, "micro_steps": micro_steps})
+            except Exception:  # noqa: BLE001 - a display never ends the run
+                self.listener = None
         if self._events is not None:
             # Refill the pool between steps, so the next step creates no event of its own.
             self._most_events = max(self._most_events, len(self._ev))
             self._events.top_up(self._most_events + 8)
+
+    def open_step(self) -> dict | None:
+        """Where an unfinished step is now: its index, the current phase, how long the step has
+        run and each phase's host seconds in it (an exception unwinding out of a phase has closed
+        it: `longest` is where the time went); None between steps. Read before abandon_step: a
+        stopped run says where it was stuck."""
+        if not self._in_step:
+            return None
+        now = self._clock()
+        phases = dict(self._host)
+        phases[self._label] = phases.get(self._label, 0) + (now - self._mark)
+        longest = max(phases, key=phases.get)
+        return {"index": self._index, "phase": self._label, "step_s": (now - self._step_start) / 1e9,
+                "phases": {k: v / 1e9 for k, v in phases.items()},
+                "longest": longest, "longest_s": phases[longest] / 1e9}
 
     def abandon_step(self) -> None:
         """Drop an unfinished step (the run stopped in the middle of it)."""

@@ -9,9 +9,12 @@ batch is fetched before the loop. No synchronization is added inside a step.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
+import os
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from typing import Callable, Protocol
 
 import torch
@@ -117,6 +120,7 @@ class RunContext:
     data_path: str | None = None  # the token file the loop reads, when there is one
     precision: dict | None = None  # measure.precision.read_precision: compute dtype, TF32 state
     budget: object | None = None  # measure.budget.PostRunBudget, set when the post-run work starts
+    ddp: object | None = None  # the run's DistributedDataParallel wrapper (data-parallel runs)
 
 
 def default_device() -> str:
@@ -137,15 +141,26 @@ def events_per_step(cfg: LoopConfig, faults: LoopFaults) -> int:
 
 def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | None = None,
                 faults: LoopFaults | None = None, timing: bool = True,
-                post_budget_s: float | None = None, on_progress: Callable[[str], None] | None = None) -> Profile:
+                post_budget_s: float | None = None, on_progress: Callable[[str], None] | None = None,
+                rank_timeout_s: float | None = None,
+                on_step_record: Callable[[dict], None] | None = None) -> Profile:
     """Run warmup + measured steps of the built-in GPT loop and return the Profile.
 
     On CUDA, TF32 matmuls follow cfg.tf32 for the whole run (nanoGPT's train.py allows them at
     import) and are restored afterwards. The post-run measurements share one time budget
     (measure/budget.py): post_budget_s, else max(15 s, 25% of the run); on_progress gets a line
-    as each of them starts and ends."""
+    as each of them starts and ends.
+
+    Under torchrun (WORLD_SIZE > 1 in the environment) the loop is data-parallel as nanoGPT's:
+    init_process_group (nccl on CUDA, each rank on cuda:LOCAL_RANK; gloo on CPU; timeout
+    rank_timeout_s, default 600 s), DDP, grad_accum divided by the world size, and `no_sync` on
+    every micro-step but the last."""
     cfg.validate()
     faults = faults or LoopFaults()
+    ddp_info = _init_distributed(cfg, rank_timeout_s)
+    if ddp_info is not None:
+        cfg = dataclasses.replace(cfg, device=ddp_info["device"],
+                                  grad_accum=cfg.grad_accum // ddp_info["world_size"])
     # 'cuda' -> 'cuda:N' once: set_device needs an index, and every later CUDA call (events,
     # synchronize, memory counters) names the measured device instead of the current one.
     device = resolve_device(cfg.device)
@@ -154,20 +169,44 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
         if cfg.dtype == "bf16" and not bf16_native(device):
             raise GpuprofError("bf16 is only emulated on this GPU (compute capability < 8.0); use --dtype fp16 or fp32")
     with tf32_matmul(cfg.tf32) if is_cuda(device) else contextlib.nullcontext():
-        return _run(cfg, device, list(instruments), on_step, faults, timing, post_budget_s, on_progress)
+        return _run(cfg, device, list(instruments), on_step, faults, timing, post_budget_s, on_progress,
+                    ddp_info, on_step_record)
+
+
+def _init_distributed(cfg: LoopConfig, timeout_s: float | None) -> dict | None:
+    """Join the process group torchrun set up the environment for; None for one process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    import torch.distributed as dist
+
+    if cfg.grad_accum % world:
+        raise GpuprofError(f"--grad-accum {cfg.grad_accum} is not a multiple of the world size {world} "
+                           f"(each rank runs grad_accum / world_size micro-steps, as nanoGPT)")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = str(cfg.device).startswith("cuda")
+    device = f"cuda:{local}" if cuda else "cpu"
+    backend = "nccl" if cuda else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s or 600))
+    return {"world_size": world, "rank": dist.get_rank(), "local_rank": local, "backend": backend,
+            "device": device, "grad_accum_total": cfg.grad_accum}
 
 
 def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopFaults,
-         timing: bool, post_budget_s: float | None = None, on_progress=None) -> Profile:
+         timing: bool, post_budget_s: float | None = None, on_progress=None,
+         ddp_info: dict | None = None, on_step_record=None) -> Profile:
     gcfg = preset_config(cfg.model, block_size=cfg.block_size, n_layer=cfg.n_layer,
                          n_head=cfg.n_head, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size)
     cuda = is_cuda(device)
     data_path = cfg.data or str(generated_dataset(gcfg.vocab_size))
     torch.manual_seed(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    rank = ddp_info["rank"] if ddp_info else 0
+    gen = torch.Generator().manual_seed(cfg.seed + rank)  # each rank its own batches
     total = cfg.warmup + cfg.steps
     timer = (PhaseTimer.for_device(device, pool=total * events_per_step(cfg, faults)) if timing
              else NullTimer())
+    timer.listener = on_step_record  # a live display of each closed step (host figures)
     loader = MemmapLoader(data_path, cfg.batch_size, cfg.block_size, device,
                           pin_memory=cfg.pin_memory, faults=faults.loader, generator=gen,
                           timer=timer if timing else None)
@@ -183,13 +222,18 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
     scaler = torch.amp.GradScaler(device_type, enabled=(cfg.dtype == "fp16" and cuda))
     optimizer = _adamw(model, cfg, cuda)
     step_model = torch.compile(model) if cfg.compile else model
+    ddp = None
+    if ddp_info is not None:  # nanoGPT's order: compile, then wrap in DDP
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ddp = step_model = DDP(step_model, device_ids=[cuda_device(device).index] if cuda else None)
     precision = read_precision(model, autocast_dtype, device)
 
     if cuda:
         torch.cuda.reset_peak_memory_stats(cuda_device(device))
     X, Y = loader.get_batch()  # first batch before the loop, as nanoGPT
     run_ctx = RunContext(cfg, gcfg, model, (X, Y), {}, device, timer, autocast_dtype,
-                         data_path=data_path, precision=precision)
+                         data_path=data_path, precision=precision, ddp=ddp)
     started, problems = start_instruments(instruments, run_ctx)
 
     accum = cfg.grad_accum
@@ -200,16 +244,18 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
         copied = dict(loader.copied)
         timer.start_step()
         for micro in range(accum):
-            with timer.phase("forward"):
-                with ctx:
-                    _, loss = step_model(X, Y)
-                    loss = loss / accum
-            if faults.sync_every_micro:
-                loss.item()  # a CPU-GPU sync point, as a print(loss.item()) would be
-            with timer.phase("data"):
-                X, Y = loader.get_batch()  # prefetch the next batch while the GPU computes
-            with timer.phase("backward"):
-                scaler.scale(loss).backward()
+            # DDP: all-reduce the gradients only on the last micro-step (no_sync on the others).
+            with ddp.no_sync() if ddp is not None and micro < accum - 1 else contextlib.nullcontext():
+                with timer.phase("forward"):
+                    with ctx:
+                        _, loss = step_model(X, Y)
+                        loss = loss / accum
+                if faults.sync_every_micro:
+                    loss.item()  # a CPU-GPU sync point, as a print(loss.item()) would be
+                with timer.phase("data"):
+                    X, Y = loader.get_batch()  # prefetch the next batch while the GPU computes
+                with timer.phase("backward"):
+                    scaler.scale(loss).backward()
         if faults.eval_every_step:
             with timer.phase("eval"):
                 _eval(step_model, loader, ctx, faults.eval_every_step)
@@ -234,8 +280,9 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
     run = {
         "mode": "builtin",
         "command": None,
-        "rank": 0,
-        "world_size": 1,
+        "rank": rank,
+        "world_size": ddp_info["world_size"] if ddp_info else 1,
+        "distributed": ddp_info,
         "data_path": data_path,
         "data_generated": cfg.data is None,
         "run_wall_s": run_wall,

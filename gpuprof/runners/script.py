@@ -147,6 +147,7 @@ class _Run:
         self.matmul_watch = None
         self.post_budget_s: float | None = None
         self.on_progress: Callable[[str], None] | None = None
+        self.on_step_record: Callable[[dict], None] | None = None
         self.instrument_errors: list[str] = []
         self.device = "cpu"
         self.config: dict = {}
@@ -174,6 +175,7 @@ class _Run:
         dev = first.device if first is not None else (param.device if param is not None else torch.device("cpu"))
         self.device = str(dev)
         self.timer = PhaseTimer.for_device(self.device)
+        self.timer.listener = self.on_step_record
         # Heuristics over arbitrary user objects: a failure here must not end the user's run.
         for step in (lambda: self._read_config(eager, compiled, first), self._wrap_data_functions):
             try:
@@ -203,7 +205,7 @@ class _Run:
         except Exception:  # noqa: BLE001 - an odd module: the precision read at entry stands
             self.matmul_watch = None
         self.ctx = RunContext(self.config, gcfg, eager, tuple(args), dict(kwargs), self.device,
-                              self.timer, autocast, precision=precision)
+                              self.timer, autocast, precision=precision, ddp=_find_ddp(module))
         if self.instruments_factory is not None:
             try:
                 wanted = list(self.instruments_factory(self.device, self.config.get("data_path")))
@@ -354,6 +356,19 @@ def _unwrap(module) -> tuple[torch.nn.Module, bool]:
     return module, compiled
 
 
+def _find_ddp(module):
+    """The DistributedDataParallel wrapper in the chain the forward was called through
+    (nanoGPT: DDP(torch.compile(model)); also compile(DDP(model))), or None."""
+    for _ in range(4):
+        if type(module).__name__ == "DistributedDataParallel":
+            return module
+        inner = getattr(module, "_orig_mod", None)
+        if not isinstance(inner, torch.nn.Module):
+            return None
+        module = inner
+    return None
+
+
 def _find_model(namespace: dict) -> torch.nn.Module:
     """The module with the most parameters among the script's globals (an empty Module if none)."""
     mods = [v for v in namespace.values() if isinstance(v, torch.nn.Module)]
@@ -389,13 +404,14 @@ def _error_location(exc: BaseException) -> dict:
     if f and not os.path.relpath(file).startswith(".."):
         file = os.path.relpath(file)
     return {"file": file, "line": f.lineno if f else None, "type": type(exc).__name__,
-            "message": str(exc)}
+            "message": str(exc), "time": time.time()}  # when: the first of several ranks to fail
 
 
 def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: bool = True,
                instruments_factory: Callable | None = None, on_step: Callable[[int], None] | None = None,
                stdout=None, sample_interval_s: float = 0.01, post_budget_s: float | None = None,
-               on_progress: Callable[[str], None] | None = None) -> ScriptRun:
+               on_progress: Callable[[str], None] | None = None,
+               on_step_record: Callable[[dict], None] | None = None) -> ScriptRun:
     """Run `script args...` under the hooks; return its profile and how it ended.
 
     instruments_factory(device, data_path) -> instruments, called at the first forward.
@@ -404,6 +420,7 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
     path, code = _load(script)
     run = _Run(path, [script, *args], warmup, instruments_factory, sample_interval_s)
     run.post_budget_s, run.on_progress = post_budget_s, on_progress
+    run.on_step_record = on_step_record
     hooks = TrainingHooks(run.first_forward, on_step=on_step, stop_after=(warmup + steps) if stop else None)
     run.hooks = hooks
     module = types.ModuleType("__main__")

@@ -17,6 +17,7 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     timer = run.timer
     if timer is None:
         return None
+    ended_in = timer.open_step() if ended != "finished" else None
     timer.abandon_step()
     records = timer.steps()
     if not records:
@@ -45,6 +46,7 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
         "ended": ended,
         "partial": ended in ("failed", "interrupted"),
         "error": error,
+        "ended_in": ended_in,  # the unfinished step where a stopped or failed run was
         "warmup_used": w,
         "config": cfg,
     }
@@ -59,7 +61,9 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
         _observed_precision(run, cfg)
     # Post-run measurements are guarded and share one time budget: a failure is "not measured",
     # never a lost profile.
-    budget = PostRunBudget.for_run(run_wall, run.post_budget_s, on_progress=run.on_progress)
+    # Ctrl-C (or the launcher stopping this rank) wants out now: no post-run measurements.
+    post_budget = 0.0 if ended == "interrupted" else run.post_budget_s
+    budget = PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress)
     profile.measurements.update(stop_instruments(run.instruments, run.ctx, budget))
     for name, why in run.not_started.items():
         profile.measurements.setdefault(name, {"not_measured": why})

@@ -41,3 +41,8 @@ RULES = [
     dominant_phase,
     backward_forward_ratio,
 ]
+
+# Data-parallel runs (a merged profile's measurements.distributed).
+from gpuprof.analysis.rules.distributed import RULES as _DISTRIBUTED  # noqa: E402
+
+RULES += _DISTRIBUTED

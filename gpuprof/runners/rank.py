@@ -1,0 +1,158 @@
+"""One rank of a data-parallel run: `python -m gpuprof.runners.rank SPEC.json`, started by
+torch.distributed.run (torchrun) for every rank; never run by hand.
+
+The rank runs the same instrumented code as a single process (the user's script under the hooks,
+or the built-in loop in DDP), then writes `rank<RANK>.json` into the spec's folder: the rank's
+identity, how it ended, its error, and its whole profile (gpuprof.merge joins them). Files are
+the meeting point, as in torch.distributed.elastic's error files: a rank that dies without
+writing one is reported by the launcher as missing, with the exit code torchrun saw.
+
+Signals: the launcher (torchrun's agent) stops the surviving ranks with SIGTERM when one fails,
+and forwards Ctrl-C as SIGINT (the terminal also sends it to every rank). The first of either is
+raised in the rank as StoppedByLauncher (a KeyboardInterrupt: the run ends "interrupted" and its
+completed steps are kept, with no post-run measurements); later ones are ignored so the profile
+is written. A rank blocked inside a collective runs no Python until the collective returns:
+`--rank-timeout` bounds that (the default timeout of init_process_group when the script gives
+none), and torchrun kills what is left after its shutdown timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from datetime import timedelta
+
+from gpuprof.files import atomic_write
+
+
+class StoppedByLauncher(KeyboardInterrupt):
+    """SIGTERM/SIGINT from torchrun's agent (another rank failed, or Ctrl-C)."""
+
+
+def identity() -> dict:
+    env = os.environ
+    return {"rank": int(env.get("RANK", 0)), "local_rank": int(env.get("LOCAL_RANK", 0)),
+            "node_rank": int(env.get("GROUP_RANK", env.get("NODE_RANK", 0))),
+            "world_size": int(env.get("WORLD_SIZE", 1)), "host": socket.gethostname()}
+
+
+def rank_file(folder: str, rank: int) -> str:
+    return os.path.join(folder, f"rank{rank}.json")
+
+
+_signalled: list[str] = []
+
+
+def _on_signal(signum, frame):
+    _signalled.append(signal.Signals(signum).name)
+    for s in (signal.SIGINT, signal.SIGTERM):  # one is enough: the profile must get written
+        signal.signal(s, signal.SIG_IGN)
+    raise StoppedByLauncher(f"stopped by {signal.Signals(signum).name}")
+
+
+def default_timeout(seconds: float):
+    """Give torch.distributed.init_process_group a timeout when the script passes none, so a
+    rank waiting on a dead or hung peer raises instead of waiting gloo's 30 minutes."""
+    import torch.distributed as dist
+
+    orig = dist.init_process_group
+    if getattr(orig, "_gpuprof", False):
+        return
+
+    def init_process_group(*args, **kwargs):
+        kwargs.setdefault("timeout", timedelta(seconds=seconds))
+        return orig(*args, **kwargs)
+
+    init_process_group._gpuprof = True
+    dist.init_process_group = init_process_group
+
+
+def _instruments(samplers: bool):
+    from gpuprof.measure.instruments import default_instruments
+
+    return lambda dev, data: default_instruments(dev, data, samplers=samplers, probe=samplers)
+
+
+def _run_script(spec: dict) -> tuple[dict | None, str, dict | None]:
+    from gpuprof.runners.script import run_script
+
+    out = sys.stderr if spec.get("json") else sys.stdout
+    result = run_script(spec["script"], spec.get("args", []), steps=spec["steps"], warmup=spec["warmup"],
+                        stop=spec.get("stop", True), instruments_factory=_instruments(spec.get("samplers", True)),
+                        stdout=out, post_budget_s=spec.get("post_budget"))
+    prof = result.profile.to_dict() if result.profile is not None else None
+    error = result.error
+    if result.ended == "interrupted" and _signalled:
+        error = {"type": "StoppedByLauncher", "message": f"stopped by {_signalled[0]} from the launcher "
+                 "(another rank failed, or Ctrl-C)", "file": None, "line": None}
+    if prof is None and error is None:
+        c = result.counts
+        error = {"type": "NoStep", "file": None, "line": None,
+                 "message": (f"no complete training step (saw {c.get('forward', 0)} forwards, "
+                             f"{c.get('backward', 0)} backwards, {c.get('optimizer_step', 0)} optimizer steps)")}
+    return prof, result.ended, error
+
+
+def _run_builtin(spec: dict) -> tuple[dict | None, str, dict | None]:
+    from gpuprof.runners.builtin import LoopConfig, run_builtin
+
+    cfg = LoopConfig(**spec["builtin"])
+    try:
+        profile = run_builtin(cfg, instruments=_instruments(spec.get("samplers", True))(cfg.device, cfg.data),
+                              post_budget_s=spec.get("post_budget"), rank_timeout_s=spec.get("rank_timeout"))
+    except KeyboardInterrupt:
+        return None, "interrupted", {"type": "StoppedByLauncher", "file": None, "line": None,
+                                     "message": f"stopped by {(_signalled or ['Ctrl-C'])[0]} before the run ended"}
+    return profile.to_dict(), "finished", None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0], encoding="utf-8") as f:
+        spec = json.load(f)
+    me = identity()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _on_signal)
+    if spec.get("rank_timeout"):
+        default_timeout(float(spec["rank_timeout"]))
+    status, prof, error = "failed", None, None
+    try:
+        run = _run_builtin if spec["mode"] == "builtin" else _run_script
+        prof, ended, error = run(spec)
+        status = {"failed": "failed", "interrupted": "interrupted"}.get(ended, "ok")
+        if prof is None and status == "ok":
+            status = "failed"
+    except BaseException as exc:  # noqa: BLE001 - gpuprof's own failure in this rank: report it
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = tb[-1] if tb else None
+        error = {"type": type(exc).__name__, "message": str(exc) or type(exc).__name__,
+                 "file": where.filename if where else None, "line": where.lineno if where else None,
+                 "time": time.time()}
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+    entry = {**{k: me[k] for k in ("rank", "local_rank", "node_rank", "host")},
+             "world_size": me["world_size"], "status": status, "error": error, "profile": prof}
+    atomic_write(rank_file(spec["folder"], me["rank"]), json.dumps(entry))
+    if status == "ok":  # with a dead peer, tearing down (NCCL) can block: just exit
+        _destroy_process_group()
+    return {"ok": 0, "interrupted": 130}.get(status, 1)
+
+
+def _destroy_process_group() -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - exiting anyway
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Helpers for the data-parallel tests: real `gpuprof diagnose --nproc-per-node N` runs through
+torchrun (gloo on CPU), in subprocesses bounded by timeouts."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+DDP_SCRIPT = str(FIXTURES / "ddp_train.py")
+# Short runs: 1 warmup + 4 measured steps, no post-run measurements (they are tested elsewhere).
+FAST = ["--steps", "4", "--warmup", "1", "--post-budget", "0"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gpuprof(*args, timeout=180, cwd=None, **popen) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, "-m", "gpuprof", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd, env=env, **popen)
+
+
+def finding(profile: dict, fid: str) -> dict | None:
+    return next((f for f in profile["findings"] if f["id"] == fid), None)
+
+
+def load(path) -> dict:
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,179 @@
+"""The pieces of the data-parallel path without launching anything: the all-reduce meter's
+arithmetic (host and CUDA-event clocks), the merge of rank entries, the three rules, torchrun's
+argv, and the CLI's refusals before a launch."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuprof.analysis.bounds import violations
+from gpuprof.analysis.pipeline import analyze_profile
+from gpuprof.cli import app
+from gpuprof.errors import GpuprofError
+from gpuprof.measure.comm import CommMeter, CudaClock, HostClock
+from gpuprof.merge import merge_entries, merge_profiles
+from gpuprof.profile import Profile, StepRecord, summarize
+from gpuprof.runners.launch import first_failure, torchrun_args
+
+MS = 1_000_000  # ns
+
+
+def _meter(records, steps):
+    m = CommMeter(clock=HostClock())
+    m._registered, m._world, m._backend = True, 4, "gloo"
+    m._records = [list(r) for r in records]
+    ctx = types.SimpleNamespace(profile=types.SimpleNamespace(steps=[types.SimpleNamespace(index=i) for i in steps]))
+    return m.stop(ctx)
+
+
+def test_round_arithmetic_host_clock():
+    # One step (index 1), one round of two buckets: ready at 0 and 10 ms, done at 15 and 30 ms.
+    sec = _meter([[1, 1000, False, 0, 15 * MS], [1, 3000, True, 10 * MS, 30 * MS]], steps=[1])
+    assert sec["in_flight_s"] == pytest.approx(0.030)  # [0,15] ∪ [10,30]
+    assert sec["exposed_s"] == pytest.approx(0.020)  # last ready (10 ms) → last done (30 ms)
+    assert sec["overlapped_s"] == pytest.approx(0.010)
+    assert sec["bytes_per_round"] == 4000 and sec["buckets_per_round"] == 2
+    assert sec["algbw_Bps"] == pytest.approx(4000 / 0.030)
+    assert sec["busbw_Bps"] == pytest.approx(4000 / 0.030 * 2 * 3 / 4)  # nccl-tests: 2(n-1)/n
+    assert sec["rounds_per_step"] == 1 and sec["extra_rounds_exposed_s"] == 0
+
+
+def test_rounds_per_step_and_extra_rounds():
+    # Step 2 all-reduces on both of its micro-steps; warmup step 0 and an incomplete round are left out.
+    recs = [[0, 8, True, 0, 5 * MS],
+            [2, 8, True, 0, 4 * MS], [2, 8, True, 20 * MS, 27 * MS],
+            [3, 8, True, 0, 6 * MS], [3, 8, False, 50 * MS, None]]
+    sec = _meter(recs, steps=[2, 3])
+    per = {s["index"]: s for s in sec["per_step"]}
+    assert per[2]["rounds"] == 2 and per[2]["extra_rounds_exposed_s"] == pytest.approx(0.004)
+    assert per[2]["exposed_s"] == pytest.approx(0.011)
+    assert per[3]["rounds"] == 1 and sec["incomplete_rounds"] == 1
+
+
+def test_cuda_clock_reads_events_after_the_run(fake_cuda):
+    clock = CudaClock("cuda:0")
+    a = clock.mark()
+    fake_cuda.enqueue(0.004)
+    b = clock.mark()
+    with pytest.raises(RuntimeError):  # as CUDA: not complete yet, so never read during the run
+        clock.seconds(a, b)
+    clock.prepare()
+    assert clock.seconds(a, b) == pytest.approx(0.004)
+
+
+def _rank_profile(rank, data_s, exposed_s, *, steps=4, other=0.01, rounds=1, micro=2):
+    recs = []
+    for i in range(1, steps + 1):
+        phases = {"data": data_s, "h2d": 0.0, "forward": 0.02, "backward": 0.03 + exposed_s,
+                  "optimizer": 0.005, "other": other}
+        recs.append(StepRecord(index=i, wall_s=sum(phases.values()), phases=phases, tokens=512, micro_steps=micro))
+    prof = Profile(run={"mode": "script", "rank": rank, "world_size": 2, "config": {}}, steps=recs,
+                   summary=summarize(recs))
+    prof.measurements["comm"] = {
+        "backend": "gloo", "clock": "host", "bytes_per_round": 4e6, "busbw_Bps": 1e9, "algbw_Bps": 1e9,
+        "link": {"name": "test", "nominal_Bps": 2e9},
+        "per_step": [{"index": i, "rounds": rounds, "in_flight_s": exposed_s + 0.01, "exposed_s": exposed_s,
+                      "extra_rounds_exposed_s": exposed_s / 2 if rounds > 1 else 0.0,
+                      "extra_rounds_in_flight_s": 0.0} for i in range(1, steps + 1)]}
+    return {"rank": rank, "local_rank": rank, "node_rank": 0, "host": "h", "world_size": 2, "status": "ok",
+            "error": None, "profile": prof.to_dict()}
+
+
+def test_merge_finds_the_straggler_exactly():
+    # Rank 1 loads data 80 ms slower; rank 0 waits those 80 ms in its all-reduce.
+    entries = [_rank_profile(0, data_s=0.01, exposed_s=0.09), _rank_profile(1, data_s=0.09, exposed_s=0.01)]
+    merged = merge_entries(entries)
+    d = merged.measurements["distributed"]
+    assert d["slowest"]["rank"] == 1 and d["slowest"]["phase"] == "data"
+    assert d["slowest"]["extra_s"] == pytest.approx(0.08)
+    assert d["slowest"]["phase_extra_s"] == pytest.approx(0.08)
+    assert d["communication"]["rank"] == 1 and d["communication"]["exposed_s"] == pytest.approx(0.01)
+    assert {w["rank"]: w["waiting_s"] for w in d["communication"]["waiting"]} == pytest.approx({0: 0.08, 1: 0.0})
+    assert merged.run["rank"] == 1 and merged.run["view"].startswith("rank 1 (the slowest rank)")
+    findings = {f.id: f for f in analyze_profile(merged)}
+    f = findings["straggler-rank"]
+    assert f.evidence["rank"] == 1 and "80.0 ms" in f.title
+    assert findings["communication-exposed"].evidence["busbw_Bps"] == 1e9
+    assert "ddp-sync-every-micro-step" not in findings
+    assert violations(merged) == []
+
+
+def test_sync_every_micro_step_saving_is_the_extra_rounds():
+    entries = [_rank_profile(r, data_s=0.01, exposed_s=0.02, rounds=2) for r in (0, 1)]
+    findings = {f.id: f for f in analyze_profile(merge_entries(entries))}
+    f = findings["ddp-sync-every-micro-step"]
+    assert f.evidence["rounds_per_step"] == 2 and f.saving_s == pytest.approx(0.01)
+    # communication-exposed keeps only what stays exposed after that fix: no interval twice.
+    assert findings["communication-exposed"].evidence["exposed_s"] == pytest.approx(0.01)
+
+
+def test_failed_and_missing_ranks_are_named_and_kept():
+    ok = _rank_profile(0, data_s=0.01, exposed_s=0.01)
+    failed = _rank_profile(1, data_s=0.01, exposed_s=0.01)
+    failed.update(status="failed", error={"type": "RuntimeError", "message": "boom", "file": "t.py", "line": 3,
+                                          "time": 10.0})
+    missing = {"rank": 2, "local_rank": 0, "node_rank": 1, "host": None, "world_size": 3, "status": "missing",
+               "profile": None, "error": {"type": "RankDied", "message": "killed by SIGKILL", "time": 5.0}}
+    merged = merge_entries([failed, missing, ok])
+    d = merged.measurements["distributed"]
+    assert [r["rank"] for r in d["ranks"]] == [0, 1, 2]
+    assert d["failed_ranks"] == [1, 2] and d["world_size"] == 3
+    assert "slowest" not in d  # one healthy rank: no straggler to compare
+    assert "RuntimeError at t.py:3: boom" in d["ranks"][1]["error"]
+    assert first_failure([failed, missing, ok])["rank"] == 2  # it failed first
+    with pytest.raises(GpuprofError, match="rank 2: RankDied"):
+        merge_entries([missing])
+
+
+def test_merge_profiles_refuses_a_rank_twice_and_fills_placeholders():
+    a = merge_entries([_rank_profile(0, 0.01, 0.01)])
+    b = merge_entries([_rank_profile(1, 0.01, 0.01)])
+    both = merge_profiles([("a", a), ("b", b)])
+    assert [e["rank"] for e in both.ranks] == [0, 1]
+    assert merge_profiles([("b", b), ("a", a)]).to_dict() == both.to_dict()  # order does not matter
+    with pytest.raises(GpuprofError, match="rank 0 is in both a and a2"):
+        merge_profiles([("a", a), ("a2", a)])
+
+
+def test_torchrun_args_pass_through_unchanged():
+    argv = torchrun_args({"nproc_per_node": 8, "nnodes": "2", "node_rank": 1, "master_addr": "10.0.0.1",
+                          "master_port": 29500, "rdzv_backend": None}, False, "/tmp/spec.json")
+    assert argv == ["--nproc-per-node", "8", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
+                    "--master-port", "29500", "-m", "gpuprof.runners.rank", "/tmp/spec.json"]
+    assert torchrun_args({"nproc_per_node": 2}, True, "s")[-4:] == ["--standalone", "-m", "gpuprof.runners.rank", "s"]
+
+
+def test_cli_refuses_before_launching():
+    runner = CliRunner()
+    r = runner.invoke(app, ["diagnose", "--nnodes", "2", "train.py"])
+    assert r.exit_code == 2 and "need --nproc-per-node" in r.output
+    r = runner.invoke(app, ["diagnose", "--nproc-per-node", "3", "--grad-accum", "4", "--steps", "1"])
+    assert r.exit_code == 2 and "not a multiple of the world size 3" in r.output
+    r = runner.invoke(app, ["diagnose", "--nproc-per-node", "2", "no_such_script.py"])
+    assert r.exit_code == 2 and "no such file" in r.output
+
+
+def test_comm_meter_keeps_the_scripts_own_hook(tmp_path):
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+        ddp.register_comm_hook(None, allreduce_hook)  # the script's own (e.g. compression)
+        ctx = types.SimpleNamespace(ddp=ddp, device="cpu", timer=None)
+        with pytest.raises(RuntimeError, match="registered its own DDP comm hook"):
+            CommMeter().start(ctx)
+        # Without one, ours is registered and sees the round of a backward.
+        ddp2 = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+        meter = CommMeter()
+        meter.start(types.SimpleNamespace(ddp=ddp2, device="cpu", timer=types.SimpleNamespace(step_index=1)))
+        ddp2(torch.randn(2, 4)).sum().backward()
+        sec = meter.stop(types.SimpleNamespace(profile=types.SimpleNamespace(steps=[types.SimpleNamespace(index=1)])))
+        assert sec["rounds_per_step"] == 1 and sec["bytes_per_round"] == (16 + 4) * 4
+    finally:
+        dist.destroy_process_group()
