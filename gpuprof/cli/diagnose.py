@@ -8,7 +8,6 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpuprof import profile as profile_io
 from gpuprof.cli.app import app, guarded
@@ -20,9 +19,15 @@ CPU_DEFAULTS = dict(model="tiny", batch_size=8, block_size=256, grad_accum=4, dt
 CUDA_DEFAULTS = dict(model="gpt2", batch_size=16, block_size=1024, grad_accum=4, dtype="bf16")
 
 
-def _progress(console: Console):
-    return Progress(TextColumn("[bold]measuring[/bold] {task.description}"), BarColumn(),
-                    MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True)
+def live_progress(err: Console, what: str, warmup: int, steps: Optional[int], as_json: bool,
+                  instruments: list = ()):
+    """The live display of a run (gpuprof.render.live): a panel on a terminal, plain lines on
+    stderr otherwise, nothing under --json. On a GPU it shows the NVML sampler's latest sample."""
+    from gpuprof.render.live import LiveProgress
+
+    nvml = next((i for i in instruments if getattr(i, "name", None) == "nvml"), None)
+    return LiveProgress(err, what=what, warmup=warmup, steps=steps, enabled=not as_json,
+                        gpu_sample=nvml.latest if nvml is not None and hasattr(nvml, "latest") else None)
 
 
 def _instruments(device: str, data_path: Optional[str], samplers: bool) -> list:
@@ -31,9 +36,10 @@ def _instruments(device: str, data_path: Optional[str], samplers: bool) -> list:
     return default_instruments(device, data_path, samplers=samplers, probe=samplers)
 
 
-def outputs(out: Optional[Path], write: Optional[Path], force: bool) -> list:
-    """Every file this command will write, checked before anything runs (gpuprof.preflight).
-    A new output option (--trace, --html) is one more line here and one more write in emit."""
+def outputs(out: Optional[Path], write: Optional[Path], force: bool, trace: Optional[Path] = None,
+            html: Optional[Path] = None) -> list:
+    """Every file this command will write, checked before anything runs (gpuprof.preflight)."""
+    from gpuprof.cli.export import export_outputs
     from gpuprof.preflight import Output
 
     found = []
@@ -41,11 +47,12 @@ def outputs(out: Optional[Path], write: Optional[Path], force: bool) -> list:
         found.append(Output("--out", out, overwrite=True, what="the profile"))
     if write is not None:
         found.append(Output("--write", write, overwrite=force, what="the corrected config"))
-    return found
+    return found + export_outputs(trace, html)
 
 
 def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Console,
-         write: Optional[Path] = None, force: bool = False) -> list:
+         write: Optional[Path] = None, force: bool = False, trace: Optional[Path] = None,
+         html: Optional[Path] = None, details: bool = False) -> list:
     """Write the profile (--out) and the corrected config (--write), then print JSON (--json)
     or the terminal report. A write that fails is saved to a fallback file instead
     (gpuprof.files.save_or_rescue) and a warning line on stderr says where; returns the
@@ -63,19 +70,20 @@ def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Cons
             note = f"nothing written to {write}: no finding of this run is a config fix"
         else:
             saved.append(("the corrected config", save_or_rescue(write, text, overwrite=force)))
+    if trace is not None or html is not None:
+        from gpuprof.cli.export import write_exports
+
+        saved += write_exports(profile, [f.to_dict() if hasattr(f, "to_dict") else f for f in findings],
+                               trace=trace, html=html)
     if as_json:
         sys.stdout.write(profile.to_json() + "\n")
     else:
-        from gpuprof.render.mfu import mfu_panel, samplers_panel
+        from gpuprof.render.distributed import distributed_panel
 
-        extra = []
-        if profile.summary.get("mfu"):
-            extra.append(mfu_panel(profile.summary["mfu"]))
-        if profile.measurements:
-            panel = samplers_panel(profile.measurements)
-            if panel is not None:
-                extra.append(panel)
-        render_diagnosis(profile, findings, console, extra)
+        render_diagnosis(profile, findings, console, details=details)
+        panel = distributed_panel(profile)  # a data-parallel run: every rank, in the short report too
+        if panel is not None:
+            console.print(panel)
         for what, s in saved:
             if not s.rescued:
                 console.print(f"{what.removeprefix('the ')} written to {s.path}")
@@ -147,7 +155,25 @@ def diagnose(
     write: Optional[Path] = typer.Option(None, help="Write the corrected config (nanoGPT `key = value` format) here."),
     force: bool = typer.Option(False, help="Let --write replace an existing file."),
     allow_slow: bool = typer.Option(False, "--allow-slow", help="Built-in loop: run even when the run is estimated at an hour or more (refused otherwise)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Also write a Chrome trace-event JSON here (opens in ui.perfetto.dev and chrome://tracing)."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here (no network requests)."),
+    details: bool = typer.Option(False, "--details", help="Show everything: the MFU table, the GPU and host samplers, user-code attribution."),
+    verify: bool = typer.Option(False, "--verify", help="Then run again with the top config fix applied (built-in loop, or a script taking --key=value) and show predicted vs achieved."),
     post_budget: Optional[float] = typer.Option(None, "--post-budget", help="Seconds the measurements after the run share (ceiling and precisions, FLOP count, micro-batch curve); default max(15, 25%% of the run)."),
+    nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", "--nproc_per_node", help="Data parallel: launch this many ranks per node through torch.distributed.run (torchrun); every rank is profiled and this node's ranks merged.", rich_help_panel="torchrun"),
+    nnodes: Optional[str] = typer.Option(None, "--nnodes", help="torchrun --nnodes (N or MIN:MAX); each node runs gpuprof, `gpuprof merge` joins the nodes' files.", rich_help_panel="torchrun"),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", "--node_rank", help="torchrun --node-rank.", rich_help_panel="torchrun"),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", "--rdzv_endpoint", help="torchrun --rdzv-endpoint HOST:PORT.", rich_help_panel="torchrun"),
+    rdzv_backend: Optional[str] = typer.Option(None, "--rdzv-backend", "--rdzv_backend", help="torchrun --rdzv-backend (static, c10d, ...).", rich_help_panel="torchrun"),
+    rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", "--rdzv_id", help="torchrun --rdzv-id.", rich_help_panel="torchrun"),
+    rdzv_conf: Optional[str] = typer.Option(None, "--rdzv-conf", "--rdzv_conf", help="torchrun --rdzv-conf.", rich_help_panel="torchrun"),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", "--master_addr", help="torchrun --master-addr.", rich_help_panel="torchrun"),
+    master_port: Optional[int] = typer.Option(None, "--master-port", "--master_port", help="torchrun --master-port.", rich_help_panel="torchrun"),
+    max_restarts: Optional[int] = typer.Option(None, "--max-restarts", "--max_restarts", help="torchrun --max-restarts (default 0).", rich_help_panel="torchrun"),
+    monitor_interval: Optional[float] = typer.Option(None, "--monitor-interval", "--monitor_interval", help="torchrun --monitor-interval.", rich_help_panel="torchrun"),
+    local_addr: Optional[str] = typer.Option(None, "--local-addr", "--local_addr", help="torchrun --local-addr.", rich_help_panel="torchrun"),
+    standalone: bool = typer.Option(False, "--standalone", help="torchrun --standalone (one node, a free local port).", rich_help_panel="torchrun"),
+    rank_timeout: Optional[float] = typer.Option(None, "--rank-timeout", help="Seconds a rank waits on a collective before it fails (init_process_group's timeout when the script sets none; default 600).", rich_help_panel="torchrun"),
 ):
     """Run a training loop under measured phases and explain where the step's time goes.
 
@@ -175,15 +201,39 @@ def diagnose(
     if post_budget is not None and not post_budget >= 0:
         raise GpuprofError(f"--post-budget must be zero or positive seconds, got {post_budget}")
     # Every output path before anything runs: a bad one costs a second, not the measurement.
-    check_outputs(outputs(out, write, force),
+    check_outputs(outputs(out, write, force, trace, html),
                   inputs=[("script", script), ("--data", data), ("--disk-report", disk_report)])
+    shown = dict(trace=trace, html=html, details=details)  # how the result is shown and exported
+    if verify and as_json:
+        raise GpuprofError("--verify prints a comparison report: use it without --json "
+                           "(or save both runs with --out and use `gpuprof compare --json`)")
+    if verify and nproc_per_node is not None:
+        raise GpuprofError("--verify is not available for data-parallel runs yet: diagnose twice and "
+                           "use `gpuprof compare`")
+    launcher = dict(nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+                    rdzv_endpoint=rdzv_endpoint, rdzv_backend=rdzv_backend, rdzv_id=rdzv_id,
+                    rdzv_conf=rdzv_conf, master_addr=master_addr, master_port=master_port,
+                    max_restarts=max_restarts, monitor_interval=monitor_interval, local_addr=local_addr)
+    if nproc_per_node is None and (standalone or any(v is not None for v in launcher.values())):
+        raise GpuprofError("torchrun options need --nproc-per-node N (the ranks to launch on this node)")
+    distributed = nproc_per_node is not None
+    if distributed and script is not None:
+        from gpuprof.cli.distributed_mode import diagnose_distributed
+
+        diagnose_distributed(script=script, script_args=list(script_args or []), launcher=launcher,
+                             standalone=standalone, builtin=None, steps=steps, warmup=warmup, stop=stop,
+                             samplers=samplers, post_budget=post_budget, rank_timeout=rank_timeout, out=out,
+                             as_json=as_json, gpu=gpu, peak_tflops=peak_tflops, reported_mfu=reported_mfu,
+                             disk=disk, write=write, force=force, err=err, shown=shown)
+        return
     if script is not None:
         from gpuprof.cli.script_mode import diagnose_script
 
         diagnose_script(script, list(script_args or []), steps=steps, warmup=warmup, stop=stop,
                         out=out, as_json=as_json, gpu=gpu, peak_tflops=peak_tflops,
                         reported_mfu=reported_mfu, samplers=samplers, err=err,
-                        disk=disk, write=write, force=force, post_budget=post_budget)
+                        disk=disk, write=write, force=force, post_budget=post_budget, shown=shown,
+                        verify=verify)
         return
 
     from gpuprof.runners.builtin import LoopConfig, bf16_native, default_device, run_builtin
@@ -209,16 +259,41 @@ def diagnose(
     warning = preflight_run(cfg, allow_slow=allow_slow, gpu=gpu, peak_tflops=peak_tflops)
     if warning is not None:
         typer.echo(f"gpuprof: warning: {warning}", err=True)
+    if distributed:
+        from dataclasses import asdict
+
+        from gpuprof.cli.distributed_mode import check_world_divides, diagnose_distributed
+
+        check_world_divides(cfg.grad_accum, nproc_per_node, nnodes)
+        diagnose_distributed(script=None, script_args=[], launcher=launcher, standalone=standalone,
+                             builtin=asdict(cfg), steps=steps, warmup=warmup, stop=stop, samplers=samplers,
+                             post_budget=post_budget, rank_timeout=rank_timeout, out=out, as_json=as_json,
+                             gpu=gpu, peak_tflops=peak_tflops, reported_mfu=reported_mfu, disk=disk,
+                             write=write, force=force, err=err, shown=shown)
+        return
     instruments = _instruments(dev, cfg.data, samplers)
-    with _progress(err) as progress:
-        task = progress.add_task(f"{cfg.model} on {dev}", total=cfg.warmup + cfg.steps)
-        profile = run_builtin(cfg, instruments=instruments,
-                              on_step=lambda i, n: progress.update(task, completed=i),
-                              post_budget_s=post_budget, on_progress=post_progress(progress.console))
+    with live_progress(err, f"{cfg.model} on {dev}", cfg.warmup, cfg.steps, as_json, instruments) as live:
+        profile = run_builtin(cfg, instruments=instruments, on_step_record=live.on_step,
+                              post_budget_s=post_budget, on_progress=live.on_post)
     findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
                                disk=disk)
-    exit_for(emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write,
-                  force=force))
+    saved = emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write, force=force,
+                 **shown)
+    if verify:
+        from gpuprof.cli.verify import loop_config_with, verify as run_verify
+
+        def rerun(overrides):
+            cfg2 = loop_config_with(cfg, overrides)
+            cfg2.validate()
+            inst2 = _instruments(dev, cfg2.data, samplers)
+            with live_progress(err, f"{cfg2.model} on {dev}, fixed", cfg2.warmup, cfg2.steps, False, inst2) as live:
+                prof2 = run_builtin(cfg2, instruments=inst2, on_step_record=live.on_step,
+                                    post_budget_s=post_budget, on_progress=live.on_post)
+            analyze_profile(prof2, gpu=gpu, peak_tflops=peak_tflops, disk=disk)
+            return prof2
+
+        run_verify(profile, findings, rerun, Console(), err, "the built-in loop")
+    exit_for(saved)
 
 
 def post_progress(console: Console):
@@ -263,6 +338,9 @@ def analyze(
     write: Optional[Path] = typer.Option(None, help="Write the corrected config (nanoGPT `key = value` format) here."),
     force: bool = typer.Option(False, help="Let --write replace an existing file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the report."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Also write a Chrome trace-event JSON here."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
+    details: bool = typer.Option(False, "--details", help="Show everything: the MFU table, samplers, attribution."),
 ):
     """Re-render a saved profile (nothing is rerun), or analyse a nanoGPT log (--log)."""
     from gpuprof.analysis.pipeline import analyze_profile
@@ -277,12 +355,12 @@ def analyze(
         raise GpuprofError("give a profile file (gpuprof analyze run.gpuprof.json) or --log train.log")
     from gpuprof.preflight import check_outputs
 
-    check_outputs(outputs(None, write, force), inputs=[("profile", file)])
+    check_outputs(outputs(None, write, force, trace, html), inputs=[("profile", file)])
     prof = profile_io.load(file)
     findings = analyze_profile(prof, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
                                disk=_load_disk_report(disk_report))
     exit_for(emit(prof, findings, out=None, as_json=as_json, console=Console(), write=write,
-                  force=force))
+                  force=force, trace=trace, html=html, details=details))
 
 
 def _analyze_log(log: Path, gpu, peak_tflops, config: dict, as_json: bool) -> None:

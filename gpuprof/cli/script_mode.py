@@ -7,9 +7,9 @@ exit 2 for a path that is not a Python script or a script that never steps an op
 when an output went to a fallback file. The output paths were checked (cli.diagnose) before
 the script starts.
 
-No progress bar here, unlike the built-in loop: the script's own output is the progress, and a
-live bar would have to re-route the script's stdout/stderr through rich (breaking `\\r`-style
-bars such as tqdm, and sending piped stdout to the terminal).
+Progress (gpuprof.render.live): on a terminal a live panel on stderr, with the script's stdout
+and stderr printed whole above it through rich's redirection (a `\\r` progress bar such as tqdm's
+then prints its updates as lines); otherwise plain lines on stderr; nothing under --json.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
                     out: Optional[Path], as_json: bool, gpu: Optional[str], peak_tflops: Optional[float],
                     reported_mfu: Optional[float], samplers: bool, err: Console,
                     disk: Optional[dict] = None, write: Optional[Path] = None, force: bool = False,
-                    post_budget: Optional[float] = None) -> None:
+                    post_budget: Optional[float] = None, shown: Optional[dict] = None,
+                    verify: bool = False) -> None:
     """Profile `script script_args...`; emit the report/JSON; raise for the failure exits."""
     from gpuprof.analysis.pipeline import analyze_profile
     from gpuprof.cli.diagnose import _instruments, emit, exit_for, post_progress
@@ -39,11 +40,27 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
                   f"then the script is stopped (--no-stop lets it finish)", highlight=False)
     else:
         err.print(f"gpuprof: profiling {script} until it finishes", highlight=False)
-    # With --json, stdout carries the profile only: the script's stdout goes to stderr.
-    script_stdout = sys.stderr if as_json else sys.stdout
-    result = run_script(script, script_args, steps=steps, warmup=warmup, stop=stop,
-                        instruments_factory=lambda dev, data: _instruments(dev, data, samplers),
-                        stdout=script_stdout, post_budget_s=post_budget, on_progress=post_progress(err))
+    made: list = []
+
+    def instruments(dev, data):
+        made[:] = _instruments(dev, data, samplers)
+        return made
+
+    def gpu_sample():
+        nvml = next((i for i in made if getattr(i, "name", None) == "nvml"), None)
+        return nvml.latest() if nvml is not None else None
+
+    from gpuprof.render.live import LiveProgress
+
+    with LiveProgress(err, what=script, warmup=warmup, steps=steps if stop else None, enabled=not as_json,
+                      gpu_sample=gpu_sample) as live:
+        # With --json, stdout carries the profile only: the script's stdout goes to stderr. Read
+        # here, inside the live display: its redirection prints the script's lines above the panel.
+        script_stdout = sys.stderr if as_json else sys.stdout
+        result = run_script(script, script_args, steps=steps, warmup=warmup, stop=stop,
+                            instruments_factory=instruments, stdout=script_stdout, post_budget_s=post_budget,
+                            on_progress=live.on_post if not as_json else post_progress(err),
+                            on_step_record=live.on_step)
     profile = result.profile
     if profile is None:
         raise _no_profile_error(script, result)
@@ -53,7 +70,11 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
                                reported_mfu_pct=reported_mfu if reported_mfu is not None
                                else reported.get("mfu_pct_median"), disk=disk)
     saved = emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write,
-                 force=force)
+                 force=force, **(shown or {}))
+    if verify and result.ended != "failed":
+        _verify_script(script, script_args, profile, findings, steps=steps, warmup=warmup, stop=stop,
+                       samplers=samplers, post_budget=post_budget, gpu=gpu, peak_tflops=peak_tflops,
+                       disk=disk, err=err)
     if result.ended == "failed":
         where = saved[0].path if out is not None else None  # --out comes first: emit's order
         written = f"; partial profile written to {where}" if where is not None else ""
@@ -75,3 +96,37 @@ def _no_profile_error(script: str, result) -> GpuprofError:
     return GpuprofError(
         f"{script} ended without a complete training step: gpuprof marks a step at each "
         f"torch.optim.Optimizer.step() (optimizer step hooks) after an nn.Module forward; it {seen}")
+
+
+def _verify_script(script, script_args, profile, findings, *, steps, warmup, stop, samplers, post_budget,
+                   gpu, peak_tflops, disk, err: Console) -> None:
+    """--verify for a script: the same command with the top fix's `--key=value` overrides."""
+    from gpuprof.analysis.pipeline import analyze_profile
+    from gpuprof.cli.diagnose import _instruments
+    from gpuprof.cli.verify import script_args_with, verify
+    from gpuprof.render.live import LiveProgress
+    from gpuprof.runners.script import run_script
+
+    defined = profile.config.get("script_globals") or {}
+
+    def rerun(overrides):
+        args, usable = script_args_with(script_args, overrides, defined)
+        if usable != overrides:
+            missing = ", ".join(k for k in overrides if k not in usable)
+            err.print(f"gpuprof: --verify: cannot apply {missing}: the script defines no such setting "
+                      f"(apply the fix by hand, diagnose again, and use `gpuprof compare`)", highlight=False)
+            return None
+        with LiveProgress(err, what=f"{script} (fixed)", warmup=warmup, steps=steps if stop else None) as live:
+            again = run_script(script, args, steps=steps, warmup=warmup, stop=stop,
+                               instruments_factory=lambda dev, data: _instruments(dev, data, samplers),
+                               stdout=sys.stdout, post_budget_s=post_budget, on_progress=live.on_post,
+                               on_step_record=live.on_step)
+        if again.profile is None or again.ended == "failed":
+            why = again.error_line if again.error else "no complete step"
+            err.print(f"gpuprof: --verify: the re-run with {' '.join(args[len(script_args):])} failed: {why}",
+                      highlight=False)
+            return None
+        analyze_profile(again.profile, gpu=gpu, peak_tflops=peak_tflops, disk=disk)
+        return again.profile
+
+    verify(profile, findings, rerun, Console(), err, script)

@@ -1,0 +1,40 @@
+"""`gpuprof merge A.json B.json ... --out all.json`: join the profiles of a data-parallel run's
+nodes (each written by `gpuprof diagnose --nproc-per-node N --nnodes M --node-rank R --out ...`)
+into one, then report it as `analyze` would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from gpuprof import profile as profile_io
+from gpuprof.cli.app import app, guarded
+from gpuprof.errors import GpuprofError
+
+
+@app.command("merge")
+@guarded
+def merge(
+    files: List[Path] = typer.Argument(..., help="Profiles to join: each node's merged profile, or single ranks' profiles."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the merged profile here."),
+    gpu: Optional[str] = typer.Option(None, help="GPU name or key for the peak, e.g. h200."),
+    peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s (overrides the table)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the merged profile JSON instead of the report."),
+):
+    """Join per-node (or per-rank) profiles of one data-parallel run into one profile with every
+    rank, then report the merged run (slowest rank, communication, the fixes)."""
+    from gpuprof.analysis.pipeline import analyze_profile
+    from gpuprof.cli.diagnose import emit, exit_for, outputs
+    from gpuprof.merge import merge_profiles
+    from gpuprof.preflight import check_outputs
+
+    if len(files) < 1:
+        raise GpuprofError("give the profiles to merge (gpuprof merge node0.json node1.json --out all.json)")
+    check_outputs(outputs(out, None, False), inputs=[("profile", f) for f in files])
+    named = [(str(f), profile_io.load(f)) for f in files]
+    merged = merge_profiles(named)
+    findings = analyze_profile(merged, gpu=gpu, peak_tflops=peak_tflops)
+    exit_for(emit(merged, findings, out=out, as_json=as_json, console=Console()))

@@ -1,0 +1,197 @@
+"""`gpuprof diagnose --nproc-per-node 2` end to end: torchrun launches 2 gloo ranks on this CPU,
+every rank is instrumented, the launcher merges them and the distributed rules read the result."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpuprof.analysis.bounds import violations
+from gpuprof.merge import distributed_summary, merge_entries
+from gpuprof.profile import Profile
+
+from ddp_helpers import DDP_SCRIPT, FAST, finding, free_port, gpuprof, load
+
+DELAY_S = 0.05  # rank 1 sleeps this long in every get_batch: 2 per step (accum 4 over 2 ranks)
+
+
+@pytest.fixture(scope="module")
+def straggler_run(tmp_path_factory, data_dir):
+    """Rank 1's data path is slow, and the script all-reduces on every micro-step."""
+    out = tmp_path_factory.mktemp("straggler") / "merged.json"
+    r = gpuprof("diagnose", "--nproc-per-node", "2", *FAST, "--out", out, DDP_SCRIPT,
+                f"--data_dir={data_dir}", "--delay_rank=1", f"--delay_s={DELAY_S}", "--sync_every_micro=True")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return load(out), r
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory, data_dir):
+    """nanoGPT's require_backward_grad_sync toggling, no injected delay."""
+    out = tmp_path_factory.mktemp("clean") / "merged.json"
+    r = gpuprof("diagnose", "--nproc-per-node", "2", *FAST, "--out", out, DDP_SCRIPT, f"--data_dir={data_dir}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return load(out), r
+
+
+def test_merged_profile_holds_both_ranks(straggler_run):
+    prof, r = straggler_run
+    assert [e["rank"] for e in prof["ranks"]] == [0, 1]
+    assert all(e["status"] == "ok" and e["profile"]["steps"] for e in prof["ranks"])
+    assert prof["run"]["world_size"] == 2
+    assert prof["run"]["launch"] == {"nnodes": 1, "nproc_per_node": 2, "world_size": 2}
+    for e in prof["ranks"]:
+        comm = e["profile"]["measurements"]["comm"]
+        assert comm["backend"] == "gloo" and comm["world_size"] == 2 and comm["clock"] == "host"
+        assert comm["measured_steps"] == 4
+        assert comm["bytes_per_round"] > 0 and comm["busbw_Bps"] > 0
+    assert violations(Profile.from_dict(prof)) == []
+    assert "rank 1 is the straggler" in r.stdout and "data parallel: 2 ranks" in r.stdout
+
+
+def test_straggler_found_with_its_size(straggler_run):
+    prof, _ = straggler_run
+    f = finding(prof, "straggler-rank")
+    assert f is not None, [x["id"] for x in prof["findings"]]
+    ev = f["evidence"]
+    assert ev["rank"] == 1 and ev["phase"] == "data"
+    slow_rank = next(e for e in prof["ranks"] if e["rank"] == 1)["profile"]
+    micro = slow_rank["summary"]["micro_steps"]
+    injected = DELAY_S * micro  # seconds per step
+    # Within 5 points of the step (the issue's bar); sleep overshoots a little on a busy VM.
+    assert abs(ev["extra_s"] - injected) / ev["step_s"] <= 0.05, (ev, injected)
+    assert prof["run"]["view"].startswith("rank 1 (the slowest rank)")
+    assert f["because"] and "rank 1" in f["because"]
+
+
+def test_sync_every_micro_step_detected(straggler_run):
+    prof, _ = straggler_run
+    f = finding(prof, "ddp-sync-every-micro-step")
+    assert f is not None
+    assert f["evidence"]["rounds_per_step"] == 2 and f["evidence"]["micro_steps"] == 2
+    assert 0 < f["saving_s"] < f["evidence"]["step_s"]
+    comm = prof["measurements"]["distributed"]["communication"]
+    assert comm["rounds_per_step"] == 2
+
+
+def test_no_sync_toggling_not_flagged(clean_run):
+    prof, _ = clean_run
+    assert finding(prof, "ddp-sync-every-micro-step") is None
+    comm = prof["measurements"]["distributed"]["communication"]
+    assert comm["rounds_per_step"] == 1 and comm["micro_steps"] == 2
+    # No injected straggler: whatever rank is busiest, it is not a data-path straggler of 50 ms+.
+    f = finding(prof, "straggler-rank")
+    assert f is None or f["evidence"]["extra_s"] < DELAY_S
+
+
+def test_crashing_rank_reported_without_hang(tmp_path, data_dir):
+    out = tmp_path / "crash.json"
+    t0 = time.monotonic()
+    r = gpuprof("diagnose", "--nproc-per-node", "2", *FAST, "--rank-timeout", "30", "--out", out,
+                DDP_SCRIPT, f"--data_dir={data_dir}", "--crash_rank=1", "--crash_at=3", "--max_iters=50",
+                timeout=150)
+    assert time.monotonic() - t0 < 150
+    assert r.returncode == 1, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert "rank 1 failed first" in last and "injected crash on rank 1 at iter 3" in last, last
+    prof = load(out)
+    by_rank = {e["rank"]: e for e in prof["ranks"]}
+    assert by_rank[1]["status"] == "failed"
+    assert "injected crash" in by_rank[1]["error"]["message"]
+    # What completed is kept: rank 1 ran 3 steps (1 warmup + 2 measured) before raising.
+    assert len(by_rank[1]["profile"]["steps"]) == 2
+    assert by_rank[0]["status"] in ("failed", "interrupted", "ok")
+
+
+def test_builtin_loop_data_parallel(tmp_path):
+    out = tmp_path / "builtin.json"
+    r = gpuprof("diagnose", "--nproc-per-node", "2", *FAST, "--n-layer", "1", "--n-embd", "32",
+                "--batch-size", "2", "--block-size", "32", "--grad-accum", "4", "--out", out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    prof = load(out)
+    assert [e["rank"] for e in prof["ranks"]] == [0, 1]
+    for e in prof["ranks"]:
+        p = e["profile"]
+        assert p["run"]["distributed"]["backend"] == "gloo"
+        assert p["run"]["config"]["grad_accum"] == 2  # 4 // world size, as nanoGPT
+        assert p["summary"]["micro_steps"] == 2
+        assert p["measurements"]["comm"]["rounds_per_step"] == 1  # no_sync on the first micro-step
+    assert finding(prof, "ddp-sync-every-micro-step") is None
+
+
+def test_two_nodes_merge_equals_all_ranks(tmp_path, data_dir):
+    """Two 'nodes' on this machine (static rendezvous on localhost), one rank each; each node
+    writes its file; `gpuprof merge` joins them into what merging all ranks at once gives."""
+    port = free_port()
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "1", "--nnodes", "2",
+               "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port), *FAST,
+               "--out", str(tmp_path / f"node{node}.json"), DDP_SCRIPT, f"--data_dir={data_dir}"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-3000:]
+    nodes = [load(tmp_path / f"node{n}.json") for n in (0, 1)]
+    assert [[e["rank"] for e in n["ranks"]] for n in nodes] == [[0], [1]]
+    assert nodes[0]["measurements"]["distributed"]["absent_ranks"] == [1]
+    r = gpuprof("merge", tmp_path / "node1.json", tmp_path / "node0.json", "--out", tmp_path / "all.json")
+    assert r.returncode == 0, r.stderr
+    merged = load(tmp_path / "all.json")
+    entries = [e for n in nodes for e in n["ranks"]]
+    expected = merge_entries(entries)
+    assert merged["ranks"] == expected.ranks
+    assert merged["measurements"]["distributed"] == distributed_summary(entries, 2)
+    assert merged["run"]["launch"] == {"nnodes": 2, "nproc_per_node": 1, "world_size": 2}
+    assert merged["steps"] == [s.to_dict() for s in expected.steps]
+    again = gpuprof("merge", tmp_path / "node0.json", tmp_path / "node0.json")
+    assert again.returncode == 2 and "rank 0 is in both" in again.stderr
+
+
+def test_ctrl_c_stops_all_ranks_and_writes(tmp_path, data_dir):
+    out = tmp_path / "interrupted.json"
+    cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "2", "--steps", "500",
+           "--warmup", "1", "--post-budget", "0", "--out", str(out), DDP_SCRIPT, f"--data_dir={data_dir}",
+           "--max_iters=1000"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        for line in p.stdout:  # rank 0 prints an iter line per step
+            if line.startswith("iter 4:"):
+                break
+        os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C: every process of the group
+        _, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, err[-3000:]
+    prof = load(out)
+    assert [e["rank"] for e in prof["ranks"]] == [0, 1]
+    for e in prof["ranks"]:
+        assert e["status"] == "interrupted", e["error"]
+        assert len(e["profile"]["steps"]) >= 3
+
+
+def test_hung_rank_times_out_and_is_located(tmp_path, data_dir):
+    """Rank 1's data path never returns at iter 3: rank 0's all-reduce times out (--rank-timeout,
+    given to init_process_group since the script passes none), torchrun stops rank 1, and the
+    message says where each rank was."""
+    out = tmp_path / "hang.json"
+    t0 = time.monotonic()
+    r = gpuprof("diagnose", "--nproc-per-node", "2", *FAST, "--rank-timeout", "5", "--out", out,
+                DDP_SCRIPT, f"--data_dir={data_dir}", "--hang_rank=1", "--hang_at=3", timeout=150)
+    assert time.monotonic() - t0 < 150
+    assert r.returncode == 1, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert "rank 0 failed first" in last and "Timed out" in last, last
+    assert "rank 1 data" in last  # where the hung rank was: its data path
+    prof = load(out)
+    by_rank = {e["rank"]: e for e in prof["ranks"]}
+    assert by_rank[1]["status"] == "interrupted" and len(by_rank[1]["profile"]["steps"]) == 2
+    assert by_rank[1]["profile"]["run"]["ended_in"]["longest"] == "data"
+    assert by_rank[1]["profile"]["run"]["ended_in"]["longest_s"] >= 4.5

@@ -1,0 +1,91 @@
+"""The live progress of `diagnose`: a panel on a terminal (the script's lines whole above it),
+plain lines otherwise, nothing under --json; its figures are the closed steps' own."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from gpuprof.cli import app
+from gpuprof.render.live import LiveProgress
+
+
+def _rec(i, wall, data, fwd, tokens=100):
+    return {"index": i, "wall_s": wall, "phases": {"data": data, "forward": fwd, "backward": wall - data - fwd},
+            "tokens": tokens, "micro_steps": 1}
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_plain_lines_at_warmup_end_every_few_seconds_and_at_the_end():
+    buf = io.StringIO()
+    clock = Clock()
+    live = LiveProgress(Console(file=buf, width=200), what="w", warmup=1, steps=3, live=False, clock=clock)
+    with live:
+        live.on_step(_rec(0, 1.0, 0.5, 0.2))  # warmup: a line that it ended
+        clock.t = 1.0
+        live.on_step(_rec(1, 0.2, 0.05, 0.05))  # < 5 s since the last line: quiet
+        clock.t = 2.0
+        live.on_step(_rec(2, 0.4, 0.1, 0.1))
+        clock.t = 3.0
+        live.on_step(_rec(3, 0.4, 0.3, 0.05))  # the last measured step: a line
+        live.on_post("FLOP count (up to 1 s of the 5 s budget)")
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "gpuprof: warmup 1/1"
+    # measured 3 steps: 1.0 s, 300 tokens, median 0.4 s; data 0.45 of 1.0 s host time.
+    # 3 measured steps: 1.0 s and 300 tokens in all, median 400 ms; host phases data 0.45 s,
+    # backward 0.35 s, forward 0.2 s of 1.0 s.
+    assert lines[1] == "gpuprof: measured 3/3: step 400 ms median; 300 tokens/s; data 45%, backward 35%, forward 20%"
+    assert lines[2] == "gpuprof: after the run: FLOP count (up to 1 s of the 5 s budget)"
+    assert len(lines) == 3
+
+
+def test_disabled_prints_nothing():
+    buf = io.StringIO()
+    live = LiveProgress(Console(file=buf), what="w", warmup=0, steps=1, enabled=False, live=False)
+    with live:
+        live.on_step(_rec(0, 1.0, 0.5, 0.2))
+        live.on_post("x")
+    assert buf.getvalue() == ""
+
+
+def test_live_panel_shows_shares_and_keeps_script_lines_whole(monkeypatch):
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, force_terminal=True, color_system=None)
+    live = LiveProgress(console, what="train.py", warmup=0, steps=2, live=True,
+                        gpu_sample=lambda: {"gpu_util_pct": 87.0, "mem_used_bytes": 3 * 2**30})
+    with live:
+        live.on_step(_rec(0, 0.5, 0.25, 0.05, tokens=1000))
+        print("iter 0: loss 5.0, time 500.00ms")  # the script's own line, while the panel is up
+        live.on_step(_rec(1, 0.5, 0.25, 0.05, tokens=1000))
+        panel = live._render()
+    out = buf.getvalue()
+    assert "iter 0: loss 5.0, time 500.00ms" in out  # printed whole, above the panel
+    c = Console(file=io.StringIO(), width=80, color_system=None)
+    c.print(panel)
+    text = c.file.getvalue()
+    assert "measured 2/2" in text and "500 ms median" in text and "2,000 tokens/s" in text
+    assert "data      " in text and "50.0%" in text
+    assert "GPU utilization 87% (NVML, latest sample) · memory used 3.0 GiB" in text
+
+
+def test_cli_json_has_no_progress_and_plain_lines_otherwise():
+    runner = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else CliRunner()
+    args = ["diagnose", "--n-layer", "1", "--n-embd", "32", "--batch-size", "2", "--block-size", "32",
+            "--grad-accum", "1", "--steps", "2", "--warmup", "1", "--post-budget", "0", "--no-samplers"]
+    r = runner.invoke(app, args + ["--json"])
+    assert r.exit_code == 0, r.output
+    assert "gpuprof: warmup" not in r.stderr and "gpuprof: measured" not in r.stderr
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0
+    assert "gpuprof: warmup 1/1" in r.stderr and "gpuprof: measured 2/2: step" in r.stderr
