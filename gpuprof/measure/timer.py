@@ -103,6 +103,7 @@ class PhaseTimer:
         now = self._clock()
         self._in_step = True
         self._step_start = now
+        self._span0 = len(self.spans)
         self._mark = now
         self._host: dict[str, int] = {}
         self._ev: list = []
@@ -144,9 +145,11 @@ class PhaseTimer:
         self._mark = now
         if self._events is not None:
             self._ev.append((self._events.record(), self._label))
+        extra = dict(extra or {})
+        extra["spans"] = step_spans(self.spans[self._span0:], self._step_start - self._origin)
         self._pending.append(
             _Pending(self._index, self._step_start, now - self._step_start, self._host, tokens,
-                     micro_steps, self._ev, extra or {})
+                     micro_steps, self._ev, extra)
         )
         self._index += 1
         self._in_step = False
@@ -241,6 +244,29 @@ class PhaseTimer:
     def now_s(self) -> float:
         """Seconds since the timer was created, on the timer's clock (for aligning samplers)."""
         return (self._clock() - self._origin) / 1e9
+
+
+MAX_SPANS = 600  # per step: a step with more phase changes keeps its first ones and says so
+
+
+def step_spans(spans: list[tuple[int, int, str]], step_start_ns: int) -> list:
+    """A step's host phase spans as [phase, start_s, seconds] from the step's start, in the
+    order they ran (adjacent spans of one phase joined): what the timeline and the trace draw,
+    measured rather than laid out. At most MAX_SPANS, then ["…", start_s, rest_s]."""
+    out: list = []
+    for a, b, label in spans:
+        start, dur = (a - step_start_ns) / 1e9, (b - a) / 1e9
+        if dur <= 0:
+            continue
+        if out and out[-1][0] == label and abs(out[-1][1] + out[-1][2] - start) < 1e-9:
+            out[-1][2] += dur
+            continue
+        out.append([label, start, dur])
+    if len(out) > MAX_SPANS:
+        rest_start = out[MAX_SPANS - 1][1]
+        end = out[-1][1] + out[-1][2]
+        out = out[: MAX_SPANS - 1] + [["…", rest_start, end - rest_start]]
+    return [[lbl, round(st, 7), round(d, 7)] for lbl, st, d in out]
 
 
 class NullTimer(PhaseTimer):

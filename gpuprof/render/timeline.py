@@ -1,11 +1,13 @@
 """A terminal timeline of one typical step: a row per phase on a common time axis, and on CUDA a
 GPU row, so the overlap of data loading with the GPU's work shows without leaving the terminal.
 
-The profile keeps each phase's total per step, not when each span started (the timer's spans
-stay in memory for the samplers), so the rows are laid out in the loop's order per micro-step —
-the built-in loop's own (forward, then the next batch, then backward, as nanoGPT), a script's
-assumed (data, copy, forward, backward) — and the caption says the order is the loop's, not
-measured. Builds renderables; never prints."""
+The host rows are the step's measured phase spans in the order they ran (StepRecord.extra
+["spans"], from the timer). Where a profile has none that agree with its phase totals (an older
+profile; a script whose `other` time was partly moved to `data` by sampling), the rows are laid
+out in the loop's order per micro-step — the built-in loop's own (forward, then the next batch,
+then backward, as nanoGPT), a script's assumed (data, copy, forward, backward) — and the caption
+says so. The GPU row is always laid out from its phase totals (the GPU's own span order is not
+recorded). Builds renderables; never prints."""
 
 from __future__ import annotations
 
@@ -130,7 +132,8 @@ def step_timeline(profile: Profile) -> Group | None:
     step, rank = picked
     mode = "builtin" if profile.run.get("mode", "builtin") == "builtin" else "script"
     micro = step.micro_steps or profile.summary.get("micro_steps") or 1
-    host = layout(step.phases, micro, mode)
+    measured = step.measured_spans()  # the host's phase spans in the order they ran
+    host = [(p, a, a + d) for p, a, d in measured] if measured else layout(step.phases, micro, mode)
     gpu = layout(step.gpu_phases, micro, mode) if step.gpu_phases else None
     total = max(step.wall_s, sum(step.phases.values()), step.gpu_s or 0.0, sum((step.gpu_phases or {}).values()))
     if total <= 0 or not host:
@@ -156,14 +159,20 @@ def step_timeline(profile: Profile) -> Group | None:
     t.add_row(Text(""), _Axis(total))
     order = ", ".join(p for p in MICRO_ORDER[mode] if step.phases.get(p))
     which = "the median step" if len(profile.steps) % 2 else "the lower of the two middle steps"
-    caption = (f"One step, {which} (#{rank} of {len(profile.steps)} by time), on one time axis. "
-               + ("The order is the loop's, not measured" if mode == "builtin" else
-                  "The order is assumed (a script's loop is not known), not measured")
-               + f": per micro-step {order}"
-               + (f" (×{micro})" if micro > 1 else "") + ", then the rest; the profile keeps each "
-               "phase's total per step. " + "░▒▓█: the share of each character's time the phase ran.")
+    if measured:
+        caption = (f"One step, {which} (#{rank} of {len(profile.steps)} by time), on one time axis: "
+                   "the host's phase spans as measured, in the order they ran. ")
+    else:
+        caption = (f"One step, {which} (#{rank} of {len(profile.steps)} by time), on one time axis. "
+                   + ("The order is the loop's, not measured" if mode == "builtin" else
+                      "The order is assumed (a script's loop is not known), not measured")
+                   + f": per micro-step {order}"
+                   + (f" (×{micro})" if micro > 1 else "") + ", then the rest; this profile keeps only each "
+                   "phase's total per step (older profile, or data time attributed by sampling). ")
+    caption += "░▒▓█: the share of each character's time the phase ran."
     if gpu:
-        caption += (" GPU: its own phase spans from the same start, busy where it ran the phases' work, "
-                    f"{IDLE} idle while the host loaded data or ran loop code.")
+        caption += (" GPU: its phase totals laid out in the loop's order from the same start (the "
+                    f"GPU's own order is not recorded), busy where it ran the phases' work, {IDLE} idle "
+                    "while the host loaded data or ran loop code.")
     title = Text("A typical step on a time axis", style="bold")
     return Group(title, t, Text(caption, style="dim"))

@@ -10,9 +10,11 @@ saving. Phases, not kernels: a few events per step.
 Clocks. Host times are seconds since the run's PhaseTimer was created (StepRecord.start_s), in
 microseconds here. The samplers put their timestamps on that same clock (measure/sampling.py:
 `_SamplerThread.align(timer)`), so their counters sit on the steps' axis; a host sample is a
-rate over the interval between two samples, stored at the interval's midpoint. A step's phase
-*order* is not recorded (only seconds per phase), so the phases of a step are laid out in
-PHASE_ORDER, contiguous from the step's start: the lengths are measured, the order is not. CUDA
+rate over the interval between two samples, stored at the interval's midpoint. A step's host
+phases are its measured spans (every micro-step's, in the order they ran: StepRecord.extra
+["spans"]); a profile without spans that agree with its totals (older, or a script's sampled data
+attribution) gets its phases laid out in PHASE_ORDER from the step's start, marked
+`"order": "laid out"`: the lengths are measured, that order is not. CUDA
 events give durations, not host-clock times: a GPU step is placed at the earliest time the host
 clock allows (see `_gpu_track`). Ranks each keep their own timer's clock: they are not aligned
 with each other. Everything not measured is said in otherData, never invented.
@@ -87,10 +89,16 @@ def _host_track(pid: int, steps: list[tuple[StepRecord, bool]]) -> list[dict]:
         out.append(_x(label, f"step,{cat}", _us(st.start_s), _us(st.wall_s), pid, TID_STEPS,
                       {"index": st.index, "warmup": warm, "wall_s": st.wall_s, "tokens": st.tokens,
                        "micro_steps": st.micro_steps, "gpu_s": st.gpu_s}))
+        spans = st.measured_spans()
+        if spans:  # measured: every micro-step's spans in the order they ran
+            for phase, start, sec in spans:
+                out.append(_x(phase, f"phase,{cat}", _us(st.start_s + start), _us(sec), pid, TID_PHASES,
+                              {"step": st.index, "warmup": warm, "seconds": sec, "order": "measured"}))
+            continue
         t = st.start_s
         for phase, sec in _laid_out(st.phases):
             out.append(_x(phase, f"phase,{cat}", _us(t), _us(sec), pid, TID_PHASES,
-                          {"step": st.index, "warmup": warm, "seconds": sec}))
+                          {"step": st.index, "warmup": warm, "seconds": sec, "order": "laid out"}))
             t += sec
     return out
 
@@ -237,10 +245,11 @@ def render_trace(profile: Profile, findings: list | None = None) -> dict:
     notes: dict = {
         "tool": f"{profile.tool.get('name', 'gpuprof')} {profile.tool.get('version', '')}".strip(),
         "clock": "microseconds since each process's PhaseTimer was created (StepRecord.start_s)",
-        "phase_layout": ("a step's phases are laid out contiguously from its start in the order "
-                         + ", ".join(PHASE_ORDER) + ": the seconds are measured, the order within a "
-                         "step is not recorded"),
-        "micro_steps": "not recorded per micro-step (a step keeps its phase totals and micro-step count)",
+        "phase_layout": ("host phases are the measured spans of every micro-step in the order they ran "
+                         "(args.order = measured); a step without them (an older profile, a script's "
+                         "sampled data attribution) has its phase totals laid out contiguously in the "
+                         "order " + ", ".join(PHASE_ORDER) + " (args.order = laid out)"),
+        "micro_steps": "host spans show each micro-step; the GPU track keeps phase totals per step",
         "gpu_placement": ("CUDA events give durations only: a GPU step is placed at max(host start, "
                           "previous GPU step's end), the earliest the host clock allows"),
         "counters": ("sampler timestamps are on the same timer clock (aligned at sampler start); "
