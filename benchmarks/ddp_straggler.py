@@ -1,0 +1,86 @@
+"""Is a straggler rank found, with the right size? (issue #12: within 5 points of the step)
+
+Runs `gpuprof diagnose --nproc-per-node 2` (torchrun, gloo on this CPU) on the nanoGPT-shaped DDP
+fixture (tests/fixtures/ddp_train.py) with rank 1 sleeping DELAY in every get_batch, for several
+delays, and prints per run: the injected seconds per step (delay × micro-steps), the straggler
+finding's rank, phase and extra seconds, and the difference as points of the step, against the
+injected sleep ("vs inj") and against what the delay really cost the step ("cost": the step time
+minus that of the run without delay; a sleep costs more than its argument: wake-up latency,
+caches). Also a run
+with no delay (what the rule says when nothing was injected) and one with sync on every
+micro-step (ddp-sync-every-micro-step's saving against the extra all-reduce rounds measured).
+
+    python benchmarks/ddp_straggler.py [--delays 0.01 0.03 0.06] [--steps 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tests" / "fixtures" / "ddp_train.py"
+
+
+def run(args: list[str], steps: int, data_dir: str) -> tuple[dict, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "merged.json"
+        cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "2", "--steps", str(steps),
+               "--warmup", "1", "--post-budget", "0", "--out", str(out), str(SCRIPT), f"--data_dir={data_dir}", *args]
+        t0 = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        wall = time.monotonic() - t0
+        if r.returncode != 0:
+            raise SystemExit(f"run failed ({r.returncode}): {r.stderr[-2000:]}")
+        return json.loads(out.read_text()), wall
+
+
+def finding(prof: dict, fid: str) -> dict | None:
+    return next((f for f in prof["findings"] if f["id"] == fid), None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--delays", type=float, nargs="+", default=[0.01, 0.03, 0.06])
+    ap.add_argument("--steps", type=int, default=6)
+    a = ap.parse_args()
+    data_dir = tempfile.mkdtemp(prefix="gpuprof-ddp-bench-")
+    print(f"{'delay':>7} {'injected':>9} {'step':>8} {'found':>16} {'reported':>9} {'vs inj':>7} "
+          f"{'cost':>8} {'vs cost':>7} {'wall':>6}")
+    base_step = None
+    for delay in [0.0, *a.delays]:
+        prof, wall = run([f"--delay_rank=1", f"--delay_s={delay}"] if delay else [], a.steps, data_dir)
+        f = finding(prof, "straggler-rank")
+        slow = (prof["measurements"]["distributed"].get("slowest") or {})
+        micro = next(e for e in prof["ranks"] if e["rank"] == 1)["profile"]["summary"]["micro_steps"]
+        injected = delay * micro
+        step = slow.get("step_s") or prof["summary"]["step_s"]
+        extra = slow.get("extra_s")
+        found = f"rank {f['evidence']['rank']} {f['evidence']['phase']}" if f else "no finding"
+        diff = (extra - injected) / step * 100 if extra is not None and step else float("nan")
+        if base_step is None:
+            base_step = step
+        cost = step - base_step  # what the delay really cost the step: against the run without it
+        dcost = (extra - cost) / step * 100 if extra is not None and step and delay else float("nan")
+        print(f"{delay:7.3f} {injected * 1e3:7.1f}ms {step * 1e3:6.1f}ms {found:>16} "
+              f"{(extra or 0) * 1e3:7.1f}ms {diff:+7.1f} {cost * 1e3:6.1f}ms {dcost:+7.1f} {wall:5.0f}s   by phase: "
+              + ", ".join(f"{k} {v * 1e3:+.1f}" for k, v in (slow.get("by_phase_s") or {}).items() if abs(v) > 2e-4))
+    prof, wall = run(["--sync_every_micro=True"], a.steps, data_dir)
+    f = finding(prof, "ddp-sync-every-micro-step")
+    comm = prof["measurements"]["distributed"]["communication"]
+    print(f"sync every micro-step: finding {'found' if f else 'NOT found'}; rounds/step "
+          f"{comm['rounds_per_step']:g} for {comm['micro_steps']:g} micro-steps; predicted saving "
+          f"{(f or {}).get('saving_s', 0) * 1e3:.1f} ms = extra rounds' exposed "
+          f"{comm['extra_rounds_exposed_s'] * 1e3:.1f} ms (in flight {comm['extra_rounds_in_flight_s'] * 1e3:.1f} ms); "
+          f"busbw {comm['busbw_Bps'] / 1e6:.0f} MB/s ({wall:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
