@@ -141,13 +141,25 @@ def _html_render_module():
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(tmp_path_factory):
     """One headless Chromium for this module's tests (benchmarks/html_render.py drives it)."""
     mod = _html_render_module()
     if mod.find_chromium() is None:
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium); the static checks still ran")
-    with mod.Chromium() as chromium:
+    probe = tmp_path_factory.mktemp("chromium-probe") / "probe.html"
+    probe.write_text("<!doctype html><title>probe</title><p>probe</p>")
+    chromium = None
+    try:  # an empty page first: a browser that cannot run here is the environment, not our page
+        chromium = mod.Chromium().__enter__()
+        chromium.open(probe)
+    except Exception as exc:  # installed but cannot start here (a sandbox without /dev/shm, ...)
+        if chromium is not None:
+            chromium.__exit__(None, None, None)
+        pytest.skip(f"chromium is installed but cannot load a page here: {exc.__class__.__name__}: {exc}")
+    try:
         yield chromium
+    finally:
+        chromium.__exit__(None, None, None)
 
 
 def test_chromium_loads_the_reports_without_console_messages_or_requests(browser, builtin_profile,
