@@ -279,6 +279,8 @@ def diagnose(
                                disk=disk)
     saved = emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write, force=force,
                  **shown)
+    if profile.run.get("ended") == "interrupted":  # Ctrl-C: what was measured is above; exit 130
+        raise KeyboardInterrupt
     if verify:
         from gpuprof.cli.verify import loop_config_with, verify as run_verify
 

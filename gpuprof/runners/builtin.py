@@ -240,43 +240,50 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
     tokens = cfg.tokens_per_step
     losses = []
     run_t0 = time.perf_counter()
-    for it in range(total):
-        copied = dict(loader.copied)
-        timer.start_step()
-        for micro in range(accum):
-            # DDP: all-reduce the gradients only on the last micro-step (no_sync on the others).
-            with ddp.no_sync() if ddp is not None and micro < accum - 1 else contextlib.nullcontext():
-                with timer.phase("forward"):
-                    with ctx:
-                        _, loss = step_model(X, Y)
-                        loss = loss / accum
-                if faults.sync_every_micro:
-                    loss.item()  # a CPU-GPU sync point, as a print(loss.item()) would be
-                with timer.phase("data"):
-                    X, Y = loader.get_batch()  # prefetch the next batch while the GPU computes
-                with timer.phase("backward"):
-                    scaler.scale(loss).backward()
-        if faults.eval_every_step:
-            with timer.phase("eval"):
-                _eval(step_model, loader, ctx, faults.eval_every_step)
-        with timer.phase("optimizer"):
-            if cfg.grad_clip:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-        timer.end_step(tokens=tokens, micro_steps=accum,
-                       extra={k: v - copied[k] for k, v in loader.copied.items()} if cuda else None)
-        losses.append(loss.detach())
-        if on_step is not None:
-            on_step(it + 1, total)
+    interrupted = False
+    try:
+        for it in range(total):
+            copied = dict(loader.copied)
+            timer.start_step()
+            for micro in range(accum):
+                # DDP: all-reduce the gradients only on the last micro-step (no_sync on the others).
+                with ddp.no_sync() if ddp is not None and micro < accum - 1 else contextlib.nullcontext():
+                    with timer.phase("forward"):
+                        with ctx:
+                            _, loss = step_model(X, Y)
+                            loss = loss / accum
+                    if faults.sync_every_micro:
+                        loss.item()  # a CPU-GPU sync point, as a print(loss.item()) would be
+                    with timer.phase("data"):
+                        X, Y = loader.get_batch()  # prefetch the next batch while the GPU computes
+                    with timer.phase("backward"):
+                        scaler.scale(loss).backward()
+            if faults.eval_every_step:
+                with timer.phase("eval"):
+                    _eval(step_model, loader, ctx, faults.eval_every_step)
+            with timer.phase("optimizer"):
+                if cfg.grad_clip:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+            timer.end_step(tokens=tokens, micro_steps=accum,
+                           extra={k: v - copied[k] for k, v in loader.copied.items()} if cuda else None)
+            losses.append(loss.detach())
+            if on_step is not None:
+                on_step(it + 1, total)
+    except KeyboardInterrupt:  # Ctrl-C (or torchrun stopping this rank): keep the steps done
+        interrupted = True
+        timer.abandon_step()
     run_wall = time.perf_counter() - run_t0
 
     # After the measured steps nothing may lose the run: each part that touches the GPU again
     # is guarded, and a failure is recorded as "not measured: <reason>".
     records = timer.steps()  # waits for the GPU and reads the CUDA events (never raises)
     warm, measured = records[: cfg.warmup], records[cfg.warmup :]
+    if interrupted and not measured:
+        raise KeyboardInterrupt
     run = {
         "mode": "builtin",
         "command": None,
@@ -286,6 +293,8 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
         "data_path": data_path,
         "data_generated": cfg.data is None,
         "run_wall_s": run_wall,
+        "ended": "interrupted" if interrupted else "finished",
+        "partial": interrupted,
         "timing": timing,
         "config": {
             **{k: v for k, v in asdict(cfg).items() if k not in ("n_layer", "n_head", "n_embd", "vocab_size")},
@@ -312,7 +321,8 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
         if memory:
             profile.measurements["memory"] = memory
     run_ctx.profile = profile
-    budget = PostRunBudget.for_run(run_wall, post_budget_s, on_progress=on_progress)
+    # Interrupted: out now, with what was measured (no post-run measurements).
+    budget = PostRunBudget.for_run(run_wall, 0.0 if interrupted else post_budget_s, on_progress=on_progress)
     profile.measurements.update(stop_instruments(started, run_ctx, budget))
     for name, why in problems.items():  # instruments that did not start, parts that failed
         profile.measurements.setdefault(name, {"not_measured": why})

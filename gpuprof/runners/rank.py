@@ -102,12 +102,16 @@ def _run_builtin(spec: dict) -> tuple[dict | None, str, dict | None]:
     from gpuprof.runners.builtin import LoopConfig, run_builtin
 
     cfg = LoopConfig(**spec["builtin"])
+    stopped = {"type": "StoppedByLauncher", "file": None, "line": None,
+               "message": f"stopped by {(_signalled or ['Ctrl-C'])[0]} from the launcher "
+                          "(another rank failed, or Ctrl-C)"}
     try:
         profile = run_builtin(cfg, instruments=_instruments(spec.get("samplers", True))(cfg.device, cfg.data),
                               post_budget_s=spec.get("post_budget"), rank_timeout_s=spec.get("rank_timeout"))
-    except KeyboardInterrupt:
-        return None, "interrupted", {"type": "StoppedByLauncher", "file": None, "line": None,
-                                     "message": f"stopped by {(_signalled or ['Ctrl-C'])[0]} before the run ended"}
+    except KeyboardInterrupt:  # before a measured step completed
+        return None, "interrupted", stopped
+    if profile.run.get("ended") == "interrupted":
+        return profile.to_dict(), "interrupted", stopped
     return profile.to_dict(), "finished", None
 
 

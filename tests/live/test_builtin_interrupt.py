@@ -1,0 +1,29 @@
+"""Ctrl-C during the built-in loop keeps the steps already measured (as script mode does)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuprof.runners.builtin import LoopConfig, run_builtin
+
+TINY = dict(n_layer=1, n_head=2, n_embd=32, batch_size=2, block_size=32, grad_accum=2, steps=10, warmup=1)
+
+
+def test_interrupt_keeps_the_measured_steps():
+    def ctrl_c(i, total):
+        if i == 4:  # after 1 warmup + 3 measured steps
+            raise KeyboardInterrupt
+
+    prof = run_builtin(LoopConfig(**TINY), on_step=ctrl_c, post_budget_s=5)
+    assert prof.run["ended"] == "interrupted" and prof.run["partial"] is True
+    assert len(prof.warmup_steps) == 1 and len(prof.steps) == 3
+    assert prof.summary["n_steps"] == 3
+    assert prof.measurements["post_run"]["budget_s"] == 0  # out now: no post-run measurements
+
+
+def test_interrupt_before_a_measured_step_is_a_plain_interrupt():
+    def ctrl_c(i, total):
+        raise KeyboardInterrupt  # during warmup
+
+    with pytest.raises(KeyboardInterrupt):
+        run_builtin(LoopConfig(**TINY), on_step=ctrl_c)
