@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,11 +53,18 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     a = ap.parse_args()
     data_dir = tempfile.mkdtemp(prefix="gpuprof-ddp-bench-")
+    try:
+        _bench(a, data_dir)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _bench(a, data_dir: str) -> None:
     print(f"{'delay':>7} {'injected':>9} {'step':>8} {'found':>16} {'reported':>9} {'vs inj':>7} "
           f"{'cost':>8} {'vs cost':>7} {'wall':>6}")
     base_step = None
     for delay in [0.0, *a.delays]:
-        prof, wall = run([f"--delay_rank=1", f"--delay_s={delay}"] if delay else [], a.steps, data_dir)
+        prof, wall = run(["--delay_rank=1", f"--delay_s={delay}"] if delay else [], a.steps, data_dir)
         f = finding(prof, "straggler-rank")
         slow = (prof["measurements"]["distributed"].get("slowest") or {})
         micro = next(e for e in prof["ranks"] if e["rank"] == 1)["profile"]["summary"]["micro_steps"]

@@ -105,16 +105,25 @@ class Chromium:
             os.dup2(to_chrome_r, 3)
             os.dup2(from_chrome_w, 4)
 
-        self.proc = subprocess.Popen(
+        try:
+            self.proc = self._start(to_chrome_r, from_chrome_w, child_fds)
+        except OSError:  # not executable, ...: leave no folder or pipe behind
+            for fd in (to_chrome_r, to_chrome_w, from_chrome_r, from_chrome_w):
+                os.close(fd)
+            shutil.rmtree(self.profile_dir, ignore_errors=True)
+            raise
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self.pipe = _Pipe(from_chrome_r, to_chrome_w)
+
+    def _start(self, to_chrome_r, from_chrome_w, child_fds):
+        return subprocess.Popen(
             [self.path, "--headless", "--disable-gpu", "--no-sandbox", "--remote-debugging-pipe",
              f"--user-data-dir={self.profile_dir}", "--no-first-run", "--no-default-browser-check",
              "--hide-scrollbars", "--disable-extensions", "--disable-background-networking",
              "about:blank"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             preexec_fn=child_fds, pass_fds=(3, 4))
-        os.close(to_chrome_r)
-        os.close(from_chrome_w)
-        self.pipe = _Pipe(from_chrome_r, to_chrome_w)
 
     def __enter__(self) -> "Chromium":
         return self

@@ -42,6 +42,12 @@ def read_user_text(path: str | os.PathLike) -> str:
         raise GpuprofError(f"{path}: cannot read ({exc.__class__.__name__})") from None
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, data: str | bytes, *, overwrite: bool = True) -> Path:
     """Write `data` to `path` atomically; refuse an existing file unless overwrite=True."""
     path = Path(path)
@@ -55,6 +61,10 @@ def atomic_write(path: str | os.PathLike, data: str | bytes, *, overwrite: bool 
         raise GpuprofError(exists_msg)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
+        # mkstemp makes the file 0600; a file the user asked for gets the mode open() would give
+        # it (0666 less the umask), or keeps the mode of the file it replaces.
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
             f.write(data)
             f.flush()

@@ -262,6 +262,7 @@ def pick_faster(rates: dict, current: str, marked: float = MARKED_FASTER) -> str
 # Per GPU, each direction (nccl-tests' bus bandwidth is comparable to this figure: "busbw ...
 # reflects the speed of the hardware bottleneck"). Bidirectional headline = 2 × this.
 SRC_NVLINK = "NVIDIA H100/H200 SXM and A100 SXM datasheets (NVLink per GPU, bidirectional / 2)"
+SRC_NVLINK5 = "NVIDIA HGX B200 datasheet (NVLink 5 per GPU, bidirectional / 2)"
 SRC_PCIE = "PCI-SIG: x16 per direction (Gen4 16 GT/s ≈ 32 GB/s, Gen5 32 GT/s ≈ 64 GB/s)"
 SRC_IB = "NVIDIA ConnectX-7 / InfiniBand NDR 400 Gb/s per port"
 
@@ -275,22 +276,27 @@ class LinkSpec:
 
 
 LINKS = {
+    "nvlink5": LinkSpec("nvlink5", "NVLink 5 (18 links, B200: 1.8 TB/s bidirectional)", 900.0, SRC_NVLINK5),
     "nvlink4": LinkSpec("nvlink4", "NVLink 4 (18 links, H100/H200 SXM: 900 GB/s bidirectional)", 450.0, SRC_NVLINK),
     "nvlink3": LinkSpec("nvlink3", "NVLink 3 (12 links, A100 SXM: 600 GB/s bidirectional)", 300.0, SRC_NVLINK),
     "pcie5x16": LinkSpec("pcie5x16", "PCIe Gen5 x16", 64.0, SRC_PCIE),
     "pcie4x16": LinkSpec("pcie4x16", "PCIe Gen4 x16", 32.0, SRC_PCIE),
     "ib-ndr": LinkSpec("ib-ndr", "InfiniBand NDR 400 Gb/s (one port)", 50.0, SRC_IB),
 }
-# Full-card NVLink counts (a GPU with fewer active links has proportionally less bandwidth).
-NVLINK_FULL = {4: ("nvlink4", 18), 3: ("nvlink3", 12)}
+# NVML's nvmlNvlinkVersion_t (what nvmlDeviceGetNvLinkVersion returns: an enum, not the NVLink
+# generation: 4 = NVLINK_VERSION_3_0, 5 = 3_1 (A100), 6 = 4_0 (H100/H200), 7 = 5_0 (B200)) ->
+# (row, the full card's link count: fewer active links, proportionally less bandwidth).
+NVLINK_BY_NVML_VERSION = {4: ("nvlink3", 12), 5: ("nvlink3", 12), 6: ("nvlink4", 18), 7: ("nvlink5", 18)}
+NVLINK_NAMES = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
 
 
-def link_for(nvlink_version: int | None, nvlink_active: int, pcie_gen: int | None,
+def link_for(nvml_nvlink_version: int | None, nvlink_active: int, pcie_gen: int | None,
              pcie_width: int | None) -> tuple[LinkSpec | None, float | None]:
-    """(the link, its per-GPU per-direction GB/s) for what NVML reports, or (None, None) where the
-    table has no row. NVLink bandwidth scales with the active link count; PCIe rows are x16."""
-    if nvlink_active and nvlink_version in NVLINK_FULL:
-        key, full = NVLINK_FULL[nvlink_version]
+    """(the link, its per-GPU per-direction GB/s) for what NVML reports (the nvmlNvlinkVersion_t
+    enum, the active link count, the PCIe generation and width), or (None, None) where the table
+    has no row. NVLink bandwidth scales with the active link count; PCIe rows are x16."""
+    if nvlink_active and nvml_nvlink_version in NVLINK_BY_NVML_VERSION:
+        key, full = NVLINK_BY_NVML_VERSION[nvml_nvlink_version]
         spec = LINKS[key]
         return spec, spec.per_direction_gb_s * min(nvlink_active, full) / full
     if pcie_gen in (4, 5) and pcie_width:

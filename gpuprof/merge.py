@@ -87,13 +87,14 @@ def merge_entries(entries: list[dict]) -> Profile:
     base.findings = []
     nodes: dict[int, int] = {}
     for e in entries:
-        nodes[e.get("node_rank", 0)] = nodes.get(e.get("node_rank", 0), 0) + 1
+        if e.get("node_rank") is not None:  # a rank that died without a file may not know its node
+            nodes[e["node_rank"]] = nodes.get(e["node_rank"], 0) + 1
     base.run = dict(base.run)
     base.run["world_size"] = world
     base.run["view"] = (f"rank {chosen['rank']} ("
                         + ("the slowest rank" if chosen["rank"] == slow else "the lowest rank with a profile")
                         + "); every rank under `ranks`")
-    base.run["launch"] = {"nnodes": len(nodes), "nproc_per_node": max(nodes.values()),
+    base.run["launch"] = {"nnodes": max(1, len(nodes)), "nproc_per_node": max([*nodes.values(), 1]),
                           "world_size": world}
     base.summary.pop("mfu", None)
     base.summary.pop("bounds", None)
@@ -129,20 +130,16 @@ def _error_text(e: dict) -> str:
     return f"{err.get('type', 'error')}{where}: {one_line(err.get('message'))}".strip()
 
 
-def _mean(xs):
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
 def _comm(prof: dict) -> dict | None:
+    """A rank's all-reduce figures: medians over its measured steps, as CommMeter stores them."""
     c = (prof.get("measurements") or {}).get("comm")
     if not c or "not_measured" in c or not c.get("per_step"):
         return None
     per = c["per_step"]
-    return {"in_flight_s": _mean([s["in_flight_s"] for s in per]),
-            "exposed_s": _mean([s["exposed_s"] for s in per]),
-            "extra_rounds_exposed_s": _mean([s["extra_rounds_exposed_s"] for s in per]),
-            "extra_rounds_in_flight_s": _mean([s.get("extra_rounds_in_flight_s") for s in per]),
+    return {"in_flight_s": _median([s.get("in_flight_s") for s in per]),
+            "exposed_s": _median([s.get("exposed_s") for s in per]),
+            "extra_rounds_exposed_s": _median([s.get("extra_rounds_exposed_s") for s in per]),
+            "extra_rounds_in_flight_s": _median([s.get("extra_rounds_in_flight_s") for s in per]),
             "rounds_per_step": statistics.median([s["rounds"] for s in per]),
             "bytes_per_round": c.get("bytes_per_round"), "busbw_Bps": c.get("busbw_Bps"),
             "algbw_Bps": c.get("algbw_Bps"), "backend": c.get("backend"), "clock": c.get("clock"),
@@ -158,9 +155,9 @@ def _rank_row(e: dict) -> dict:
     s = prof.get("summary") or {}
     phases = {p: v.get("seconds", 0.0) for p, v in (s.get("phases") or {}).items()}
     comm = _comm(prof)
-    step = s.get("mean_step_s", s.get("step_s"))
+    step = s.get("step_s")  # the median step: the figure the report prints for a step
     row["ended_in"] = (prof.get("run") or {}).get("ended_in")
-    row.update(step_s=s.get("step_s"), mean_step_s=step, phases=phases, data_s=phases.get("data", 0.0),
+    row.update(step_s=step, mean_step_s=s.get("mean_step_s"), phases=phases, data_s=phases.get("data", 0.0),
                micro_steps=s.get("micro_steps"), tokens_per_step=s.get("tokens_per_step"),
                n_steps=s.get("n_steps"), comm=comm,
                comm_not_measured=((prof.get("measurements") or {}).get("comm") or {}).get("not_measured"))
@@ -215,14 +212,15 @@ def distributed_summary(entries: list[dict], world: int) -> dict:
             "exposed_s": c["exposed_s"],
             "overlapped_s": max(0.0, (c["in_flight_s"] or 0.0) - (c["exposed_s"] or 0.0)),
             "overlap_share": (1 - c["exposed_s"] / c["in_flight_s"]) if c["in_flight_s"] else None,
-            "step_s": least["mean_step_s"],
+            "step_s": least["step_s"],
             "rounds_per_step": statistics.median([r["comm"]["rounds_per_step"] for r in comm_rows]),
             "micro_steps": statistics.median([r["micro_steps"] or 0 for r in comm_rows]),
             "extra_rounds_exposed_s": c["extra_rounds_exposed_s"],
             "extra_rounds_in_flight_s": c["extra_rounds_in_flight_s"],
             "bytes_per_round": c["bytes_per_round"],
-            "busbw_Bps": _median([r["comm"]["busbw_Bps"] for r in comm_rows]),
-            "algbw_Bps": _median([r["comm"]["algbw_Bps"] for r in comm_rows]),
+            # the rank that waited least: its in-flight time is the collective's, not waiting
+            "busbw_Bps": c["busbw_Bps"],
+            "algbw_Bps": c["algbw_Bps"],
             "backend": c["backend"], "clock": c["clock"], "link": c["link"],
             "waiting": [{"rank": r["rank"],
                          "waiting_s": max(0.0, (r["comm"]["exposed_s"] or 0.0) - (c["exposed_s"] or 0.0))}
@@ -248,7 +246,7 @@ def _slowest(rows: list[dict]) -> dict:
     by_phase = {p: own(slow, p) - statistics.median([own(r, p) for r in others])
                 for p in PHASES if p in slow.get("own_phases", {})}
     phase = max(by_phase, key=by_phase.get) if by_phase else None
-    return {"rank": slow["rank"], "extra_s": extra, "step_s": slow["mean_step_s"],
-            "extra_share": extra / slow["mean_step_s"] if slow["mean_step_s"] else None,
+    return {"rank": slow["rank"], "extra_s": extra, "step_s": slow["step_s"],
+            "extra_share": min(1.0, extra / slow["step_s"]) if slow["step_s"] else None,
             "phase": phase, "phase_extra_s": by_phase.get(phase) if phase else None,
             "by_phase_s": by_phase, "others_busy_s": base_busy}

@@ -108,8 +108,8 @@ class Profile:
     # A merged data-parallel run (gpuprof.merge): one entry per rank, sorted by rank:
     # {"rank", "local_rank", "node_rank", "host", "status": ok|failed|interrupted|missing,
     #  "error": dict|None, "profile": that rank's whole profile dict, or None when missing}.
-    # The top-level steps/summary/measurements are then the lowest present rank's. Empty for a
-    # single process.
+    # The top-level steps/summary/measurements are then the slowest rank's (the lowest present
+    # rank's when the all-reduces were not measured): gpuprof.merge. Empty for a single process.
     ranks: list[dict] = field(default_factory=list)
     tool: dict = field(default_factory=lambda: {"name": "gpuprof", "version": __version__})
     schema_version: int = SCHEMA_VERSION
@@ -248,9 +248,37 @@ def from_data(data, where: str = "profile") -> Profile:
             f"({SCHEMA_VERSION}); upgrade gpuprof"
         )
     try:
-        return Profile.from_dict(data)
+        prof = Profile.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise GpuprofError(f"{where}: malformed gpuprof profile ({exc!r})") from None
+    validate_ranks(prof.ranks, where)
+    return prof
+
+
+def validate_ranks(ranks, where: str = "profile") -> list[dict]:
+    """A merged profile's rank entries, checked (a one-line GpuprofError, never a traceback
+    later): a list of dicts with a unique non-negative integer `rank`, a known `status`, and a
+    `profile` that is None or itself a loadable profile."""
+    if not isinstance(ranks, list):
+        raise GpuprofError(f"{where}: ranks must be a list of rank entries")
+    seen = set()
+    for e in ranks:
+        r = e.get("rank") if isinstance(e, dict) else None
+        if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+            raise GpuprofError(f"{where}: ranks: each entry needs a non-negative integer rank")
+        if r in seen:
+            raise GpuprofError(f"{where}: ranks: rank {r} appears twice")
+        seen.add(r)
+    for e in ranks:
+        r = e["rank"]
+        if e.get("status") not in ("ok", "failed", "interrupted", "missing"):
+            raise GpuprofError(f"{where}: ranks: rank {r} has an unknown status {e.get('status')!r}")
+        prof = e.get("profile")
+        if prof is not None:
+            if not isinstance(prof, dict) or prof.get("ranks"):
+                raise GpuprofError(f"{where}: ranks: rank {r}'s profile must be one process's profile")
+            from_data(prof, f"{where}: rank {r}")
+    return ranks
 
 
 def environment(device: str | None = None) -> dict:

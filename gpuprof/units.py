@@ -103,3 +103,13 @@ def number(x: float | None) -> str:
     if abs(x) >= 1000:
         return f"{x:,.0f}"
     return f"{x:.3g}"
+
+
+def join_notes(*parts: str) -> str:
+    """Sentences joined into one note, each ended with a full stop (no "…computing saving capped")."""
+    out = []
+    for p in parts:
+        p = (p or "").strip()
+        if p:
+            out.append(p if p[-1] in ".!?)" else p + ".")
+    return " ".join(out)

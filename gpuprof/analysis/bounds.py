@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import os
 
-from gpuprof.units import seconds
+from gpuprof.units import join_notes, seconds
 
 TOL = 1e-6  # float rounding in sums of shares
 CPU_TOL = 1.0 + TOL  # no CPU figure above its cores, not even by rounding
@@ -69,7 +69,68 @@ def violations(profile, findings: list | None = None) -> list[str]:
         elif st.wall_s and abs(sum(st.phases.values()) - st.wall_s) > 0.02 * st.wall_s + 1e-6:
             out.append(f"step {st.index}: phases add up to {sum(st.phases.values()):.4g} s, the step is {st.wall_s:.4g} s")
     out += _cpu_violations(profile.measurements or {})
+    out += _comm_violations("measurements.comm", (profile.measurements or {}).get("comm"))
+    out += _distributed_violations((profile.measurements or {}).get("distributed"))
     out += _saving_violations(s, findings if findings is not None else profile.findings)
+    for e in getattr(profile, "ranks", None) or []:  # every rank's own profile, as measured
+        if isinstance(e, dict) and isinstance(e.get("profile"), dict):
+            from gpuprof.profile import Profile
+
+            try:
+                rank_profile = Profile.from_dict(e["profile"])
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue  # malformed, not impossible: profile.validate_ranks refuses it on load
+            out += [f"rank {e.get('rank')}: {v}" for v in violations(rank_profile)]
+    return out
+
+
+def _comm_violations(where: str, c) -> list[str]:
+    """An all-reduce section: 0 <= exposed <= in flight, per step and overall; bandwidths >= 0."""
+    out = []
+    if not isinstance(c, dict) or "not_measured" in c:
+        return out
+    rows = [("", c)] + [(f".per_step[{s.get('index')}]", s) for s in c.get("per_step") or [] if isinstance(s, dict)]
+    for sub, r in rows:
+        ex, fl = _num(r.get("exposed_s")), _num(r.get("in_flight_s"))
+        if ex is not None and ex < -TOL or fl is not None and fl < -TOL:
+            out.append(f"{where}{sub}: negative all-reduce time")
+        if ex is not None and fl is not None and ex > fl * (1 + 1e-6) + TOL:
+            out.append(f"{where}{sub}: exposed {ex:.4g} s is more than the {fl:.4g} s in flight")
+    for key in ("busbw_Bps", "algbw_Bps"):
+        v = _num(c.get(key))
+        if v is not None and v < 0:
+            out.append(f"{where}.{key} is negative")
+    return out
+
+
+def _distributed_violations(d) -> list[str]:
+    """A merged run's section: busy within 0..step, own phases >= 0, shares in 0-1, waits >= 0,
+    bus bandwidth not above the link's nominal figure."""
+    out = []
+    if not isinstance(d, dict):
+        return out
+    for r in d.get("ranks") or []:
+        busy, step = _num(r.get("busy_s")), _num(r.get("step_s"))
+        if busy is not None and (busy < -TOL or (step and busy > step * (1 + 1e-6) + TOL)):
+            out.append(f"measurements.distributed rank {r.get('rank')}: busy {busy:.4g} s is outside 0..its step")
+        for p, v in (r.get("own_phases") or {}).items():
+            if _num(v) is not None and v < -1e-3:  # own backward = backward − exposed: two clocks, ms slack
+                out.append(f"measurements.distributed rank {r.get('rank')}: own {p} {v:.4g} s is negative")
+    c = d.get("communication") or {}
+    for key in ("overlap_share",):
+        v = _num(c.get(key))
+        if v is not None and not -TOL <= v <= 1 + TOL:
+            out.append(f"measurements.distributed.communication.{key} = {v:.4g} is outside 0-1")
+    out += _comm_violations("measurements.distributed.communication", c)
+    for w in c.get("waiting") or []:
+        if _num(w.get("waiting_s")) is not None and w["waiting_s"] < -TOL:
+            out.append(f"measurements.distributed: rank {w.get('rank')} waits a negative time")
+    bw, nominal = _num(c.get("busbw_Bps")), _num((c.get("link") or {}).get("nominal_Bps"))
+    if bw is not None and nominal and bw > nominal * 1.05:
+        out.append(f"measurements.distributed: bus bandwidth {bw:.4g} B/s above the link's {nominal:.4g} B/s")
+    v = _num((d.get("slowest") or {}).get("extra_share"))
+    if v is not None and not -TOL <= v <= 1 + TOL:
+        out.append(f"measurements.distributed.slowest.extra_share = {v:.4g} is outside 0-1")
     return out
 
 
@@ -190,7 +251,7 @@ def _enforce_savings(summary: dict, findings) -> list[str]:
             why = ("a saving cannot be negative" if sv < 0 else
                    "the fixes ranked above already account for the rest of the step" if new < step else
                    "no saving exceeds the step")
-            note = (get("note") or "") + (" " if get("note") else "") + f"saving capped from {seconds(sv)} to {seconds(new)}: {why}"
+            note = join_notes(get("note") or "", f"saving capped from {seconds(sv)} to {seconds(new)}: {why}")
             claims = get("claims") or {}
             scale = new / sv if sv > 0 else 0.0
             for k, v in (("saving_s", new), ("saving_share", new / step), ("note", note),

@@ -147,7 +147,11 @@ def compare(before: Profile, after: Profile, *, before_name: str = "BEFORE",
         if not (prof.summary or {}).get("step_s"):
             raise GpuprofError(f"{name}: no measured step to compare")
     sb, sa = before.summary, after.summary
-    tok_b, tok_a = sb.get("tokens_per_step") or None, sa.get("tokens_per_step") or None
+    ws_b, ws_a = world_size(before), world_size(after)
+    # The job's tokens per step: a data-parallel step processes every rank's (summary.tokens_per_step
+    # is one rank's), so 1 rank of 1024 and 2 ranks of 512 do the same work per step.
+    tok_b = (sb.get("tokens_per_step") or 0) * ws_b or None
+    tok_a = (sa.get("tokens_per_step") or 0) * ws_a or None
     notes: list[str] = []
     per_token = bool(tok_b and tok_a and tok_b != tok_a)
     if per_token:
@@ -171,11 +175,10 @@ def compare(before: Profile, after: Profile, *, before_name: str = "BEFORE",
     time = Figure(sb["step_s"] * scale_b, sa["step_s"] * scale_a)
     not_measured: dict[str, str] = {}
     mfu, mfu_c = _mfu(before, after, before_name, after_name, not_measured)
-    ws_b, ws_a = world_size(before), world_size(after)
     if ws_b != ws_a:
-        notes.append(f"world size changed {ws_b} → {ws_a}: each side is compared by its top-level "
-                     "figures, one rank's view (for a merged profile, the rank gpuprof merge put there); "
-                     "the tokens per step and tokens/s are that rank's, not the whole job's")
+        notes.append(f"world size changed {ws_b} → {ws_a}: tokens per step and tokens/s are the whole "
+                     "job's (one rank's × the world size); the step and the phases are one rank's view "
+                     "(for a merged profile, the rank gpuprof merge put there)")
     tl = (sb.get("timeline"), sa.get("timeline"))
     if tl[0] != tl[1]:
         notes.append(f"the step times are on different clocks: BEFORE {tl[0]}, AFTER {tl[1]} timeline")
@@ -192,7 +195,7 @@ def compare(before: Profile, after: Profile, *, before_name: str = "BEFORE",
     return Comparison(
         before_name=before_name, after_name=after_name, basis=basis, unit=unit, basis_note=basis_note,
         tokens_per_step=Figure(tok_b, tok_a), step_s=step, time=time,
-        tokens_per_s=Figure(sb.get("tokens_per_s") or None, sa.get("tokens_per_s") or None),
+        tokens_per_s=Figure(tok_b / sb["step_s"] if tok_b else None, tok_a / sa["step_s"] if tok_a else None),
         mfu=mfu, mfu_vs_ceiling=mfu_c, spread=spread, world_size=Figure(ws_b, ws_a), timeline=tl,
         phases=phases,
         outcomes=outcomes(before, after, to_before),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding, Rule  # noqa: F401 - re-exported
 from gpuprof.analysis.rules import RULES
-from gpuprof.units import seconds
+from gpuprof.units import join_notes, seconds
 
 
 _KIND_ORDER = {"fix": 0, "correction": 1, "verdict": 2, "info": 3}
@@ -49,7 +49,7 @@ def rank(findings: list[Finding], summary: dict | None = None) -> list[Finding]:
         if new < f.saving_s - 1e-12:
             why = (f"it shares time with {', '.join(f.overlaps)}" if f.overlaps
                    else "the phases it comes out of take less than that per step")
-            f.note = (f.note + " " if f.note else "") + f"saving capped from {seconds(f.saving_s)}: {why}"
+            f.note = join_notes(f.note, f"saving capped from {seconds(f.saving_s)}: {why}")
             f.saving_s = new
             if step_s:
                 f.saving_share = new / step_s

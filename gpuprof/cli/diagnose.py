@@ -149,7 +149,7 @@ def diagnose(
     as_json: bool = typer.Option(False, "--json", help="Print the profile JSON instead of the report."),
     gpu: Optional[str] = typer.Option(None, help="GPU name or key for the peak (overrides detection), e.g. h200."),
     peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s to compute MFU against (overrides the table)."),
-    reported_mfu: Optional[float] = typer.Option(None, help="An MFU %% your script printed, to check against the true one."),
+    reported_mfu: Optional[float] = typer.Option(None, help="An MFU % your script printed, to check against the true one."),
     samplers: bool = typer.Option(True, "--samplers/--no-samplers", help="NVML/host sampling and the matmul ceiling probe."),
     disk_report: Optional[Path] = typer.Option(None, help="A `gpuprof bench-disk --json` result for the data's storage."),
     write: Optional[Path] = typer.Option(None, help="Write the corrected config (nanoGPT `key = value` format) here."),
@@ -159,7 +159,7 @@ def diagnose(
     html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here (no network requests)."),
     details: bool = typer.Option(False, "--details", help="Show everything: the MFU table, the GPU and host samplers, user-code attribution."),
     verify: bool = typer.Option(False, "--verify", help="Then run again with the top config fix applied (built-in loop, or a script taking --key=value) and show predicted vs achieved."),
-    post_budget: Optional[float] = typer.Option(None, "--post-budget", help="Seconds the measurements after the run share (ceiling and precisions, FLOP count, micro-batch curve); default max(15, 25%% of the run)."),
+    post_budget: Optional[float] = typer.Option(None, "--post-budget", help="Seconds the measurements after the run share (ceiling and precisions, FLOP count, micro-batch curve); default max(15, 25% of the run)."),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", "--nproc_per_node", help="Data parallel: launch this many ranks per node through torch.distributed.run (torchrun); every rank is profiled and this node's ranks merged.", rich_help_panel="torchrun"),
     nnodes: Optional[str] = typer.Option(None, "--nnodes", help="torchrun --nnodes (N or MIN:MAX); each node runs gpuprof, `gpuprof merge` joins the nodes' files.", rich_help_panel="torchrun"),
     node_rank: Optional[int] = typer.Option(None, "--node-rank", "--node_rank", help="torchrun --node-rank.", rich_help_panel="torchrun"),
@@ -183,9 +183,15 @@ def diagnose(
     --allow-slow). After the run, the measurements that follow it share one
     time budget (--post-budget) and say what they skipped.
 
-    Exit codes: 0 done; 1 the script raised (partial profile kept);
+    Data parallel: --nproc-per-node N launches through torch.distributed.run
+    (torchrun's launcher options pass through unchanged); every rank is
+    profiled and this node's ranks merged (gpuprof merge joins nodes).
+
+    Exit codes: 0 done; 1 the script raised, or a rank failed (the one that
+    failed first is named; the profile keeps what every rank measured);
     2 bad input, nothing ran; 3 done, but an output could not be written
-    where asked and went to the fallback file named on stderr; 130 Ctrl-C.
+    where asked and went to the fallback file named on stderr; 130 Ctrl-C
+    (what was measured is written).
     """
     import torch
 
@@ -287,6 +293,10 @@ def diagnose(
         def rerun(overrides):
             cfg2 = loop_config_with(cfg, overrides)
             cfg2.validate()
+            # The fixed run passes the same checks as the first: memory, and an hour-long run.
+            warn2 = preflight_run(cfg2, allow_slow=allow_slow, gpu=gpu, peak_tflops=peak_tflops)
+            if warn2 is not None:
+                typer.echo(f"gpuprof: warning: {warn2}", err=True)
             inst2 = _instruments(dev, cfg2.data, samplers)
             with live_progress(err, f"{cfg2.model} on {dev}, fixed", cfg2.warmup, cfg2.steps, False, inst2) as live:
                 prof2 = run_builtin(cfg2, instruments=inst2, on_step_record=live.on_step,
@@ -327,7 +337,7 @@ def analyze(
     log: Optional[Path] = typer.Option(None, help="A nanoGPT training log to analyse without running anything."),
     gpu: Optional[str] = typer.Option(None, help="GPU name or key for the peak, e.g. h200."),
     peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s (overrides the table)."),
-    reported_mfu: Optional[float] = typer.Option(None, help="An MFU %% the script printed."),
+    reported_mfu: Optional[float] = typer.Option(None, help="An MFU % the script printed."),
     batch_size: Optional[int] = typer.Option(None, help="Log mode: the run's batch_size."),
     block_size: Optional[int] = typer.Option(None, help="Log mode: the run's block_size."),
     grad_accum: Optional[int] = typer.Option(None, help="Log mode: gradient_accumulation_steps."),

@@ -42,7 +42,7 @@ def diagnose_distributed(*, script: Optional[str], script_args: list[str], launc
     from gpuprof.analysis.pipeline import analyze_profile
     from gpuprof.cli.diagnose import emit, exit_for
     from gpuprof.merge import merge_entries, one_line
-    from gpuprof.runners.launch import first_failure, launch
+    from gpuprof.runners.launch import check_launcher, first_failure, launch
 
     nproc = launcher.get("nproc_per_node")
     if nproc is None or nproc < 1:
@@ -60,6 +60,7 @@ def diagnose_distributed(*, script: Optional[str], script_args: list[str], launc
     else:
         spec.update(mode="builtin", builtin=builtin)
         what = f"the built-in loop ({builtin['model']}, DDP)"
+    check_launcher(launcher, standalone)  # a bad option: one line, exit 2, before the banner
     nodes = launcher.get("nnodes") or "1"
     err.print(f"gpuprof: launching {what} on {nproc} process(es) per node, {nodes} node(s), through "
               f"torch.distributed.run; {warmup} warmup + {steps} measured steps per rank", highlight=False)

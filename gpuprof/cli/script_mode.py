@@ -31,15 +31,15 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
                     verify: bool = False) -> None:
     """Profile `script script_args...`; emit the report/JSON; raise for the failure exits."""
     from gpuprof.analysis.pipeline import analyze_profile
-    from gpuprof.cli.diagnose import _instruments, emit, exit_for, post_progress
+    from gpuprof.cli.diagnose import _instruments, emit, exit_for
     from gpuprof.runners.script import check_script, run_script
 
     check_script(script)
-    if stop:
-        err.print(f"gpuprof: profiling {script}: {warmup} warmup + {steps} measured optimizer steps, "
-                  f"then the script is stopped (--no-stop lets it finish)", highlight=False)
-    else:
-        err.print(f"gpuprof: profiling {script} until it finishes", highlight=False)
+    # --json: stdout is the profile; stderr carries only the script's own output and errors.
+    if not as_json:
+        err.print(f"gpuprof: profiling {script}: {warmup} warmup + {steps} measured optimizer steps, then "
+                  f"the script is stopped (--no-stop lets it finish)" if stop
+                  else f"gpuprof: profiling {script} until it finishes", highlight=False)
     made: list = []
 
     def instruments(dev, data):
@@ -59,7 +59,7 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
         script_stdout = sys.stderr if as_json else sys.stdout
         result = run_script(script, script_args, steps=steps, warmup=warmup, stop=stop,
                             instruments_factory=instruments, stdout=script_stdout, post_budget_s=post_budget,
-                            on_progress=live.on_post if not as_json else post_progress(err),
+                            on_progress=live.on_post,
                             on_step_record=live.on_step)
     profile = result.profile
     if profile is None:
@@ -71,7 +71,7 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
                                else reported.get("mfu_pct_median"), disk=disk)
     saved = emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write,
                  force=force, **(shown or {}))
-    if verify and result.ended != "failed":
+    if verify and result.ended not in ("failed", "interrupted"):
         _verify_script(script, script_args, profile, findings, steps=steps, warmup=warmup, stop=stop,
                        samplers=samplers, post_budget=post_budget, gpu=gpu, peak_tflops=peak_tflops,
                        disk=disk, err=err)

@@ -18,6 +18,7 @@ from typing import Callable, Optional
 from rich.console import Console
 
 from gpuprof.errors import GpuprofError
+from gpuprof.units import seconds
 
 # nanoGPT config key -> (built-in loop option, value mapping)
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
@@ -65,8 +66,12 @@ def verify(before, findings, rerun: Callable[[dict], object], console: Console, 
     overrides = fix["config_overrides"]
     text = ", ".join(f"{k}={v}" for k, v in overrides.items())
     err.print(f"gpuprof: --verify: running {describe} again with {text} (the fix of `{fix['id']}`, "
-              f"predicted to save {fix['saving_s']:.3g} s per step)", highlight=False)
-    after = rerun(overrides)
+              f"predicted to save {seconds(fix['saving_s'])} per step)", highlight=False)
+    try:
+        after = rerun(overrides)
+    except GpuprofError as exc:  # the fixed run refused (memory, an hour-long run): this run stands
+        err.print(f"gpuprof: --verify: not run: {exc}", highlight=False)
+        return
     if after is None:
         return
     result = compare(before, after, before_name="this run", after_name=f"with {text}")
@@ -74,5 +79,5 @@ def verify(before, findings, rerun: Callable[[dict], object], console: Console, 
     outcome = next((o for o in result.outcomes if o.id == fix["id"]), None)
     if outcome is not None and outcome.achieved_s is not None:
         ratio = f" (achieved / predicted {outcome.ratio:.2f})" if outcome.ratio is not None else ""
-        console.print(f"--verify: `{fix['id']}` predicted {outcome.predicted_s:.3g} s, achieved "
-                      f"{outcome.achieved_s:.3g} s per step{ratio}", highlight=False)
+        console.print(f"--verify: `{fix['id']}` predicted {seconds(outcome.predicted_s)}, achieved "
+                      f"{seconds(outcome.achieved_s)} per step{ratio}", highlight=False)

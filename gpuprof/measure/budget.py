@@ -35,6 +35,7 @@ class PostRunBudget:
         self._t0 = clock()
         self._open: dict[str, tuple[float, float]] = {}
         self.parts: dict[str, dict] = {}
+        self.interrupted = False
 
     @classmethod
     def for_run(cls, run_wall_s: float, seconds: float | None = None, **kw) -> "PostRunBudget":
@@ -45,7 +46,15 @@ class PostRunBudget:
         return cls(total, source=f"max({MIN_S:g} s, {RUN_SHARE:.0%} of the {run_wall_s or 0:.1f} s run)", **kw)
 
     def left(self) -> float:
+        if self.interrupted:
+            return 0.0
         return max(0.0, self.total_s - (self._clock() - self._t0))
+
+    def interrupt(self) -> None:
+        """Ctrl-C (or the launcher stopping a rank) during the post-run work: nothing is left;
+        the remaining parts skip their work and the run's profile is still written."""
+        self.interrupted = True
+        self.close_open("interrupted (Ctrl-C or the launcher)")
 
     def allot(self, name: str, share: float | None = None) -> float:
         """Seconds `name` may spend now: its share of the whole budget, capped by what is left."""
@@ -69,8 +78,11 @@ class PostRunBudget:
             self.done(name, [why])
 
     def report(self) -> dict:
-        return {"budget_s": self.total_s, "source": self.source,
-                "spent_s": self._clock() - self._t0, "parts": self.parts}
+        out = {"budget_s": self.total_s, "source": self.source,
+               "spent_s": self._clock() - self._t0, "parts": self.parts}
+        if self.interrupted:
+            out["interrupted"] = True
+        return out
 
     def _say(self, line: str) -> None:
         if self._on_progress is not None:

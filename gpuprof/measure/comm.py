@@ -41,7 +41,7 @@ class HostClock:
     def mark(self):
         return time.perf_counter_ns()
 
-    def prepare(self) -> None:
+    def prepare(self, wait: bool = True) -> None:
         pass
 
     def seconds(self, a, b) -> float:
@@ -64,7 +64,12 @@ class CudaClock:
         ev.record()  # the current stream: backward's (ready) or the one waiting on the collective
         return ev
 
-    def prepare(self) -> None:
+    def prepare(self, wait: bool = True) -> None:
+        """Wait for the device so every event is complete; not after a failed or stopped run: an
+        NCCL collective whose peer died never completes, and a wait here would hang the rank (its
+        unfinished rounds are then counted as incomplete instead)."""
+        if not wait:
+            return
         from gpuprof.measure.cuda import cuda_device
 
         self._torch.cuda.synchronize(cuda_device(self._device))
@@ -155,10 +160,12 @@ class CommMeter:
         for rec in self._records:
             current.append(rec)
             if rec[2]:  # DDP's last bucket of this backward
-                if any(r[4] is None for r in current):
-                    incomplete += 1
-                else:
+                try:
+                    if any(r[4] is None for r in current):
+                        raise RuntimeError("an all-reduce never completed")
                     rounds.append(self._round(current))
+                except RuntimeError:  # a CUDA event not complete (a stopped run): not measured
+                    incomplete += 1
                 current = []
         return rounds, incomplete + (1 if current else 0)
 
@@ -177,9 +184,10 @@ class CommMeter:
     def stop(self, ctx) -> dict | None:
         if not self._registered:
             return None
-        self._clock.prepare()
-        rounds, incomplete = self._rounds()
         prof = getattr(ctx, "profile", None)
+        ended = (getattr(prof, "run", None) or {}).get("ended") or "finished"
+        self._clock.prepare(wait=ended in ("finished", "stopped"))
+        rounds, incomplete = self._rounds()
         measured = [s.index for s in prof.steps] if prof is not None else []
         by_step = {i: [r for r in rounds if r["step"] == i] for i in measured}
         per_step = []
@@ -226,9 +234,11 @@ class CommMeter:
         }
 
 
-def link_info(device: str, world: int) -> dict:
-    """The link the all-reduce runs over and its nominal per-direction figure, where known."""
-    from gpuprof.hardware import link_for
+def link_info(device: str, world: int, nvml=None) -> dict:
+    """The link the all-reduce runs over and its nominal per-direction figure, where known.
+    NVML: the active NVLink links and their version (an nvmlNvlinkVersion_t enum), else the
+    PCIe link's maximum generation and width (the current one drops at idle, after the run)."""
+    from gpuprof.hardware import NVLINK_NAMES, link_for
 
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     if not str(device).startswith("cuda"):
@@ -238,10 +248,12 @@ def link_info(device: str, world: int) -> dict:
         return {"name": "network between nodes", "nominal_Bps": None,
                 "why": "ranks span nodes: the inter-node network (NIC, fabric) is not read"}
     try:
-        import pynvml
+        if nvml is None:
+            import pynvml as nvml
 
         from gpuprof.measure.cuda import cuda_index
 
+        pynvml = nvml
         pynvml.nvmlInit()
         try:
             import torch
@@ -260,14 +272,15 @@ def link_info(device: str, world: int) -> dict:
                     break
             gen = width = None
             if not active:
-                gen = pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h)
-                width = pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)
+                gen = pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)
+                width = pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)
         finally:
             pynvml.nvmlShutdown()
     except Exception as exc:  # noqa: BLE001 - a reading, never the run
         return {"name": "not measured", "nominal_Bps": None, "why": f"NVML: {exc.__class__.__name__}: {exc}"}
     spec, gbs = link_for(version, active, gen, width)
-    what = f"NVLink v{version}, {active} links active" if active else f"PCIe Gen{gen} x{width}"
+    what = (f"NVLink {NVLINK_NAMES.get(version, f'(NVML version {version})')}, {active} links active"
+            if active else f"PCIe Gen{gen} x{width}")
     if spec is None:
         return {"name": what, "nominal_Bps": None, "why": "no row for this link in gpuprof.hardware.LINKS"}
     return {"name": what, "table": spec.name, "nominal_Bps": gbs * 1e9, "source": spec.source}

@@ -87,6 +87,10 @@ def stop_instruments(instruments: list, ctx, budget=None) -> dict:
         name = getattr(inst, "name", repr(inst))
         try:
             section = inst.stop(ctx)
+        except KeyboardInterrupt:  # Ctrl-C, or torchrun stopping this rank: keep what was measured
+            section = {"not_measured": "interrupted (Ctrl-C or the launcher) after the run"}
+            if budget is not None:
+                budget.interrupt()  # the remaining parts still stop (restore settings), with no time
         except Exception as exc:  # noqa: BLE001 - e.g. a CUDA error in a post-run probe
             section = {"not_measured": f"{name} failed: {_reason(exc)}"}
         if budget is not None:

@@ -21,23 +21,23 @@ def distributed_panel(profile) -> Panel | None:
     slow = (d.get("slowest") or {}).get("rank")
     for r in d.get("ranks", []):
         mark = " *" if r["rank"] == slow else (" !" if r.get("status") != "ok" else "")
-        if r.get("mean_step_s") is None:
+        if r.get("step_s") is None:
             t.add_row(f"{r['rank']}{mark}", *["—"] * 7)
             continue
         own = r.get("own_phases") or {}
         ph = r.get("phases") or {}
         comm = r.get("comm") or {}
         t.add_row(
-            f"{r['rank']}{mark}", seconds(r["mean_step_s"]), seconds(ph.get("data")), seconds(ph.get("forward")),
-            seconds(own.get("backward", ph.get("backward"))),
+            f"{r['rank']}{mark}", seconds(r["step_s"]), seconds(own.get("data", ph.get("data"))),
+            seconds(own.get("forward", ph.get("forward"))), seconds(own.get("backward", ph.get("backward"))),
             seconds(comm.get("exposed_s")) if comm else "—",
             seconds(waiting.get(r["rank"])) if r["rank"] in waiting else "—",
             seconds(r.get("busy_s")) if r.get("busy_s") is not None else "—",
         )
     lines = [t]
-    caption = ("* slowest rank, ! failed. Mean per step: bwd = backward without the all-reduce wait; "
-               "all-reduce = its exposed time (after the rank's own backward compute); waits = "
-               "exposed beyond the rank that waited least (waiting for a slower rank); "
+    caption = ("* slowest rank, ! failed. Medians over the measured steps: bwd = backward without the "
+               "all-reduce wait; all-reduce = its exposed time (after the rank's own backward compute); "
+               "waits = exposed beyond the rank that waited least (waiting for a slower rank); "
                "busy = step − all-reduce")
     lines.append(Text(caption, style="dim"))
     if d.get("slowest"):

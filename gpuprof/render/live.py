@@ -42,7 +42,7 @@ class LiveProgress:
         self._done = 0
         self._times: list[float] = []
         self._phases: dict[str, float] = {}
-        self._tokens = 0
+        self._tok: list[int] = []  # tokens of each measured step
         self._post: str | None = None
         self._live: Live | None = None
         self._last_line = -1e9
@@ -70,7 +70,8 @@ class LiveProgress:
             self._times.append(rec["wall_s"])
             for p, s in rec.get("phases", {}).items():
                 self._phases[p] = self._phases.get(p, 0.0) + s
-            self._tokens += rec.get("tokens") or 0
+            if rec.get("tokens"):
+                self._tok.append(rec["tokens"])
         self._show(final=self.steps is not None and self._done == self.warmup + self.steps)
 
     def on_post(self, line: str) -> None:
@@ -106,12 +107,17 @@ class LiveProgress:
         if not self._times:
             return ""
         med = statistics.median(self._times)
-        total = sum(self._times)
-        parts = [f"step {seconds(med)} median", f"{self._tokens / total:,.0f} tokens/s" if total else ""]
+        parts = [f"step {seconds(med)} median", self._tps(med)]
         shares = self._shares()
         if shares:
             parts.append(", ".join(f"{p} {pct(s, 0)}" for p, s in shares[:3]))
         return ": " + "; ".join(x for x in parts if x)
+
+    def _tps(self, median_step: float) -> str:
+        """Tokens/s as the report computes it: the median step's tokens over the median step."""
+        if not self._tok or not median_step:
+            return ""
+        return f"{statistics.median(self._tok) / median_step:,.0f} tokens/s"
 
     def _shares(self) -> list[tuple[str, float]]:
         total = sum(self._phases.values())
@@ -123,9 +129,8 @@ class LiveProgress:
         lines = [Text(f"{self.what}: {self._where()}", style="bold")]
         if self._times:
             last, med = self._times[-1], statistics.median(self._times)
-            total = sum(self._times)
-            tps = f"{self._tokens / total:,.0f} tokens/s" if total and self._tokens else "tokens/s not measured"
-            lines.append(Text(f"step {seconds(last)} last, {seconds(med)} median · {tps}"))
+            lines.append(Text(f"step {seconds(last)} last, {seconds(med)} median · "
+                              f"{self._tps(med) or 'tokens/s not measured'}"))
             total_p = sum(self._phases.values()) or 1.0
             for p in PHASES:
                 s = self._phases.get(p, 0.0)

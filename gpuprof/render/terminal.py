@@ -90,9 +90,18 @@ def step_line(profile: Profile) -> Text:
                 f"{'GPU timeline' if on_gpu else 'host wall time'}; p10 {seconds(s.get('step_s_p10'))}, "
                 f"p90 {seconds(s.get('step_s_p90'))}, spread {pct(s.get('spread'), 0)})")
     text.append(" · ")
-    text.append(f"{s.get('tokens_per_s', 0):,.0f} tokens/s", style="bold green")
+    world = int(profile.run.get("world_size") or 1) if profile.ranks else 1
+    if world > 1:  # a merged data-parallel run: the figures above are one rank's view
+        text.append(f"{s.get('tokens_per_s', 0) * world:,.0f} tokens/s", style="bold green")
+        slow = ((profile.measurements.get("distributed") or {}).get("slowest") or {}).get("rank")
+        me = profile.run.get("rank")
+        text.append(f" for the job ({world} ranks); the step and phases are rank {me}'s"
+                    + (" (the slowest)" if me == slow else ""))
+    else:
+        text.append(f"{s.get('tokens_per_s', 0):,.0f} tokens/s", style="bold green")
     if s.get("micro_steps"):
-        text.append(f" · {s['micro_steps']} micro-steps per step")
+        n = s["micro_steps"]
+        text.append(f" · {n} micro-step{'s' if n != 1 else ''} per step")
     return text
 
 

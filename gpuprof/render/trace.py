@@ -57,14 +57,9 @@ def _us(seconds: float) -> float:
 def checked_ranks(profile: Profile) -> list[dict]:
     """The per-rank entries of a merged profile ([] for a single process), checked enough to
     place them: a malformed one is a one-line GpuprofError, not a traceback."""
-    ranks = getattr(profile, "ranks", None) or []
-    if not isinstance(ranks, list) or not all(
-            isinstance(r, dict) and isinstance(r.get("rank"), int) and not isinstance(r.get("rank"), bool)
-            and r["rank"] >= 0 for r in ranks):
-        raise GpuprofError("profile.ranks: each entry needs a non-negative integer rank")
-    if len({r["rank"] for r in ranks}) != len(ranks):
-        raise GpuprofError("profile.ranks: a rank appears twice")
-    return ranks
+    from gpuprof.profile import validate_ranks
+
+    return validate_ranks(getattr(profile, "ranks", None) or [], "profile")
 
 
 def _meta(pid: int, tid: int, name: str, args: dict) -> dict:

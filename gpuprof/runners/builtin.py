@@ -324,6 +324,8 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
     # Interrupted: out now, with what was measured (no post-run measurements).
     budget = PostRunBudget.for_run(run_wall, 0.0 if interrupted else post_budget_s, on_progress=on_progress)
     profile.measurements.update(stop_instruments(started, run_ctx, budget))
+    if budget.interrupted:  # Ctrl-C during the post-run work: the steps stand, the run was stopped
+        run["ended"], run["partial"] = "interrupted", True
     for name, why in problems.items():  # instruments that did not start, parts that failed
         profile.measurements.setdefault(name, {"not_measured": why})
     return profile

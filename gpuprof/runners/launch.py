@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from gpuprof.errors import GpuprofError
 
 # The launcher options gpuprof passes through to torchrun (CLI name -> torchrun flag).
+AGENT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, n))
+AGENT_ENV = ("OMP_NUM_THREADS", "TORCHELASTIC_SIGNALS_TO_HANDLE")
+
 LAUNCHER_FLAGS = ("nproc-per-node", "nnodes", "node-rank", "rdzv-endpoint", "rdzv-backend", "rdzv-id",
                   "rdzv-conf", "master-addr", "master-port", "max-restarts", "monitor-interval",
                   "local-addr")
@@ -34,8 +37,9 @@ class LaunchResult:
     problem: str | None = None  # a launcher-level failure (rendezvous, bad option)
 
 
-def torchrun_args(launcher: dict, standalone: bool, spec_path: str) -> list[str]:
-    """torchrun's argv: the launcher options as given, then our rank module and its spec."""
+def torchrun_args(launcher: dict, standalone: bool, spec_path: str, log_dir: str | None = None) -> list[str]:
+    """torchrun's argv: the launcher options as given, then our rank module and its spec.
+    log_dir: where torchrun's agent keeps its per-run folder (else it leaves one in /tmp)."""
     argv = []
     for flag in LAUNCHER_FLAGS:
         value = launcher.get(flag.replace("-", "_"))
@@ -43,6 +47,8 @@ def torchrun_args(launcher: dict, standalone: bool, spec_path: str) -> list[str]
             argv += [f"--{flag}", str(value)]
     if standalone:
         argv.append("--standalone")
+    if log_dir is not None:
+        argv += ["--log-dir", log_dir]
     return argv + ["-m", "gpuprof.runners.rank", spec_path]
 
 
@@ -53,16 +59,17 @@ def launch(spec: dict, launcher: dict, *, standalone: bool = False) -> LaunchRes
     from torch.distributed.run import parse_args, run
 
     folder = tempfile.mkdtemp(prefix="gpuprof-ranks-")
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    # torchrun's agent installs handlers for these (raising SignalException) and sets these
+    # environment variables for its workers; gpuprof's own process gets its own back afterwards.
+    saved = {s: signal.getsignal(s) for s in AGENT_SIGNALS}
+    env = {k: os.environ.get(k) for k in AGENT_ENV}
     result = LaunchResult(entries=[])
     try:
         spec_path = os.path.join(folder, "spec.json")
         with open(spec_path, "w", encoding="utf-8") as f:
             json.dump({**spec, "folder": folder}, f)
-        try:
-            args = parse_args(torchrun_args(launcher, standalone, spec_path))
-        except SystemExit:
-            raise GpuprofError("torchrun refused the launcher options (its message is above)") from None
+        args = _checked_args(parse_args, torchrun_args(launcher, standalone, spec_path,
+                                                       log_dir=os.path.join(folder, "torchrun")))
         try:
             run(args)
         except ChildFailedError as exc:
@@ -76,12 +83,57 @@ def launch(spec: dict, launcher: dict, *, standalone: bool = False) -> LaunchRes
             result.interrupted = True
         except Exception as exc:  # rendezvous and agent errors: nothing of the ranks to merge
             result.problem = f"torchrun: {exc.__class__.__name__}: {exc}"
-        result.entries = _read_entries(folder, result.failures, int(launcher.get("nproc_per_node") or 1))
+        result.entries = _read_entries(folder, result.failures, int(launcher.get("node_rank") or 0))
     finally:
-        for s, h in saved.items():  # torchrun's agent replaces them and does not put them back
-            signal.signal(s, h)
+        for sig, h in saved.items():  # torchrun's agent replaces them and does not put them back
+            if h is not None:
+                signal.signal(sig, h)
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         shutil.rmtree(folder, ignore_errors=True)
     return result
+
+
+def check_launcher(launcher: dict, standalone: bool = False) -> None:
+    """Validate the launcher options as torchrun would, before anything starts (GpuprofError)."""
+    from torch.distributed.run import parse_args
+
+    env = {k: os.environ.get(k) for k in AGENT_ENV}
+    try:
+        _checked_args(parse_args, torchrun_args(launcher, standalone, "spec.json"))
+    finally:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _checked_args(parse_args, argv: list[str]):
+    """torchrun's parsed arguments, its own validation run first (config_from_args on a copy):
+    a bad launcher option is a one-line error (exit 2) before anything starts."""
+    import copy
+
+    from torch.distributed.run import config_from_args
+
+    try:
+        args = parse_args(argv)
+    except SystemExit:
+        raise GpuprofError("torchrun refused the launcher options (its message is above)") from None
+    try:
+        config_from_args(copy.deepcopy(args))
+    except (ValueError, AssertionError, TypeError, RuntimeError) as exc:
+        raise GpuprofError(f"torchrun refused the launcher options: {exc.__class__.__name__}: "
+                           f"{str(exc) or 'invalid value'}") from None
+    port = getattr(args, "master_port", None)
+    if port is not None and not 0 <= int(port) <= 65535:
+        raise GpuprofError(f"--master-port must be a port number 0-65535, got {port}")
+    if getattr(args, "monitor_interval", 1) <= 0:
+        raise GpuprofError(f"--monitor-interval must be positive seconds, got {args.monitor_interval}")
+    return args
 
 
 def _failure_text(failure) -> str:
@@ -94,7 +146,7 @@ def _failure_text(failure) -> str:
     return f"exit code {code}"
 
 
-def _read_entries(folder: str, failures: dict, nproc: int) -> list[dict]:
+def _read_entries(folder: str, failures: dict, node_rank: int) -> list[dict]:
     entries = {}
     for name in os.listdir(folder):
         if name.startswith("rank") and name.endswith(".json"):
@@ -107,7 +159,7 @@ def _read_entries(folder: str, failures: dict, nproc: int) -> list[dict]:
     for rank, f in failures.items():
         e = entries.get(rank)
         if e is None:  # died without writing its entry: what torchrun saw
-            entries[rank] = {"rank": rank, "local_rank": f["local_rank"], "node_rank": None, "host": None,
+            entries[rank] = {"rank": rank, "local_rank": f["local_rank"], "node_rank": node_rank, "host": None,
                              "world_size": None, "status": "missing", "profile": None,
                              "error": {"type": "RankDied", "file": None, "line": None, "time": f["time"],
                                        "message": f"the rank ended without a profile ({f['message']})"}}

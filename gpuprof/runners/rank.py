@@ -88,8 +88,7 @@ def _run_script(spec: dict) -> tuple[dict | None, str, dict | None]:
     prof = result.profile.to_dict() if result.profile is not None else None
     error = result.error
     if result.ended == "interrupted" and _signalled:
-        error = {"type": "StoppedByLauncher", "message": f"stopped by {_signalled[0]} from the launcher "
-                 "(another rank failed, or Ctrl-C)", "file": None, "line": None}
+        error = _stopped()
     if prof is None and error is None:
         c = result.counts
         error = {"type": "NoStep", "file": None, "line": None,
@@ -102,17 +101,21 @@ def _run_builtin(spec: dict) -> tuple[dict | None, str, dict | None]:
     from gpuprof.runners.builtin import LoopConfig, run_builtin
 
     cfg = LoopConfig(**spec["builtin"])
-    stopped = {"type": "StoppedByLauncher", "file": None, "line": None,
-               "message": f"stopped by {(_signalled or ['Ctrl-C'])[0]} from the launcher "
-                          "(another rank failed, or Ctrl-C)"}
     try:
         profile = run_builtin(cfg, instruments=_instruments(spec.get("samplers", True))(cfg.device, cfg.data),
                               post_budget_s=spec.get("post_budget"), rank_timeout_s=spec.get("rank_timeout"))
     except KeyboardInterrupt:  # before a measured step completed
-        return None, "interrupted", stopped
+        return None, "interrupted", _stopped()
     if profile.run.get("ended") == "interrupted":
-        return profile.to_dict(), "interrupted", stopped
+        return profile.to_dict(), "interrupted", _stopped()
     return profile.to_dict(), "finished", None
+
+
+def _stopped() -> dict:
+    """The error of a rank the launcher stopped, naming the signal it got (read after the run)."""
+    return {"type": "StoppedByLauncher", "file": None, "line": None, "time": time.time(),
+            "message": f"stopped by {(_signalled or ['SIGINT'])[0]} from the launcher "
+                       "(another rank failed, or Ctrl-C)"}
 
 
 def main(argv: list[str] | None = None) -> int:

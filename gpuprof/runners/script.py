@@ -469,4 +469,7 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
     run_wall = time.perf_counter() - t0
     if hooks.stopped:
         ended = "stopped"
-    return ScriptRun(_build_profile(run, ended, error, run_wall), ended, error, dict(hooks.counts))
+    profile = _build_profile(run, ended, error, run_wall)
+    if profile is not None and profile.run.get("ended") == "interrupted":
+        ended = "interrupted"  # Ctrl-C during the post-run measurements
+    return ScriptRun(profile, ended, error, dict(hooks.counts))

@@ -65,6 +65,8 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     post_budget = 0.0 if ended == "interrupted" else run.post_budget_s
     budget = PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress)
     profile.measurements.update(stop_instruments(run.instruments, run.ctx, budget))
+    if budget.interrupted:  # Ctrl-C during the post-run work: the steps stand, the run was stopped
+        run_info["ended"], run_info["partial"] = "interrupted", True
     for name, why in run.not_started.items():
         profile.measurements.setdefault(name, {"not_measured": why})
     if run.instrument_errors:

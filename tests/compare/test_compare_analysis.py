@@ -113,7 +113,28 @@ def test_world_size_device_and_timeline_notes():
     assert c.world_size.before == 1 and c.world_size.after == 4
     assert any("world size changed 1 → 4" in n for n in c.notes)
     assert any("different devices" in n for n in c.notes)
-    assert c.step_s.change == 0 and c.slower_pct == 0
+    assert c.step_s.change == 0
+    # 4 ranks each doing BEFORE's tokens in the same step: the job does 4× the tokens per step.
+    assert c.basis == "token" and c.tokens_per_step.after == 4 * c.tokens_per_step.before
+    assert c.tokens_per_s.after == pytest.approx(4 * c.tokens_per_s.before)
+    assert c.slower_pct == pytest.approx(-75.0)
+
+
+def test_data_parallel_job_twice_as_fast_is_seen():
+    """1 process at 1024 tokens per 0.2 s, then 2 ranks at 512 tokens each per 0.1 s: the job is
+    twice as fast per token (the review's case), not unchanged."""
+    b = hand_profile([BASE_PHASES] * 3)
+    a = hand_profile([{k: v / 2 for k, v in BASE_PHASES.items()}] * 3)
+    for st in a.steps:
+        st.tokens //= 2
+    from gpuprof.profile import summarize
+
+    a.summary = summarize(a.steps)
+    a.run["world_size"] = 2
+    c = compare(b, a)
+    assert c.tokens_per_step.before == c.tokens_per_step.after  # the job's tokens: same work
+    assert c.basis == "step" and c.slower_pct == pytest.approx(-50.0)
+    assert c.tokens_per_s.after == pytest.approx(2 * c.tokens_per_s.before)
 
 
 def test_change_within_the_spread_is_called_noise():

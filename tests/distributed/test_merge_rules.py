@@ -177,3 +177,45 @@ def test_comm_meter_keeps_the_scripts_own_hook(tmp_path):
         assert sec["rounds_per_step"] == 1 and sec["bytes_per_round"] == (16 + 4) * 4
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("version, links, expect_name, expect_gbs", [
+    (6, 18, "NVLink 4.0, 18 links active", 450.0),  # H100/H200 SXM: NVML's enum 6 is NVLink 4.0
+    (5, 12, "NVLink 3.1, 12 links active", 300.0),  # A100 SXM reports 5
+    (6, 9, "NVLink 4.0, 9 links active", 225.0),  # half the links: half the bandwidth
+    (0, 0, "PCIe Gen5 x16", 64.0),  # no NVLink (NotSupported): the PCIe link's maximum
+])
+def test_link_info_reads_nvml_enums(fake_cuda, version, links, expect_name, expect_gbs, monkeypatch):
+    from fakes.nvml import FakeNvml
+
+    from gpuprof.measure.comm import link_info
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    nvml = FakeNvml(uuids=[f"GPU-{u}" for u in fake_cuda.uuids], nvlinks=links, nvlink_version=version)
+    info = link_info("cuda:0", 8, nvml=nvml)
+    assert info["name"] == expect_name
+    assert info["nominal_Bps"] == pytest.approx(expect_gbs * 1e9)
+    assert nvml.refs == 0  # shut down again
+
+
+def test_link_info_says_why_not_known(monkeypatch):
+    from gpuprof.measure.comm import link_info
+
+    assert link_info("cpu", 2)["nominal_Bps"] is None
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert link_info("cuda:0", 16)["name"] == "network between nodes"
+
+
+@pytest.mark.adversarial
+def test_bounds_check_the_distributed_figures():
+    entries = [_rank_profile(0, data_s=0.01, exposed_s=0.09), _rank_profile(1, data_s=0.09, exposed_s=0.01)]
+    merged = merge_entries(entries)
+    assert violations(merged) == []
+    c = merged.measurements["distributed"]["communication"]
+    c["exposed_s"], c["in_flight_s"] = 0.05, 0.02  # exposed longer than in flight: impossible
+    merged.measurements["distributed"]["ranks"][0]["busy_s"] = 5.0  # busier than its step
+    merged.ranks[1]["profile"]["measurements"]["comm"]["per_step"][0]["exposed_s"] = -1.0
+    found = violations(merged)
+    assert any("exposed 0.05 s is more than the 0.02 s in flight" in v for v in found)
+    assert any("rank 0: busy 5 s is outside 0..its step" in v for v in found)
+    assert any(v.startswith("rank 1: measurements.comm.per_step[1]: negative") for v in found)

@@ -43,9 +43,10 @@ class FakeNvml:
     NVML_PCIE_UTIL_TX_BYTES = pynvml.NVML_PCIE_UTIL_TX_BYTES
     NVML_PCIE_UTIL_RX_BYTES = pynvml.NVML_PCIE_UTIL_RX_BYTES
     NVMLError = pynvml.NVMLError
+    NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
 
     def __init__(self, fail_init=False, fail=(), uuids=("GPU-aaaa-1111", "GPU-bbbb-2222"), migs=(),
-                 mig_capable=True, throttle_mask=0x4 | 0x40):
+                 mig_capable=True, throttle_mask=0x4 | 0x40, nvlinks=0, nvlink_version=0, pcie=(5, 16)):
         self.fail_init = fail_init
         self.fail = set(fail)
         self.uuids = list(uuids)
@@ -54,6 +55,9 @@ class FakeNvml:
         self.throttle_mask = throttle_mask  # default: sw power cap + hw thermal slowdown
         self.calls: dict[str, int] = {}
         self.util = 80
+        # NVLink: `nvlinks` active links (0: the GPU has none: NotSupported), `nvlink_version` the
+        # nvmlNvlinkVersion_t enum NVML returns (6 = NVLink 4.0 on Hopper); PCIe max (gen, width).
+        self.nvlinks, self.nvlink_version, self.pcie = nvlinks, nvlink_version, pcie
         self.refs = 0  # nvmlInit reference count
         self.shutdown = False
 
@@ -165,3 +169,25 @@ class FakeNvml:
     def nvmlDeviceGetPcieThroughput(self, h, counter):
         self._hit("pcie", h)
         return 1000 if counter == self.NVML_PCIE_UTIL_RX_BYTES else 10
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        self._hit("nvlink", h)
+        if link >= pynvml.NVML_NVLINK_MAX_LINKS:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if not self.nvlinks:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return pynvml.NVML_FEATURE_ENABLED if link < self.nvlinks else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetNvLinkVersion(self, h, link):
+        self._hit("nvlink", h)
+        if not self.nvlinks:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self.nvlink_version
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        self._hit("pcie_max", h)
+        return self.pcie[0]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        self._hit("pcie_max", h)
+        return self.pcie[1]

@@ -27,3 +27,26 @@ def test_interrupt_before_a_measured_step_is_a_plain_interrupt():
 
     with pytest.raises(KeyboardInterrupt):
         run_builtin(LoopConfig(**TINY), on_step=ctrl_c)
+
+
+def test_interrupt_during_the_post_run_work_keeps_the_profile():
+    """Ctrl-C (or torchrun's SIGTERM to a rank) while the post-run measurements run: the measured
+    steps are kept, the parts after it are skipped, the run says it was interrupted."""
+    from gpuprof.measure.flops import FlopsInstrument
+
+    class CtrlCAtStop:
+        name = "ctrl-c"
+
+        def start(self, ctx):
+            pass
+
+        def stop(self, ctx):
+            raise KeyboardInterrupt
+
+    prof = run_builtin(LoopConfig(**dict(TINY, steps=3)), instruments=[CtrlCAtStop(), FlopsInstrument()],
+                       post_budget_s=30)
+    assert len(prof.steps) == 3
+    assert prof.run["ended"] == "interrupted"
+    assert prof.measurements["ctrl-c"]["not_measured"].startswith("interrupted")
+    assert prof.measurements["post_run"]["interrupted"] is True
+    assert prof.measurements["post_run"]["spent_s"] < 5  # the FLOP count had no time left

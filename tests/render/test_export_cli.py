@@ -82,7 +82,7 @@ def test_malformed_ranks_are_a_one_line_error(builtin_profile, tmp_path, monkeyp
 
     monkeypatch.setattr(profile_io.Profile, "from_dict", staticmethod(with_ranks))
     res = runner.invoke(app, ["export", str(src), "--trace", str(tmp_path / "t.json")])
-    _one_line_error(res, "rank 0: malformed per-rank profile")
+    _one_line_error(res, "rank 0: not a gpuprof profile")
     assert not (tmp_path / "t.json").exists()
 
 

@@ -171,7 +171,7 @@ def test_a_missing_rank_is_a_named_empty_process(merged_profile):
 @pytest.mark.parametrize("ranks, message", [
     ([{"rank": "zero", "profile": None}], "non-negative integer rank"),
     ([{"rank": 0, "profile": None}, {"rank": 0, "profile": None}], "appears twice"),
-    ([{"rank": 0, "status": "ok", "profile": {"steps": [{"index": 0}]}}], "rank 0: malformed per-rank profile"),
+    ([{"rank": 0, "status": "ok", "profile": {"steps": [{"index": 0}]}}], "rank 0: not a gpuprof profile"),
 ])
 def test_malformed_ranks_are_one_line_errors(merged_profile, ranks, message):
     merged_profile.ranks = ranks

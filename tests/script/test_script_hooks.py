@@ -119,7 +119,10 @@ def test_no_grad_forward_is_eval_until_the_next_training_event():
         hooks.remove()
     (step,) = hooks.timer.steps()
     assert step.phases["eval"] > 0
-    assert step.extra == {"forwards": 2, "backwards": 2, "eval_forwards": 2}
+    assert {k: v for k, v in step.extra.items() if k != "spans"} == {"forwards": 2, "backwards": 2, "eval_forwards": 2}
+    # one eval span, between the first backward and the next training forward, as it ran
+    labels = [s[0] for s in step.extra["spans"]]
+    assert labels.count("eval") == 1 and labels.index("backward") < labels.index("eval")
 
 
 def test_stop_after_raises_a_base_exception_that_except_exception_cannot_swallow():

@@ -21,7 +21,8 @@ EXPOSED_MIN_SHARE = 0.05  # communication not hidden, as a share of the step
 
 
 def _dist(ctx: Context) -> dict:
-    return ctx.profile.measurements.get("distributed") or {}
+    d = ctx.profile.measurements.get("distributed")
+    return d if isinstance(d, dict) else {}
 
 
 def _view_is(ctx: Context, rank: int) -> bool:
@@ -30,7 +31,8 @@ def _view_is(ctx: Context, rank: int) -> bool:
 
 def straggler_rank(ctx: Context) -> list[Finding]:
     slow = _dist(ctx).get("slowest")
-    if not slow or not slow.get("step_s") or slow["extra_s"] <= 0:
+    if not isinstance(slow, dict) or not slow.get("step_s") or not (slow.get("extra_s") or 0) > 0 \
+            or slow.get("rank") is None or slow.get("others_busy_s") is None:
         return []
     step, extra = slow["step_s"], slow["extra_s"]
     share = extra / step
@@ -68,7 +70,8 @@ def straggler_rank(ctx: Context) -> list[Finding]:
 
 def communication_exposed(ctx: Context) -> list[Finding]:
     comm = _dist(ctx).get("communication")
-    if not comm or not comm.get("step_s") or comm.get("exposed_s") is None:
+    if not isinstance(comm, dict) or not comm.get("step_s") or comm.get("exposed_s") is None \
+            or comm.get("rank") is None:
         return []
     step, total = comm["step_s"], comm["exposed_s"]
     # The extra all-reduces of micro-steps that need none are ddp-sync-every-micro-step's saving:
@@ -116,7 +119,7 @@ def _syncs_every_micro(comm: dict) -> bool:
 
 def ddp_sync_every_micro_step(ctx: Context) -> list[Finding]:
     comm = _dist(ctx).get("communication")
-    if not comm or not _syncs_every_micro(comm):
+    if not isinstance(comm, dict) or not _syncs_every_micro(comm):
         return []
     rounds, micro = comm["rounds_per_step"], comm["micro_steps"]
     saving = comm.get("extra_rounds_exposed_s") or 0.0

@@ -4,7 +4,7 @@ gpuprof, so findings come from the log's own numbers and the stated formulas."""
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Finding
-from gpuprof.units import flops_rate, pct, seconds, times
+from gpuprof.units import flops_rate, join_notes, pct, seconds, times
 
 
 def log_findings(result: dict) -> list[Finding]:
@@ -25,7 +25,7 @@ def log_findings(result: dict) -> list[Finding]:
             because=_mfu_because(result),
             fix=(f"flops_promised = {result['peak_tflops']:g}e12 in estimate_mfu (this GPU's "
                  f"{result.get('dtype')} peak), not the A100's 312e12"),
-            note=" ".join(r["text"] for r in result["misreport"]),
+            note=join_notes(*(r["text"] for r in result["misreport"])),
         ))
     verdict = result.get("verdict") or {}
     ratio, floor, step = result.get("step_over_floor"), result.get("floor_s"), result.get("step_s_median")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import COMPUTE_PHASES, on_cuda, step_s
-from gpuprof.units import flops_rate, pct, seconds
+from gpuprof.units import flops_rate, join_notes, pct, seconds
 
 CPU_SATURATED = 0.90
 OTHERS_NOTABLE_SHARE = 0.20  # other processes' share of the cores worth naming even when this run leads
@@ -49,7 +49,7 @@ def mfu_misreported(ctx: Context) -> list[Finding]:
         fix=(f"compute MFU against this GPU's {mfu.get('dtype') or ''} peak "
              f"(flops_promised = {mfu['peak_tflops']:g}e12 in nanoGPT's estimate_mfu)"
              if mfu.get("peak_tflops") else "compute MFU against this GPU's datasheet peak"),
-        note=" ".join(r["text"] for r in reasons if r["cause"] not in ("agrees",)), because=because,
+        note=join_notes(*(r["text"] for r in reasons if r["cause"] not in ("agrees",))), because=because,
     )]
 
 
