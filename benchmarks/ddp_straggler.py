@@ -10,7 +10,7 @@ caches). Also a run
 with no delay (what the rule says when nothing was injected) and one with sync on every
 micro-step (ddp-sync-every-micro-step's saving against the extra all-reduce rounds measured).
 
-    python benchmarks/ddp_straggler.py [--delays 0.01 0.03 0.06] [--steps 6]
+    python benchmarks/ddp_straggler.py [--delays 0.01 0.03 0.06] [--steps 12]
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def finding(prof: dict, fid: str) -> dict | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--delays", type=float, nargs="+", default=[0.01, 0.03, 0.06])
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=12)
     a = ap.parse_args()
     data_dir = tempfile.mkdtemp(prefix="gpuprof-ddp-bench-")
     try:

@@ -168,24 +168,27 @@ def _rank_row(e: dict) -> dict:
 
 def _busy(prof: dict, timeline: str | None) -> dict:
     """Per measured step: busy = step − that step's exposed all-reduce, and each phase with the
-    backward's exposed all-reduce taken out (the rank's own compute); medians over the steps,
-    so one noisy step does not make a straggler."""
+    backward's exposed all-reduce taken out (the rank's own compute). The row shows medians over
+    the steps; the per-step figures (`_steps`, not kept in the profile) pair the ranks step by
+    step for the straggler."""
     exposed = {s["index"]: s["exposed_s"] for s in prof["measurements"]["comm"]["per_step"]}
     gpu = timeline == "gpu"
-    busy, own = [], {}
+    per: dict[int, dict] = {}
     for st in prof.get("steps") or []:
         if st["index"] not in exposed:
             continue
         phases = (st.get("gpu_phases") if gpu else st.get("phases")) or {}
         total = (st.get("gpu_s") if gpu else st.get("wall_s")) or sum(phases.values())
         e = min(exposed[st["index"]], total)
-        busy.append(total - e)
-        for p in PHASES:
-            if p in phases:
-                own.setdefault(p, []).append(phases[p] - (e if p == "backward" else 0.0))
-    if not busy:
+        per[st["index"]] = {"busy": total - e,
+                            "own": {p: phases[p] - (e if p == "backward" else 0.0) for p in PHASES if p in phases}}
+    if not per:
         return {}
-    return {"busy_s": statistics.median(busy), "own_phases": {p: statistics.median(v) for p, v in own.items()}}
+    own_keys = {p for v in per.values() for p in v["own"]}
+    return {"busy_s": statistics.median(v["busy"] for v in per.values()),
+            "own_phases": {p: statistics.median(v["own"].get(p, 0.0) for v in per.values()) for p in PHASES
+                           if p in own_keys},
+            "_steps": per}
 
 
 def distributed_summary(entries: list[dict], world: int) -> dict:
@@ -201,7 +204,11 @@ def distributed_summary(entries: list[dict], world: int) -> dict:
     }
     measured = [r for r in rows if r.get("busy_s") is not None and r["status"] == "ok"]
     if len(measured) >= 2:
-        out["slowest"] = _slowest(measured)
+        slowest = _slowest(measured)
+        if slowest:
+            out["slowest"] = slowest
+    for r in rows:
+        r.pop("_steps", None)  # per-step pairs: the straggler's input, not kept in the profile
     comm_rows = [r for r in rows if r.get("comm")]
     if comm_rows:
         least = min(comm_rows, key=lambda r: r["comm"]["exposed_s"] or 0.0)
@@ -234,19 +241,31 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+STRAGGLER_CONSISTENCY = 0.75  # the slowest rank is the busiest in at least this share of the steps
+
+
 def _slowest(rows: list[dict]) -> dict:
+    """The busiest rank, and by how much, from the ranks paired step by step: per step, its busy
+    time (and each own phase) against the median of the other ranks' in that same step, then the
+    median over the steps. Pairing cancels what slowed every rank in a step (the machine); the
+    share of steps in which it was the busier says whether it is a straggler or noise."""
     slow = max(rows, key=lambda r: r["busy_s"])
     others = [r for r in rows if r is not slow]
-    base_busy = statistics.median([r["busy_s"] for r in others])
-    extra = slow["busy_s"] - base_busy
-
-    def own(r, p):  # backward without the all-reduce wait: the rank's own backward compute
-        return r.get("own_phases", {}).get(p, 0.0)
-
-    by_phase = {p: own(slow, p) - statistics.median([own(r, p) for r in others])
-                for p in PHASES if p in slow.get("own_phases", {})}
+    common = sorted(set(slow["_steps"]).intersection(*(set(r["_steps"]) for r in others)))
+    if not common:
+        return {}
+    diffs, by_step = [], {}
+    for i in common:
+        diffs.append(slow["_steps"][i]["busy"] - statistics.median(r["_steps"][i]["busy"] for r in others))
+        for p in slow["_steps"][i]["own"]:
+            mine = slow["_steps"][i]["own"][p]
+            by_step.setdefault(p, []).append(mine - statistics.median(r["_steps"][i]["own"].get(p, 0.0) for r in others))
+    extra = statistics.median(diffs)
+    by_phase = {p: statistics.median(v) for p, v in by_step.items()}
     phase = max(by_phase, key=by_phase.get) if by_phase else None
+    base_busy = slow["busy_s"] - extra
     return {"rank": slow["rank"], "extra_s": extra, "step_s": slow["step_s"],
-            "extra_share": min(1.0, extra / slow["step_s"]) if slow["step_s"] else None,
+            "extra_share": min(1.0, max(0.0, extra) / slow["step_s"]) if slow["step_s"] else None,
+            "consistency": sum(d > 0 for d in diffs) / len(diffs), "steps_compared": len(diffs),
             "phase": phase, "phase_extra_s": by_phase.get(phase) if phase else None,
             "by_phase_s": by_phase, "others_busy_s": base_busy}

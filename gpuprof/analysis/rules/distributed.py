@@ -1,8 +1,9 @@
 """Rules for data-parallel runs: they read `measurements.distributed` (gpuprof.merge), present only
 in a merged profile of several ranks.
 
-- straggler-rank: one rank is busier than the others (step − its exposed all-reduce); every other
-  rank waits that long in its all-reduce each step. Saving: the extra busy time.
+- straggler-rank: one rank is busier than the others (step − its exposed all-reduce), paired step
+  by step, by ≥ 5% of the step and in ≥ 75% of the steps; every other rank waits that long in its
+  all-reduce each step. Saving: the extra busy time.
 - communication-exposed: the all-reduce time not hidden behind backward compute, on the rank
   that waited least (the others' extra exposure is waiting for a slower rank). Saving: that
   exposed time, an upper bound (hiding it all is the best case).
@@ -17,6 +18,7 @@ from gpuprof.analysis.findings import Context, Finding
 from gpuprof.units import bytes_per_s, pct, seconds
 
 STRAGGLER_MIN_SHARE = 0.05  # the slowest rank's extra busy time, as a share of the step
+STRAGGLER_CONSISTENCY = 0.75  # ... and it was the busier rank in at least this share of the steps
 EXPOSED_MIN_SHARE = 0.05  # communication not hidden, as a share of the step
 
 
@@ -36,8 +38,9 @@ def straggler_rank(ctx: Context) -> list[Finding]:
         return []
     step, extra = slow["step_s"], slow["extra_s"]
     share = extra / step
-    if share < STRAGGLER_MIN_SHARE:
-        return []
+    consistency = slow.get("consistency")
+    if share < STRAGGLER_MIN_SHARE or (consistency is not None and consistency < STRAGGLER_CONSISTENCY):
+        return []  # too small, or busier in too few steps to be more than noise
     phase, pextra = slow.get("phase"), slow.get("phase_extra_s")
     where = (f"{phase}: +{seconds(pextra)} per step against the median of the other ranks"
              if phase and pextra and pextra > 0 else "no single phase")
@@ -57,12 +60,14 @@ def straggler_rank(ctx: Context) -> list[Finding]:
         # the same interval a single-rank rule on that phase (e.g. data-loading-exposed) claims.
         claims={phase: min(pextra, extra)} if phase and pextra and pextra > 0 and _view_is(ctx, slow["rank"]) else {},
         evidence={"rank": slow["rank"], "extra_s": extra, "step_s": step, "phase": phase,
+                  "consistency": consistency, "steps_compared": slow.get("steps_compared"),
                   "phase_extra_s": pextra, "others_busy_s": slow.get("others_busy_s"),
                   "by_phase_s": slow.get("by_phase_s")},
         because=(f"rank {slow['rank']} computes for {seconds(slow['others_busy_s'] + extra)} of a "
                  f"{seconds(step)} step, the median other rank for {seconds(slow['others_busy_s'])}; "
-                 f"the others wait that {seconds(extra)} in their all-reduce ({pct(share)} of the step). "
-                 f"Its extra time is in {where}."),
+                 f"the others wait that {seconds(extra)} in their all-reduce ({pct(share)} of the step"
+                 + (f"; it was the busier in {pct(consistency, 0)} of {slow.get('steps_compared')} steps"
+                    if consistency is not None else "") + f"). Its extra time is in {where}."),
         fix=fixes.get(phase, "find what makes that rank slower (host, GPU, data)"),
         note="a synchronous data-parallel step lasts as long as its slowest rank",
     )]
