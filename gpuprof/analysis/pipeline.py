@@ -24,6 +24,14 @@ def analyze_profile(profile: Profile, *, gpu: str | None = None, peak_tflops: fl
     spec = find_gpu(gpu) if gpu else find_gpu(profile.environment.get("device_name"))
     ctx = Context(profile=profile, disk=disk, mfu=mfu, gpu=spec)
     findings = analyze(ctx)
+    if profile.ranks:  # a merged data-parallel run: the one-process rules read one rank's view
+        from gpuprof.analysis.rules.distributed import RULES as DISTRIBUTED
+
+        own = {r.__name__.replace("_", "-") for r in DISTRIBUTED}
+        view = profile.run.get("rank")
+        for f in findings:
+            if f.id not in own and view is not None and not f.title.startswith("rank "):
+                f.title = f"rank {view}: {f.title}"
     if profile.summary:
         repairs += enforce(profile, findings)  # last: nothing impossible reaches the report or the JSON
         profile.summary["bounds"] = repairs  # this analysis's own (a re-analysis replaces them)

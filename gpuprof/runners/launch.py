@@ -12,6 +12,7 @@ wrote none is marked missing with what torchrun saw, and the folder is removed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -123,11 +124,16 @@ def _checked_args(parse_args, argv: list[str]):
         args = parse_args(argv)
     except SystemExit:
         raise GpuprofError("torchrun refused the launcher options (its message is above)") from None
+    quiet = logging.getLogger("torch.distributed.run")  # its warnings come once, from run() itself
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         config_from_args(copy.deepcopy(args))
     except (ValueError, AssertionError, TypeError, RuntimeError) as exc:
         raise GpuprofError(f"torchrun refused the launcher options: {exc.__class__.__name__}: "
                            f"{str(exc) or 'invalid value'}") from None
+    finally:
+        quiet.setLevel(level)
     port = getattr(args, "master_port", None)
     if port is not None and not 0 <= int(port) <= 65535:
         raise GpuprofError(f"--master-port must be a port number 0-65535, got {port}")
