@@ -90,12 +90,9 @@ def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Cons
     # Last, on stderr, one line each: what the user must not miss after a long report.
     if note is not None:
         typer.echo(f"gpuprof: note: {note}", err=True)
-    for what, s in saved:
-        if s.path is None:
-            typer.echo(f"gpuprof: error: could not write {what} to {s.requested} ({s.error})", err=True)
-        elif s.rescued:
-            typer.echo(f"gpuprof: warning: could not write {what} to {s.requested} ({s.error}); "
-                       f"saved it to {s.path} instead", err=True)
+    from gpuprof.cli.export import report_saved
+
+    report_saved(saved, written=False)  # the written lines went to the report's console above
     return [s for _, s in saved]
 
 

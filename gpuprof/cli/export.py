@@ -52,15 +52,15 @@ def write_exports(profile, findings, *, trace: Optional[Path], html: Optional[Pa
     return saved
 
 
-def report_saved(saved: list) -> None:
-    """One line per file: written (stdout), or where it went instead (stderr)."""
+def report_saved(saved: list, written: bool = True) -> None:
+    """One line per file: written (stdout; only when `written`), or where it went instead (stderr)."""
     for what, s in saved:
         if s.path is None:
             typer.echo(f"gpuprof: error: could not write {what} to {s.requested} ({s.error})", err=True)
         elif s.rescued:
             typer.echo(f"gpuprof: warning: could not write {what} to {s.requested} ({s.error}); "
                        f"saved it to {s.path} instead", err=True)
-        else:
+        elif written:
             typer.echo(f"{what.removeprefix('the ')} written to {s.path}")
 
 

@@ -124,6 +124,8 @@ def saving_text(d: dict) -> str | None:
         return None
     if d.get("saving_s") is None:
         return "not estimated (the note says why)"
+    if d["saving_s"] <= 1e-9 and d.get("overlaps"):  # its whole interval is another fix's saving
+        return f"nothing more: its time is already counted in {', '.join(d['overlaps'])}"
     return f"{seconds(d['saving_s'])} per step ({pct(d.get('saving_share'))} of the step)"
 
 
