@@ -267,5 +267,7 @@ def _slowest(rows: list[dict]) -> dict:
     return {"rank": slow["rank"], "extra_s": extra, "step_s": slow["step_s"],
             "extra_share": min(1.0, max(0.0, extra) / slow["step_s"]) if slow["step_s"] else None,
             "consistency": sum(d > 0 for d in diffs) / len(diffs), "steps_compared": len(diffs),
+            # how much the per-step difference itself varies (median absolute deviation)
+            "noise_s": statistics.median(abs(d - extra) for d in diffs),
             "phase": phase, "phase_extra_s": by_phase.get(phase) if phase else None,
             "by_phase_s": by_phase, "others_busy_s": base_busy}

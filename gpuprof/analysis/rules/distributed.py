@@ -2,7 +2,8 @@
 in a merged profile of several ranks.
 
 - straggler-rank: one rank is busier than the others (step − its exposed all-reduce), paired step
-  by step, by ≥ 5% of the step and in ≥ 75% of the steps; every other rank waits that long in its
+  by step, by ≥ 5% of the step, in ≥ 75% of the steps and by ≥ 3× the per-step difference's own
+  variation (median absolute deviation); every other rank waits that long in its
   all-reduce each step. Saving: the extra busy time.
 - communication-exposed: the all-reduce time not hidden behind backward compute, on the rank
   that waited least (the others' extra exposure is waiting for a slower rank). Saving: that
@@ -15,10 +16,12 @@ in a merged profile of several ranks.
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
+from gpuprof.analysis.rules.common import on_cuda, step_evidence, step_s
 from gpuprof.units import bytes_per_s, pct, seconds
 
 STRAGGLER_MIN_SHARE = 0.05  # the slowest rank's extra busy time, as a share of the step
 STRAGGLER_CONSISTENCY = 0.75  # ... and it was the busier rank in at least this share of the steps
+STRAGGLER_NOISE = 3.0  # ... and its extra is this many times the per-step difference's own variation (MAD)
 EXPOSED_MIN_SHARE = 0.05  # communication not hidden, as a share of the step
 
 
@@ -37,20 +40,23 @@ def straggler_rank(ctx: Context) -> list[Finding]:
             or slow.get("rank") is None or slow.get("others_busy_s") is None:
         return []
     step, extra = slow["step_s"], slow["extra_s"]
-    share = extra / step
-    consistency = slow.get("consistency")
-    if share < STRAGGLER_MIN_SHARE or (consistency is not None and consistency < STRAGGLER_CONSISTENCY):
-        return []  # too small, or busier in too few steps to be more than noise
+    share = extra / (step_s(ctx) or step)  # the denominator of every share (the mean step)
+    consistency, noise = slow.get("consistency"), slow.get("noise_s")
+    if share < STRAGGLER_MIN_SHARE or (consistency is not None and consistency < STRAGGLER_CONSISTENCY) \
+            or (noise is not None and extra < STRAGGLER_NOISE * noise):
+        return []  # too small, busier in too few steps, or within the step-to-step variation
     phase, pextra = slow.get("phase"), slow.get("phase_extra_s")
     where = (f"{phase}: +{seconds(pextra)} per step against the median of the other ranks"
              if phase and pextra and pextra > 0 else "no single phase")
+    device = ("that rank's GPU: clocks, thermals, other processes (nvidia-smi)" if on_cuda(ctx)
+              else "that rank's host: its CPU cores and the processes sharing them (top)")
     fixes = {
         "data": "give that rank's data path what the others have (its disk, its loader workers, "
                 "its CPU cores: check what else runs on its host)",
         "h2d": "pinned memory and non_blocking copies on that rank; check its PCIe link",
-        "forward": "check that rank's GPU: clocks, thermals, other processes (nvidia-smi)",
-        "backward": "check that rank's GPU: clocks, thermals, other processes (nvidia-smi)",
-        "optimizer": "check that rank's GPU and host: the optimizer step is the same work everywhere",
+        "forward": f"check {device}",
+        "backward": f"check {device}",
+        "optimizer": f"check {device}: the optimizer step is the same work on every rank",
     }
     return [Finding(
         id="straggler-rank",
@@ -59,8 +65,9 @@ def straggler_rank(ctx: Context) -> list[Finding]:
         # The view of a merged profile is the slowest rank: its extra time is in that phase there,
         # the same interval a single-rank rule on that phase (e.g. data-loading-exposed) claims.
         claims={phase: min(pextra, extra)} if phase and pextra and pextra > 0 and _view_is(ctx, slow["rank"]) else {},
-        evidence={"rank": slow["rank"], "extra_s": extra, "step_s": step, "phase": phase,
+        evidence={"rank": slow["rank"], "extra_s": extra, **step_evidence(ctx), "phase": phase,
                   "consistency": consistency, "steps_compared": slow.get("steps_compared"),
+                  "noise_s": noise,
                   "phase_extra_s": pextra, "others_busy_s": slow.get("others_busy_s"),
                   "by_phase_s": slow.get("by_phase_s")},
         because=(f"rank {slow['rank']} computes for {seconds(slow['others_busy_s'] + extra)} of a "
@@ -83,7 +90,7 @@ def communication_exposed(ctx: Context) -> list[Finding]:
     # this finding keeps what stays exposed once the step all-reduces once.
     extra = (comm.get("extra_rounds_exposed_s") or 0.0) if _syncs_every_micro(comm) else 0.0
     exposed = max(0.0, total - extra)
-    share = exposed / step
+    share = exposed / (step_s(ctx) or step)
     if share < EXPOSED_MIN_SHARE:
         return []
     bw = comm.get("busbw_Bps")
@@ -101,7 +108,7 @@ def communication_exposed(ctx: Context) -> list[Finding]:
         saving_s=exposed, saving_share=share, kind="fix", confidence="medium",
         evidence={"rank": comm["rank"], "exposed_s": exposed, "exposed_total_s": total,
                   "extra_rounds_exposed_s": extra, "in_flight_s": comm.get("in_flight_s"),
-                  "overlap_share": overlap, "step_s": step, "busbw_Bps": bw, "nominal_Bps": nominal,
+                  "overlap_share": overlap, **step_evidence(ctx), "busbw_Bps": bw, "nominal_Bps": nominal,
                   "bytes_per_round": comm.get("bytes_per_round"), "rounds_per_step": comm.get("rounds_per_step")},
         claims={"backward": exposed},
         because=(f"on rank {comm['rank']} (the rank that waited least), the all-reduce was in flight "
@@ -128,14 +135,14 @@ def ddp_sync_every_micro_step(ctx: Context) -> list[Finding]:
         return []
     rounds, micro = comm["rounds_per_step"], comm["micro_steps"]
     saving = comm.get("extra_rounds_exposed_s") or 0.0
-    step = comm.get("step_s") or 0.0
+    step = step_s(ctx) or comm.get("step_s") or 0.0
     in_flight = comm.get("extra_rounds_in_flight_s")
     return [Finding(
         id="ddp-sync-every-micro-step",
         title=f"gradients are all-reduced on {rounds:g} of {micro:g} micro-steps per step (no no_sync)",
         saving_s=saving, saving_share=saving / step if step else None, kind="fix", confidence="high",
         evidence={"rounds_per_step": rounds, "micro_steps": micro, "extra_rounds_exposed_s": saving,
-                  "extra_rounds_in_flight_s": in_flight, "step_s": step},
+                  "extra_rounds_in_flight_s": in_flight, **step_evidence(ctx)},
         claims={"backward": saving},
         because=(f"DDP all-reduced the gradients {rounds:g} times per optimizer step for {micro:g} "
                  f"micro-steps; the {rounds - 1:g} extra all-reduces were in flight {seconds(in_flight)} "
