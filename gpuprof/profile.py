@@ -46,19 +46,21 @@ class StepRecord:
             return None
         return {p: self.gpu_phases.get(p, 0.0) for p in HOST_ONLY_PHASES if p in self.gpu_phases}
 
-    def measured_spans(self) -> list | None:
-        """The step's host phase spans in the order they ran ([phase, start_s, seconds] from the
-        step start, PhaseTimer), when they agree with its phase totals (within 1% + 1 µs); None
-        when absent or when the totals were changed after the run (a script's sampled data
-        attribution moves `other` time to `data` without knowing where in the step it was)."""
-        spans = (self.extra or {}).get("spans")
-        if not spans or any(s[0] == "…" for s in spans):
+    def measured_spans(self, gpu: bool = False) -> list | None:
+        """The step's phase spans in the order they ran ([phase, start_s, seconds] from the step
+        start, PhaseTimer): the host's, or with gpu=True the GPU timeline's (from the CUDA events),
+        when they agree with the matching phase totals (within 1% + 1 µs); None when absent or
+        when the totals were changed after the run (a script's sampled data attribution moves
+        `other` time to `data` without knowing where in the step it was)."""
+        spans = (self.extra or {}).get("gpu_spans" if gpu else "spans")
+        phases = self.gpu_phases if gpu else self.phases
+        if not spans or phases is None or any(s[0] == "…" for s in spans):
             return None
         total: dict[str, float] = {}
         for label, _, dur in spans:
             total[label] = total.get(label, 0.0) + dur
-        for p in set(total) | {p for p, v in self.phases.items() if v > 0}:
-            a, b = total.get(p, 0.0), self.phases.get(p, 0.0)
+        for p in set(total) | {p for p, v in phases.items() if v > 0}:
+            a, b = total.get(p, 0.0), phases.get(p, 0.0)
             if abs(a - b) > 1e-6 + 0.01 * max(a, b):
                 return None
         return spans

@@ -196,8 +196,19 @@ class PhaseTimer:
             last = p.events[-1][0]
             self._events.wait(last)  # every earlier event is on the same stream: done too
             gpu_phases: dict[str, float] = {}
+            spans: list = []  # [phase, start_s, seconds] on the GPU timeline, from the step's first event
+            t = 0.0
             for (a, _), (b, label) in zip(p.events, p.events[1:]):
-                gpu_phases[label] = gpu_phases.get(label, 0.0) + self._events.elapsed_s(a, b)
+                d = self._events.elapsed_s(a, b)
+                gpu_phases[label] = gpu_phases.get(label, 0.0) + d
+                if d > 0:
+                    if spans and spans[-1][0] == label:
+                        spans[-1][2] += d
+                    else:
+                        spans.append([label, t, d])
+                t += d
+            if len(spans) <= MAX_SPANS:
+                p.extra["gpu_spans"] = [[lbl, round(st, 7), round(d, 7)] for lbl, st, d in spans]
             return self._events.elapsed_s(p.events[0][0], last), gpu_phases
         except Exception as exc:  # noqa: BLE001 - e.g. an event on another device or stream
             self.unresolved[p.index] = f"{exc.__class__.__name__}: {exc}"

@@ -6,8 +6,9 @@ The host rows are the step's measured phase spans in the order they ran (StepRec
 profile; a script whose `other` time was partly moved to `data` by sampling), the rows are laid
 out in the loop's order per micro-step — the built-in loop's own (forward, then the next batch,
 then backward, as nanoGPT), a script's assumed (data, copy, forward, backward) — and the caption
-says so. The GPU row is always laid out from its phase totals (the GPU's own span order is not
-recorded). Builds renderables; never prints."""
+says so. The GPU row is the step's GPU spans from its CUDA events
+(StepRecord.extra["gpu_spans"]) where they exist, else laid out from its phase totals. Builds
+renderables; never prints."""
 
 from __future__ import annotations
 
@@ -134,7 +135,9 @@ def step_timeline(profile: Profile) -> Group | None:
     micro = step.micro_steps or profile.summary.get("micro_steps") or 1
     measured = step.measured_spans()  # the host's phase spans in the order they ran
     host = [(p, a, a + d) for p, a, d in measured] if measured else layout(step.phases, micro, mode)
-    gpu = layout(step.gpu_phases, micro, mode) if step.gpu_phases else None
+    gpu_measured = step.measured_spans(gpu=True)  # the GPU timeline's spans, from the CUDA events
+    gpu = ([(p, a, a + d) for p, a, d in gpu_measured] if gpu_measured
+           else layout(step.gpu_phases, micro, mode) if step.gpu_phases else None)
     total = max(step.wall_s, sum(step.phases.values()), step.gpu_s or 0.0, sum((step.gpu_phases or {}).values()))
     if total <= 0 or not host:
         return None
@@ -171,8 +174,11 @@ def step_timeline(profile: Profile) -> Group | None:
                    "phase's total per step (older profile, or data time attributed by sampling). ")
     caption += "░▒▓█: the share of each character's time the phase ran."
     if gpu:
-        caption += (" GPU: its phase totals laid out in the loop's order from the same start (the "
-                    f"GPU's own order is not recorded), busy where it ran the phases' work, {IDLE} idle "
-                    "while the host loaded data or ran loop code.")
+        caption += (" GPU: " + ("its phase spans from the CUDA events, in the order they ran, "
+                                if gpu_measured else
+                                "its phase totals laid out in the loop's order (no GPU spans in this "
+                                "profile), ")
+                    + f"from the same start; busy where it ran the phases' work, {IDLE} idle while the "
+                    "host loaded data or ran loop code.")
     title = Text("A typical step on a time axis", style="bold")
     return Group(title, t, Text(caption, style="dim"))

@@ -114,11 +114,17 @@ def _gpu_track(pid: int, steps: list[tuple[StepRecord, bool]]) -> list[dict]:
         out.append(_x(label, f"gpu,step,{cat}", _us(start), _us(st.gpu_s), pid, TID_GPU_STEPS,
                       {"index": st.index, "warmup": warm, "gpu_s": st.gpu_s, "wall_s": st.wall_s,
                        "idle_exposed": st.idle_exposed}))
-        t = start
-        for phase, sec in _laid_out(st.gpu_phases):
-            out.append(_x(phase, f"gpu,phase,{cat}", _us(t), _us(sec), pid, TID_GPU_PHASES,
-                          {"step": st.index, "warmup": warm, "seconds": sec}))
-            t += sec
+        spans = st.measured_spans(gpu=True)
+        if spans:  # the CUDA events' spans, every micro-step, in the order the GPU ran them
+            for phase, s0, sec in spans:
+                out.append(_x(phase, f"gpu,phase,{cat}", _us(start + s0), _us(sec), pid, TID_GPU_PHASES,
+                              {"step": st.index, "warmup": warm, "seconds": sec, "order": "measured"}))
+        else:
+            t = start
+            for phase, sec in _laid_out(st.gpu_phases):
+                out.append(_x(phase, f"gpu,phase,{cat}", _us(t), _us(sec), pid, TID_GPU_PHASES,
+                              {"step": st.index, "warmup": warm, "seconds": sec, "order": "laid out"}))
+                t += sec
         prev_end = start + st.gpu_s
     return out
 

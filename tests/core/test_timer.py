@@ -86,6 +86,11 @@ def test_gpu_phases_come_from_events_read_after_the_run(fake_cuda):
     assert abs(step.gpu_phases["data"] - 0.015) < 1e-9  # idle: forward done at 50 ms, host at 65
     assert abs(step.gpu_phases["backward"] - 0.100) < 1e-9
     assert step.idle_exposed["data"] == step.gpu_phases["data"]
+    # ... and in the order the GPU ran them: the GPU timeline's spans, from the same events
+    spans = step.measured_spans(gpu=True)
+    assert [sp[0] for sp in spans] == ["forward", "data", "backward"]
+    assert [round(sp[1], 6) for sp in spans] == [0.0, 0.05, 0.065]
+    assert [round(sp[2], 6) for sp in spans] == [0.05, 0.015, 0.1]
     report = timer.gpu_report()
     assert report["gpu_timeline"] and report["events_created_in_steps"] == 0
 

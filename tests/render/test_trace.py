@@ -195,3 +195,20 @@ def test_unread_gpu_steps_and_malformed_timelines_are_said_not_drawn(merged_prof
     assert "illegal memory access" in doc["otherData"]["gpu_track"]
     assert doc["otherData"]["nvml"] == "counters omitted: timeline series and times differ in length"
     assert not [e for e in doc["traceEvents"] if e["ph"] == "C"]
+
+
+def test_gpu_phases_follow_the_measured_gpu_spans():
+    """A step with GPU spans from its CUDA events draws them in the order the GPU ran them."""
+    from gpuprof.profile import Profile, StepRecord, summarize
+
+    phases = {"forward": 0.01, "data": 0.02, "backward": 0.03}
+    st = StepRecord(index=0, wall_s=0.06, phases=dict(phases), tokens=8, micro_steps=1,
+                    gpu_s=0.06, gpu_phases={"forward": 0.01, "data": 0.02, "backward": 0.03},
+                    extra={"gpu_spans": [["forward", 0.0, 0.01], ["data", 0.01, 0.02], ["backward", 0.03, 0.03]]})
+    p = Profile(run={"mode": "builtin", "config": {}}, steps=[st], summary=summarize([st]))
+    doc = render_trace(p)
+    validate(doc)
+    gpu = [e for e in doc["traceEvents"] if e["tid"] == TID_GPU_PHASES and e["ph"] == "X"]
+    assert [e["name"] for e in gpu] == ["forward", "data", "backward"]
+    assert [e["args"]["order"] for e in gpu] == ["measured"] * 3
+    assert [e["ts"] for e in gpu] == [0.0, 10000.0, 30000.0]
