@@ -31,9 +31,9 @@ def live_progress(err: Console, what: str, warmup: int, steps: Optional[int], as
 
 
 def _instruments(device: str, data_path: Optional[str], samplers: bool) -> list:
-    from gpuprof.measure.instruments import default_instruments
+    from gpuprof.measure.instruments import diagnose_instruments
 
-    return default_instruments(device, data_path, samplers=samplers, probe=samplers)
+    return diagnose_instruments(device, data_path, samplers)
 
 
 def outputs(out: Optional[Path], write: Optional[Path], force: bool, trace: Optional[Path] = None,

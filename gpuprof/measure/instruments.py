@@ -50,6 +50,11 @@ def default_instruments(device: str, data_path: str | None, *, samplers: bool = 
     return out
 
 
+def diagnose_instruments(device: str, data_path: str | None, samplers: bool) -> list:
+    """What `diagnose` carries (one process or a rank): --no-samplers also drops the probes."""
+    return default_instruments(device, data_path, samplers=samplers, probe=samplers)
+
+
 def _reason(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {exc}"
 

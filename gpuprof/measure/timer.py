@@ -35,6 +35,7 @@ class _Pending:
     micro_steps: int
     events: list  # [(event, label_of_span_that_ENDS_at_this_event)], first label is None
     extra: dict
+    spans: tuple[int, int] = (0, 0)  # this step's slice of PhaseTimer.spans (joined after the run)
 
 
 class PhaseTimer:
@@ -145,11 +146,10 @@ class PhaseTimer:
         self._mark = now
         if self._events is not None:
             self._ev.append((self._events.record(), self._label))
-        extra = dict(extra or {})
-        extra["spans"] = step_spans(self.spans[self._span0:], self._step_start - self._origin)
+        # Only the slice is kept here; the spans are joined after the run (_resolve), not in the step.
         self._pending.append(
             _Pending(self._index, self._step_start, now - self._step_start, self._host, tokens,
-                     micro_steps, self._ev, extra)
+                     micro_steps, self._ev, dict(extra or {}), (self._span0, len(self.spans)))
         )
         self._index += 1
         self._in_step = False
@@ -216,6 +216,7 @@ class PhaseTimer:
 
     def _resolve(self) -> None:
         for p in self._pending:
+            p.extra["spans"] = step_spans(self.spans[p.spans[0]:p.spans[1]], p.start_ns - self._origin)
             gpu_s, gpu_phases = self._gpu_timeline(p)
             self._done.append(
                 StepRecord(

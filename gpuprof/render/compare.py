@@ -48,17 +48,18 @@ def _pct_points(x: float | None) -> str:
     return NM if x is None else f"{x * 100:+.1f} pt"
 
 
-def _col(t: Table, name: str, right: bool = True) -> None:
-    t.add_column(name, justify="right" if right else "left", no_wrap=True)
+def _table(first: str, *names: str) -> Table:
+    """A table whose first column (left) names the row and the others (right) hold figures."""
+    t = Table()
+    t.add_column(first, justify="left", no_wrap=True)
+    for name in names:
+        t.add_column(name, justify="right", no_wrap=True)
+    return t
 
 
 def summary_table(c: Comparison) -> Table:
     """Step time, throughput, MFU before/after with the change."""
-    t = Table()
-    _col(t, "figure", right=False)
-    _col(t, "before")
-    _col(t, "after")
-    _col(t, "change")
+    t = _table("figure", "before", "after", "change")
     t.add_row("step (median)", seconds(c.step_s.before), seconds(c.step_s.after), change_cell(c.step_s))
     if c.basis == "token":
         t.add_row("per 1M tokens", seconds(c.time.before), seconds(c.time.after), change_cell(c.time))
@@ -78,12 +79,7 @@ def summary_table(c: Comparison) -> Table:
 
 def phase_table(c: Comparison) -> Table:
     """Each phase's mean time (per step, or per 1M tokens) and share, before/after."""
-    t = Table()
-    _col(t, "phase", right=False)
-    _col(t, "before")
-    _col(t, "after")
-    _col(t, "change")
-    _col(t, "share")
+    t = _table("phase", "before", "after", "change", "share")
     for p in c.phases:
         share = f"{pct(p.share.before, 0)} → {pct(p.share.after, 0)}"
         t.add_row(p.phase, seconds(p.time.before), seconds(p.time.after), change_cell(p.time, digits=0),
@@ -97,12 +93,8 @@ def _ratio(x: float | None) -> str:
 
 def outcome_table(outcomes: list[Outcome]) -> Table:
     """BEFORE's findings with a predicted saving: predicted vs achieved seconds, and the ratio."""
-    t = Table()
-    _col(t, "finding (BEFORE)", right=False)
-    _col(t, "predicted")
-    _col(t, "achieved")
-    _col(t, "ratio")
-    _col(t, "verdict", right=False)
+    t = _table("finding (BEFORE)", "predicted", "achieved", "ratio")
+    t.add_column("verdict", justify="left", no_wrap=True)
     for o in outcomes:
         ratio = "n/a" if o.ratio is None and o.predicted_s == 0 else _ratio(o.ratio)
         t.add_row(o.id, seconds(o.predicted_s), seconds(o.achieved_s), ratio, o.verdict)

@@ -159,14 +159,21 @@ def _counters(pid: int, tl: dict, groups, prefix: str = "") -> list[dict]:
     return out
 
 
+def _available(sec: dict, key: str, notes: dict, absent: str) -> bool:
+    """Whether a sampler section can be drawn; notes[key] says why not."""
+    if not sec:
+        notes[key] = f"not measured ({absent})"
+    elif not sec.get("available"):
+        notes[key] = f"not measured: {sec.get('reason') or sec.get('not_measured')}"
+    else:
+        return True
+    return False
+
+
 def _sampler_tracks(pid: int, meas: dict, notes: dict, who: str) -> list[dict]:
     out = []
     nv = meas.get("nvml") or {}
-    if not nv:
-        notes[f"{who}nvml"] = "not measured (no NVML sampler in this run: a CPU run, or --no-samplers)"
-    elif not nv.get("available"):
-        notes[f"{who}nvml"] = f"not measured: {nv.get('reason') or nv.get('not_measured')}"
-    else:
+    if _available(nv, f"{who}nvml", notes, "no NVML sampler in this run: a CPU run, or --no-samplers"):
         gpus = nv.get("gpus") or []
         for g in gpus:
             why = _timeline_ok(g.get("timeline"))
@@ -176,11 +183,7 @@ def _sampler_tracks(pid: int, meas: dict, notes: dict, who: str) -> list[dict]:
             else:
                 out += _counters(pid, g["timeline"], NVML_COUNTERS, prefix)
     hs = meas.get("host") or {}
-    if not hs:
-        notes[f"{who}host"] = "not measured (no host sampler in this run)"
-    elif not hs.get("available"):
-        notes[f"{who}host"] = f"not measured: {hs.get('reason') or hs.get('not_measured')}"
-    else:
+    if _available(hs, f"{who}host", notes, "no host sampler in this run"):
         why = _timeline_ok(hs.get("timeline"))
         if why:
             notes[f"{who}host"] = f"counters omitted: {why}"

@@ -11,6 +11,7 @@ wrote none is marked missing with what torchrun saw, and the folder is removed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -55,56 +56,63 @@ def torchrun_args(launcher: dict, standalone: bool, spec_path: str, log_dir: str
 
 def launch(spec: dict, launcher: dict, *, standalone: bool = False) -> LaunchResult:
     """Run `spec` (see gpuprof.runners.rank) on every local rank through torchrun."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
-
     folder = tempfile.mkdtemp(prefix="gpuprof-ranks-")
     # torchrun's agent installs handlers for these (raising SignalException) and sets these
     # environment variables for its workers; gpuprof's own process gets its own back afterwards.
     saved = {s: signal.getsignal(s) for s in AGENT_SIGNALS}
-    env = {k: os.environ.get(k) for k in AGENT_ENV}
     result = LaunchResult(entries=[])
-    try:
-        spec_path = os.path.join(folder, "spec.json")
-        with open(spec_path, "w", encoding="utf-8") as f:
-            json.dump({**spec, "folder": folder}, f)
-        args = _checked_args(parse_args, torchrun_args(launcher, standalone, spec_path,
-                                                       log_dir=os.path.join(folder, "torchrun")))
+    with _agent_env_kept():
         try:
-            run(args)
-        except ChildFailedError as exc:
-            for rank, failure in exc.failures.items():
-                result.failures[int(rank)] = {
-                    "exitcode": failure.exitcode, "local_rank": failure.local_rank,
-                    "message": _failure_text(failure), "time": getattr(failure, "timestamp", None)}
-        except SignalException:
-            result.interrupted = True
-        except KeyboardInterrupt:
-            result.interrupted = True
-        except Exception as exc:  # rendezvous and agent errors: nothing of the ranks to merge
-            result.problem = f"torchrun: {exc.__class__.__name__}: {exc}"
-        result.entries = _read_entries(folder, result.failures, int(launcher.get("node_rank") or 0))
-    finally:
-        for sig, h in saved.items():  # torchrun's agent replaces them and does not put them back
-            if h is not None:
-                signal.signal(sig, h)
-        for k, v in env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        shutil.rmtree(folder, ignore_errors=True)
+            _launch(spec, launcher, standalone, folder, result)
+        finally:
+            for sig, h in saved.items():  # torchrun's agent replaces them and does not put them back
+                if h is not None:
+                    signal.signal(sig, h)
+            shutil.rmtree(folder, ignore_errors=True)
     return result
+
+
+def _launch(spec: dict, launcher: dict, standalone: bool, folder: str, result: LaunchResult) -> None:
+    """Write the spec, run torchrun, record what it reported and read the ranks' entries."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    spec_path = os.path.join(folder, "spec.json")
+    with open(spec_path, "w", encoding="utf-8") as f:
+        json.dump({**spec, "folder": folder}, f)
+    args = _checked_args(parse_args, torchrun_args(launcher, standalone, spec_path,
+                                                   log_dir=os.path.join(folder, "torchrun")))
+    try:
+        run(args)
+    except ChildFailedError as exc:
+        for rank, failure in exc.failures.items():
+            result.failures[int(rank)] = {
+                "exitcode": failure.exitcode, "local_rank": failure.local_rank,
+                "message": _failure_text(failure), "time": getattr(failure, "timestamp", None)}
+    except SignalException:
+        result.interrupted = True
+    except KeyboardInterrupt:
+        result.interrupted = True
+    except Exception as exc:  # rendezvous and agent errors: nothing of the ranks to merge
+        result.problem = f"torchrun: {exc.__class__.__name__}: {exc}"
+    result.entries = _read_entries(folder, result.failures, int(launcher.get("node_rank") or 0))
 
 
 def check_launcher(launcher: dict, standalone: bool = False) -> None:
     """Validate the launcher options as torchrun would, before anything starts (GpuprofError)."""
     from torch.distributed.run import parse_args
 
+    with _agent_env_kept():
+        _checked_args(parse_args, torchrun_args(launcher, standalone, "spec.json"))
+
+
+@contextlib.contextmanager
+def _agent_env_kept():
+    """torchrun sets these for its workers in the launching process; put them back after."""
     env = {k: os.environ.get(k) for k in AGENT_ENV}
     try:
-        _checked_args(parse_args, torchrun_args(launcher, standalone, "spec.json"))
+        yield
     finally:
         for k, v in env.items():
             if v is None:

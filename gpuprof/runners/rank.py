@@ -73,9 +73,9 @@ def default_timeout(seconds: float):
 
 
 def _instruments(samplers: bool):
-    from gpuprof.measure.instruments import default_instruments
+    from gpuprof.measure.instruments import diagnose_instruments
 
-    return lambda dev, data: default_instruments(dev, data, samplers=samplers, probe=samplers)
+    return lambda dev, data: diagnose_instruments(dev, data, samplers)
 
 
 def _run_script(spec: dict) -> tuple[dict | None, str, dict | None]:
