@@ -10,7 +10,9 @@ from torch.optim import optimizer as optim_module
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as dl
 
-from gpuprof.measure.hooks import StopScript, TrainingHooks, _to_target_is_accelerator, data_like_name
+from gpuprof.measure.data_hooks import data_like_name
+from gpuprof.measure.hook_calls import _to_target_is_accelerator
+from gpuprof.measure.hooks import StopScript, TrainingHooks
 from gpuprof.measure.timer import PhaseTimer
 
 
@@ -384,7 +386,7 @@ def test_activation_checkpoint_recompute_is_backward():
 
 
 def test_positional_non_blocking_is_read_and_copies_counted_per_step():
-    from gpuprof.measure.hooks import _non_blocking
+    from gpuprof.measure.hook_calls import _non_blocking
 
     x = torch.zeros(4, dtype=torch.int64)
     assert _non_blocking("cuda", (0, True), {}) and not _non_blocking("cuda", (0,), {})
@@ -446,7 +448,7 @@ def test_the_global_pre_hook_steps_aside_under_one_key_and_a_raising_forward_end
 @pytest.mark.parametrize("dtype, counted", [(torch.int64, True), (torch.int32, True), (torch.uint8, True),
                                             (torch.float32, False), (torch.bool, False)])
 def test_tokens_are_counted_for_integer_id_inputs_only(dtype, counted):
-    from gpuprof.measure.hooks import _tokens_of
+    from gpuprof.measure.hook_calls import _tokens_of
 
     t = torch.zeros(2, 3, dtype=dtype)
     assert _tokens_of((t,), {}) == (6 if counted else 0)

@@ -1,0 +1,99 @@
+"""The `forward` and `eval` phases: which module calls are the model's forward, and their end.
+
+A global module forward pre-hook catches each outermost module call with grad enabled, and a
+forward hook on that module ends it (see ForwardHooks._fwd_pre for why not a global post-hook)
+and counts the step's tokens. A forward under no_grad/inference_mode is `eval`, and stays `eval`
+until the next training event (a grad-enabled forward, backward, optimizer work or grad-enabled
+data call), so the loss.item() and batches of an evaluation loop are not training time either.
+A torch.compile'd model counts once: its OptimizedModule is the outermost call; the inner module
+runs while the global pre-hook is unregistered (and the hooks return at once inside dynamo's
+trace: is_compiling()). ForwardHooks is a part of gpuprof.measure.hooks.TrainingHooks and works
+on its state.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+from torch.nn.modules import module as nn_module
+
+from gpuprof.measure.hook_calls import _caller_kwargs, _is_compiling, _tokens_of
+
+_get_ident = threading.get_ident
+
+
+def _forward_hook(module, hook):
+    """A forward hook on `module` that also runs when forward raises (where torch supports it)."""
+    try:
+        return module.register_forward_hook(hook, with_kwargs=True, always_call=True)
+    except TypeError:  # torch < 2.1
+        return module.register_forward_hook(hook, with_kwargs=True)
+
+
+class ForwardHooks:
+    """The forward hooks of TrainingHooks (install() registers the global pre-hook)."""
+
+    def _fwd_pre(self, module, args):
+        """Global forward pre-hook: an outermost module call on the script's thread starts a
+        `forward` (or `eval`) span. It then unregisters itself until that call ends, so the
+        model's submodules take torch's hook-free fast path (a global hook sends every module
+        call through the slow path, ~2 µs each); a forward hook on the outermost module itself
+        ends the span and registers the pre-hook again."""
+        if _is_compiling():
+            return None  # inside dynamo's trace of a compiled model
+        if self._off or self.suspended or _get_ident() != self._tid:
+            return None
+        timer = self.timer
+        if timer is None:
+            if not self._start(module, args, _caller_kwargs()):
+                return None
+            timer = self.timer
+        if timer.current == "backward":
+            return None  # activation checkpointing recomputing a forward: part of the backward
+        # Step aside (a dict pop, not a handle's remove: no allocation per forward).
+        nn_module._global_forward_pre_hooks.pop(self._pre_id, None)
+        self._outer = module
+        if self._last_outer() is not module:  # usually the same model every time
+            if module not in self._post_hooked:
+                self._post_hooked[module] = _forward_hook(module, self._fwd_post)
+            self._last_outer = weakref.ref(module)
+        if torch.is_grad_enabled():
+            if self._in_data:
+                self._not_data()
+            self.counts["forward"] += 1
+            self._step.forwards += 1
+            self._fwd_training = True
+            prev = timer.switch("forward")
+            self._fwd_prev = "other" if prev == "eval" else prev
+        else:
+            self._fwd_training = False
+            self.counts["eval_forward"] += 1
+            self._step.eval_forwards += 1
+            timer.switch("eval")
+            self._fwd_prev = "eval"  # eval mode sticks until the next training event
+        return None
+
+    def _fwd_post(self, module, args, kwargs=None, output=None):
+        """Forward hook on an outermost module (module, args, kwargs, output): the end of its span,
+        also when forward raised (always_call). Calls of it nested in another forward are ignored."""
+        if module is not self._outer or _is_compiling() or _get_ident() != self._tid:
+            return None
+        self._outer = None
+        if self._off:
+            return None
+        # _end_forward, written out: watch for the next outermost call again (same hook, same key)
+        nn_module._global_forward_pre_hooks[self._pre_id] = self._pre_fn
+        self.timer.switch(self._fwd_prev)
+        if self._fwd_training:  # tokens counted here: the pre-hook sees no kwargs
+            self._step.tokens += _tokens_of(args, kwargs)
+        return None
+
+    def _end_forward(self) -> None:
+        self._outer = None
+        if self._off:
+            return
+        # Watch for the next outermost call again: the same hook under the same key.
+        nn_module._global_forward_pre_hooks[self._pre_id] = self._pre_fn
+        self.timer.switch(self._fwd_prev)

@@ -1,0 +1,126 @@
+"""The state of one script run, and what starts at its first forward.
+
+_Run is what the hooks' callbacks, the log-line parser and the profile builder
+(gpuprof.runners.script_profile) share. At the first forward (the hooks' on_first_forward) it
+makes the phase timer on the forward's device, reads the run's configuration and wraps the
+script's data functions (gpuprof.runners.script_discovery), starts the stack sampler, reads the
+precision the step computes in, and starts the instruments.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from gpuprof.measure.data_hooks import data_like_name
+from gpuprof.measure.hooks import TrainingHooks
+from gpuprof.measure.instruments import start_instruments
+from gpuprof.measure.precision import MatmulDtypeWatch, read_precision
+from gpuprof.measure.stacks import StackSampler
+from gpuprof.measure.timer import PhaseTimer
+from gpuprof.runners.builtin import RunContext
+from gpuprof.runners.script_discovery import (_find_ddp, _find_model, _gpt_config, _unwrap, read_config,
+                                              wrap_data_functions)
+from gpuprof.steplog import EvalLine, IterLine, parse_line
+
+MAX_LINES = 2000  # parsed log lines kept in the profile
+
+
+class _Run:
+    """State of one run; its first_forward() is the hooks' on_first_forward callback."""
+
+    def __init__(self, path: Path, command: list[str], warmup: int, instruments_factory,
+                 sample_interval_s: float):
+        self.file = os.path.realpath(path)
+        self.command = command
+        self.warmup = warmup
+        self.instruments_factory = instruments_factory
+        self.sample_interval_s = sample_interval_s
+        self.module: types.ModuleType | None = None
+        self.hooks: TrainingHooks | None = None
+        self.timer: PhaseTimer | None = None
+        self.sampler: StackSampler | None = None
+        self.ctx: RunContext | None = None
+        self.instruments: list = []
+        self.not_started: dict[str, str] = {}
+        self.matmul_watch = None
+        self.post_budget_s: float | None = None
+        self.on_progress: Callable[[str], None] | None = None
+        self.on_step_record: Callable[[dict], None] | None = None
+        self.instrument_errors: list[str] = []
+        self.device = "cpu"
+        self.config: dict = {}
+        self.source: dict = {}
+        self.iter_lines: list[IterLine] = []
+        self.eval_lines: list[EvalLine] = []
+
+    def on_line(self, line: str) -> None:
+        rec = parse_line(line)
+        if isinstance(rec, IterLine) and len(self.iter_lines) < MAX_LINES:
+            self.iter_lines.append(rec)
+        elif isinstance(rec, EvalLine) and len(self.eval_lines) < MAX_LINES:
+            self.eval_lines.append(rec)
+
+    # -- first forward ---------------------------------------------------------------------
+
+    def first_forward(self, module, args, kwargs) -> PhaseTimer:
+        if module is None:  # no forward seen before the first backward/step: look for the model
+            module = _find_model(self.module.__dict__)
+            self.source["model"] = ("script globals: no forward was seen (a model compiled in place "
+                                    "with Module.compile() hides its forwards); forward time is in `other`")
+        eager, compiled = _unwrap(module)
+        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        param = next(eager.parameters(), None)
+        dev = first.device if first is not None else (param.device if param is not None else torch.device("cpu"))
+        self.device = str(dev)
+        self.timer = PhaseTimer.for_device(self.device)
+        self.timer.listener = self.on_step_record
+        # Heuristics over arbitrary user objects: a failure here must not end the user's run.
+        for step in (lambda: read_config(self, eager, compiled, first),
+                     lambda: wrap_data_functions(self.hooks, self.module.__dict__)):
+            try:
+                step()
+            except Exception as exc:
+                self.source.setdefault("errors", []).append(f"{exc.__class__.__name__}: {exc}")
+        hooks = self.hooks
+        self.sampler = StackSampler(hooks._tid, self._sample_label, self.sample_interval_s,
+                                    marker=data_like_name, steps=lambda: hooks.steps_done)
+        self.sampler.start()
+        gcfg = _gpt_config(self.config)
+        autocast = None
+        dev_type = dev.type if dev.type in ("cuda", "cpu") else None
+        if dev_type and torch.is_autocast_enabled(dev_type):
+            autocast = torch.get_autocast_dtype(dev_type)
+        self.config["autocast_dtype"] = str(autocast).replace("torch.", "") if autocast else None
+        # What the step really computes in (observed: autocast, the weights' dtype, TF32 as the
+        # script set it) -- the script's `dtype` global is only a claim.
+        try:
+            precision = read_precision(eager, autocast, self.device)
+        except Exception as exc:  # noqa: BLE001 - never end the user's run over a reading
+            precision = {"error": f"{exc.__class__.__name__}: {exc}"}
+        self.config["precision"] = precision
+        self.config["tf32_matmul"] = bool(precision.get("tf32_matmul"))
+        try:  # autocast inside forward (accelerate, precision plugins) shows in the output dtype
+            self.matmul_watch = MatmulDtypeWatch(eager)
+        except Exception:  # noqa: BLE001 - an odd module: the precision read at entry stands
+            self.matmul_watch = None
+        self.ctx = RunContext(self.config, gcfg, eager, tuple(args), dict(kwargs), self.device,
+                              self.timer, autocast, precision=precision, ddp=_find_ddp(module))
+        if self.instruments_factory is not None:
+            try:
+                wanted = list(self.instruments_factory(self.device, self.config.get("data_path")))
+            except Exception as exc:  # noqa: BLE001
+                wanted = []
+                self.instrument_errors.append(f"instruments: {exc!r}")
+            self.instruments, self.not_started = start_instruments(wanted, self.ctx)
+        return self.timer
+
+    def _sample_label(self):
+        t = self.timer
+        if t is None or not t.in_step or self.hooks.steps_done < self.warmup:
+            return None
+        return t.current
