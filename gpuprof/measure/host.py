@@ -134,12 +134,18 @@ class HostSampler:
     others' is the machine's busy CPU minus it. All disks' counters are recorded; the data file's
     disk is chosen at stop(), when the run has said which file it read (a generated dataset is only
     known then). When that file has no block device (overlay, tmpfs, NFS), the sum over physical
-    disks stands in, and the report says so."""
+    disks stands in, and the report says so.
+
+    psutil_mod, pid: tests pass a fake psutil and its process. clock (nanoseconds), wait and
+    threaded: the time source, as _SamplerThread takes it; the defaults (perf_counter_ns, the stop
+    event's wait, a thread) are the production ones. With threaded=False no thread starts and the
+    caller takes each sample with sample_now(), on the clock."""
 
     name = "host"
 
     def __init__(self, interval_s: float = 0.1, data_path: str | None = None, *, psutil_mod=None,
-                 pid: int | None = None, clock: Callable[[], int] = time.perf_counter_ns):
+                 pid: int | None = None, clock: Callable[[], int] = time.perf_counter_ns,
+                 wait: Callable[[float], bool] | None = None, threaded: bool = True):
         self.interval_s = interval_s
         self.data_path = data_path
         self._ps = psutil_mod
@@ -147,7 +153,8 @@ class HostSampler:
         # This process's CPU from its own CPU clock (nanoseconds, every thread, exited ones too) when
         # it is the sampled one and psutil is the real module; else psutil's tick counters.
         self._precise_self = psutil_mod is None and self.pid == os.getpid()
-        self._thread = _SamplerThread(interval_s, self._tick, clock, first_after_interval=True)
+        self._thread = _SamplerThread(interval_s, self._tick, clock, first_after_interval=True,
+                                      wait=wait, threaded=threaded)
         self._samples: list[tuple[int, dict]] = []
         self._disk_pairs: list[tuple[dict, dict, float]] = []  # per sample: disk counters before, after, dt
         self._prev: dict | None = None
@@ -186,6 +193,16 @@ class HostSampler:
         self._own_rate = _CpuRate(own[0] + own[1] if own else 0.0)
         self._kids_hwm = own[1] if own else 0.0
         self._thread.start()
+
+    def sample_now(self) -> None:
+        """Take one sample now, on the clock, as the thread does each interval (never raises)."""
+        if self._prev is not None:
+            self._thread.tick_now()
+
+    @property
+    def sample_count(self) -> int:
+        """Samples recorded so far (not those merged into the next or dropped)."""
+        return len(self._samples)
 
     # ------------------------------------------------------------------------------ counters
     def _descendants(self) -> list:

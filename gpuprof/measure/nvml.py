@@ -177,19 +177,23 @@ class NvmlSampler:
     """Samples the GPU(s) the run uses through NVML → measurements['nvml'].
 
     nvml: a pynvml-like module (tests pass a fake); default imports pynvml (nvidia-ml-py).
-    PCIe throughput is read every `pcie_every` ticks: each NVML PCIe read blocks ~20 ms."""
+    PCIe throughput is read every `pcie_every` ticks: each NVML PCIe read blocks ~20 ms.
+    clock (nanoseconds), wait and threaded: the time source, as _SamplerThread takes it; the
+    defaults (perf_counter_ns, the stop event's wait, a thread) are the production ones. With
+    threaded=False no thread starts and the caller takes each sample with sample_now()."""
 
     name = "nvml"
 
     def __init__(self, interval_s: float = 0.1, *, nvml=None, pcie_every: int = 5,
                  env: Mapping[str, str] | None = None, uuid_of: Callable[[str], str | None] | None = _torch_uuid,
-                 clock: Callable[[], int] = time.perf_counter_ns):
+                 clock: Callable[[], int] = time.perf_counter_ns,
+                 wait: Callable[[float], bool] | None = None, threaded: bool = True):
         self.interval_s = interval_s
         self._nvml = nvml
         self.pcie_every = max(1, pcie_every)
         self.env = env
         self.uuid_of = uuid_of
-        self._thread = _SamplerThread(interval_s, self._tick, clock)
+        self._thread = _SamplerThread(interval_s, self._tick, clock, wait=wait, threaded=threaded)
         self._reason: str | None = None
         self._gpus: list[dict] = []
         self._handles: list = []
@@ -295,6 +299,16 @@ class NvmlSampler:
                 "sm_clock_max_mhz": float(clk) if clk else None,
                 "power_limit_w": lim / 1000.0 if lim else None,
                 **_mig_info(n, h)}
+
+    def sample_now(self) -> None:
+        """Take one sample now, on the clock, as the thread does each interval (never raises)."""
+        if self._handles:
+            self._thread.tick_now()
+
+    @property
+    def sample_count(self) -> int:
+        """Samples taken so far (the `samples` the report gives)."""
+        return self._thread.ticks
 
     def latest(self) -> dict | None:
         """The last sample of the run's GPU (for a live display), or None before the first."""

@@ -95,57 +95,79 @@ class _SamplerThread:
     """A daemon thread calling `tick(t_ns)` every interval, on the timer's clock. Never raises.
 
     `first_after_interval`: the first tick comes one interval after start instead of at once (a
-    sampler of rates has nothing to measure over an interval that has not elapsed)."""
+    sampler of rates has nothing to measure over an interval that has not elapsed).
+
+    The time source is injectable, as the PhaseTimer's clock is: `clock` is a nanosecond clock
+    (perf_counter_ns), `wait(seconds)` waits that long or until stop() and answers whether the
+    sampler was stopped (default: the stop event's wait). Tests pass a fake pair and run the loop
+    (`run()`) on their own thread, or take single ticks with `tick_now()`; `threaded=False`
+    makes start() align without starting a thread, so that only the caller's ticks happen."""
 
     def __init__(self, interval_s: float, tick: Callable[[int], None], clock: Callable[[], int], *,
-                 first_after_interval: bool = False):
+                 first_after_interval: bool = False, wait: Callable[[float], bool] | None = None,
+                 threaded: bool = True):
         self.interval_s = interval_s
         self.first_after_interval = first_after_interval
         self.tick = tick
         self.clock = clock
+        self.threaded = threaded
         self.origin_ns = 0
         self.stop_evt = threading.Event()
+        self.wait = wait if wait is not None else self.stop_evt.wait
         self.thread: threading.Thread | None = None
         self.ticks = self.late = self.errors = 0
         self.last_error: str | None = None
         self.cpu_s = 0.0
         self.busy_s = 0.0
         self.started_ns = self.stopped_ns = 0
+        self._aligned = False
 
     def align(self, timer) -> None:
         """Put our timestamps on the PhaseTimer's: origin = now - (timer's seconds since origin)."""
         now = self.clock()
         self.origin_ns = now - int(timer.now_s() * 1e9) if timer is not None else now
         self.started_ns = now
+        self._aligned = True
 
     def start(self, timer=None) -> None:
-        if timer is not None or not self.started_ns:
+        if timer is not None or not self._aligned:
             self.align(timer)
-        self.thread = threading.Thread(target=self._run, name="gpuprof-sampler", daemon=True)
+        if not self.threaded:
+            return  # the caller ticks (tick_now) or runs the loop (run) itself
+        self.thread = threading.Thread(target=self.run, name="gpuprof-sampler", daemon=True)
         self.thread.start()
 
-    def _run(self) -> None:
+    def tick_now(self) -> None:
+        """One tick now, on the clock: what the loop does each interval (counts ticks, errors and
+        the time spent). Never raises."""
+        self._tick_at(self.clock())
+
+    def _tick_at(self, t0: int) -> None:
+        try:
+            self.tick(t0 - self.origin_ns)
+            self.ticks += 1
+        except Exception as exc:  # noqa: BLE001 - a sampler must never take the run down
+            self.errors += 1
+            self.last_error = f"{exc.__class__.__name__}: {exc}"
+        self.busy_s += (self.clock() - t0) / 1e9
+
+    def run(self) -> None:
+        """The sampling loop (the thread's body): a tick every interval until stopped."""
         cpu0 = time.thread_time()
         interval_ns = int(self.interval_s * 1e9)
         next_ns = self.clock()
         if self.first_after_interval:
             next_ns += interval_ns
-            if self.stop_evt.wait(self.interval_s):
+            if self.wait(self.interval_s):
                 self.cpu_s = time.thread_time() - cpu0
                 return
         while True:
             t0 = self.clock()
             if t0 - next_ns > interval_ns // 2:
                 self.late += 1  # the thread was starved: the host (or the GIL) is busy
-            try:
-                self.tick(t0 - self.origin_ns)
-                self.ticks += 1
-            except Exception as exc:  # noqa: BLE001 - a sampler must never take the run down
-                self.errors += 1
-                self.last_error = f"{exc.__class__.__name__}: {exc}"
-            self.busy_s += (self.clock() - t0) / 1e9
+            self._tick_at(t0)
             next_ns += interval_ns
-            if self.stop_evt.wait(max(0.0, (next_ns - self.clock()) / 1e9)):
+            if self.wait(max(0.0, (next_ns - self.clock()) / 1e9)):
                 break
             if self.clock() > next_ns + interval_ns:  # fell far behind: resynchronise
                 next_ns = self.clock()

@@ -120,11 +120,17 @@ class StackSampler:
     sampler also counts samples with a marked user function anywhere on the stack (below the
     script's module level). steps: optional, the number of steps completed so far; with it the
     period adapts to the step time (step / per_step, within [interval_s, max_interval_s]).
+
+    clock (seconds) and wait: the time source, injectable as the PhaseTimer's clock is.
+    `wait(seconds)` waits that long or until stop() and answers whether the sampler was stopped;
+    by default the loop sleeps (time.sleep up to 50 ms, the stop event's wait beyond). Tests pass a
+    fake pair and run the loop (`run()`) on their own thread, or take samples with sample_once().
     """
 
     def __init__(self, thread_id: int, label: Callable[[], str | None], interval_s: float = 0.01,
                  marker: Callable[[str], bool] | None = None, clock: Callable[[], float] = time.perf_counter,
-                 *, steps: Callable[[], int] | None = None, per_step: float = 2.0, max_interval_s: float = 0.05):
+                 *, steps: Callable[[], int] | None = None, per_step: float = 2.0, max_interval_s: float = 0.05,
+                 wait: Callable[[float], bool] | None = None):
         self.thread_id = thread_id
         self.min_interval_s = interval_s
         self.max_interval_s = max_interval_s
@@ -133,6 +139,7 @@ class StackSampler:
         self._label = label
         self._marker = marker
         self._clock = clock
+        self._wait = wait
         self._steps = steps
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -153,7 +160,7 @@ class StackSampler:
         self.intervals_used: set[float] = set()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="gpuprof-stack-sampler", daemon=True)
+        self._thread = threading.Thread(target=self.run, name="gpuprof-stack-sampler", daemon=True)
         self._t0 = self._clock()
         self._thread.start()
 
@@ -167,11 +174,12 @@ class StackSampler:
 
     # -- the thread ---------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """The sampling loop (the thread's body) until stopped, or until an injected wait says so."""
         # time.sleep for short periods, not Event.wait: one C call per period instead of a
         # Condition's Python machinery (a lock per wait); stopping then takes one period.
         cpu0 = time.thread_time()
-        sleep, clock, stop, steps = time.sleep, self._clock, self._stop, self._steps
+        sleep, clock, stop, steps, wait = time.sleep, self._clock, self._stop, self._steps, self._wait
         # Each period is jittered (x 0.5-1.5): a fixed period can lock onto a loop's own rhythm
         # (a 50 ms period and 50 ms micro-steps sample the same moment of each, forever).
         jitter = random.Random(self.thread_id).random
@@ -183,7 +191,10 @@ class StackSampler:
         while not stop.is_set():
             delay = next_t - clock()
             if delay > 0:
-                if delay > 0.05:
+                if wait is not None:
+                    if wait(delay):
+                        break
+                elif delay > 0.05:
                     stop.wait(delay)
                 else:
                     sleep(delay)

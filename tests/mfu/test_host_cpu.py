@@ -1,7 +1,8 @@
 """The host sampler's CPU figures: merged short intervals, bounds that are never exceeded (a sample
 that would is dropped and counted), this run's own CPU (this process and its child processes) and
 the other processes' share. Driven by a fake psutil on a fake clock, then two real runs with a
-busy-loop process beside an idle main thread."""
+busy-loop process beside an idle main thread (counted samples, figures compared with the busy
+process's own counters over the same time: nothing depends on the machine's speed)."""
 
 import os
 import random
@@ -13,6 +14,7 @@ import types
 from collections import namedtuple
 
 import pytest
+from mfu.fake_time import FakeTime, wait_until
 
 from gpuprof.analysis.findings import Context
 from gpuprof.analysis.rules import machine
@@ -121,16 +123,15 @@ class _FakeProc:
 
 
 def _sampler(fake: FakePsutil, interval_s: float = 0.1) -> tuple[HostSampler, types.SimpleNamespace]:
-    """A started HostSampler on the fake, its thread left off: the test calls tick()."""
-    smp = HostSampler(interval_s=interval_s, psutil_mod=fake, pid=PID, clock=fake.clock)
-    smp._thread.start = lambda *a, **k: None
-    ctx = types.SimpleNamespace(device="cpu", timer=PhaseTimer(), profile=None, config={})
+    """A started HostSampler on the fake and its clock, without a thread: the test takes the samples."""
+    smp = HostSampler(interval_s=interval_s, psutil_mod=fake, pid=PID, clock=fake.clock, threaded=False)
+    ctx = types.SimpleNamespace(device="cpu", timer=PhaseTimer(clock=fake.clock), profile=None, config={})
     smp.start(ctx)
     return smp, ctx
 
 
 def _tick(smp: HostSampler, fake: FakePsutil) -> None:
-    smp._tick(fake.t_ns)
+    smp.sample_now()
 
 
 def _own(smp: HostSampler) -> list[float]:
@@ -288,13 +289,40 @@ def test_the_host_table_shows_this_run_and_others_in_cores_and_what_was_merged_o
 # ------------------------------------------------------------------ the sampling thread
 def test_a_rate_sampler_first_ticks_one_interval_after_start():
     ticks = []
-    th = _SamplerThread(0.05, ticks.append, time.perf_counter_ns, first_after_interval=True)
-    th.start(PhaseTimer())
-    t0 = time.perf_counter_ns()
-    while not ticks and time.perf_counter_ns() - t0 < 2e9:
-        time.sleep(0.002)
-    th.stop()
-    assert ticks and ticks[0] >= 0.045e9  # on the timer's clock: not at once
+    clock = FakeTime(until_s=0.2)
+    th = _SamplerThread(0.05, ticks.append, clock.ns, first_after_interval=True, wait=clock.wait,
+                        threaded=False)
+    th.start(PhaseTimer(clock=clock.ns))
+    th.run()
+    assert ticks == [50_000_000, 100_000_000, 150_000_000]  # on the timer's clock: not at once
+    # Stopped before its first interval ends: no tick at all.
+    ticks.clear()
+    clock = FakeTime(until_s=0.01)
+    th = _SamplerThread(0.05, ticks.append, clock.ns, first_after_interval=True, wait=clock.wait,
+                        threaded=False)
+    th.start(PhaseTimer(clock=clock.ns))
+    th.run()
+    assert ticks == [] and clock.waits == [0.05]
+
+
+def test_the_host_sampler_first_sample_covers_its_first_interval():
+    # The real loop on a fake clock and the fake psutil: samples at 100, 200, 300 ms, each a rate
+    # over the interval before it, drawn at its middle.
+    fake = FakePsutil(cores=2, ticks=False)
+
+    def wait(seconds):
+        fake.advance(seconds, own={PID: 0.5}, others=0.25)
+        return fake.t_ns >= 300_000_000
+
+    smp = HostSampler(interval_s=0.1, psutil_mod=fake, pid=PID, clock=fake.clock, wait=wait, threaded=False)
+    ctx = types.SimpleNamespace(device="cpu", timer=PhaseTimer(clock=fake.clock), profile=None, config={})
+    smp.start(ctx)
+    smp._thread.run()
+    out = smp.stop(ctx)
+    assert out["samples"] == out["ticks"] == 2 and out["merged_short"] == 0 and out["late_ticks"] == 0
+    assert out["timeline"]["t_s"] == [0.05, 0.15]  # the stop (the wait reaching 300 ms) ends it
+    assert out["timeline"]["own_cpu_cores"] == [pytest.approx(0.5)] * 2
+    assert out["timeline"]["others_cpu_cores"] == [pytest.approx(0.25)] * 2
 
 
 # ------------------------------------------------------------------ real processes
@@ -311,10 +339,24 @@ def _spin_elsewhere(seconds: float) -> int:
     return int(out.stdout.split()[0])
 
 
-def _sample_idle(seconds: float, beside: int) -> tuple[dict, float]:
-    """The real HostSampler over `seconds` of an idle main thread, and the cores that process `beside`
-    used meanwhile, read from its own counters (the reference: on a loaded 2-core machine a spin
-    loop gets anywhere from a third of a core to a whole one)."""
+def _spinning(pid: int) -> None:
+    """Wait until process `pid` has used 0.1 s of CPU: its interpreter has started and is busy
+    (counted on its own CPU clock, not guessed as a wall-clock delay)."""
+    import psutil
+
+    proc = psutil.Process(pid)
+
+    def cpu():
+        t = proc.cpu_times()
+        return t.user + t.system
+
+    assert wait_until(lambda: cpu() >= 0.1, timeout_s=60), f"process {pid} did not start spinning in 60 s"
+
+
+def _sample_idle(samples: int, beside: int) -> tuple[dict, float]:
+    """The real HostSampler over an idle main thread until it has `samples` samples, and the cores
+    that process `beside` used meanwhile, read from its own counters (the reference: on a loaded
+    2-core machine a spin loop gets anywhere from a third of a core to a whole one)."""
     import psutil
 
     ref = psutil.Process(beside)
@@ -322,7 +364,7 @@ def _sample_idle(seconds: float, beside: int) -> tuple[dict, float]:
     smp = HostSampler(interval_s=0.05)
     ctx = types.SimpleNamespace(device="cpu", timer=PhaseTimer(), profile=None, config={})
     smp.start(ctx)
-    time.sleep(seconds)
+    assert wait_until(lambda: smp.sample_count >= samples, poll_s=0.01), f"fewer than {samples} samples in 60 s"
     out = smp.stop(ctx)
     c1, t1 = ref.cpu_times(), time.perf_counter()
     return out, (c1.user + c1.system - c0.user - c0.system) / (t1 - t0)
@@ -337,29 +379,32 @@ def _kill(pid: int) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reparenting and /proc children: Linux")
 def test_real_busy_process_elsewhere_is_measured_as_others_not_this_run():
-    pid = _spin_elsewhere(3.0)
+    pid = _spin_elsewhere(60.0)  # killed when done; 60 s only bounds a leak
     try:
-        time.sleep(0.3)  # its interpreter starts and spins
-        out, spin = _sample_idle(1.0, beside=pid)
+        _spinning(pid)
+        out, spin = _sample_idle(20, beside=pid)
     finally:
         _kill(pid)
     s = out["summary"]
     others, own = s["others_cpu_cores"]["mean"], s["own_cpu_cores"]["mean"]
     assert spin >= 0.15, f"the spin loop got {spin:.2f} cores: the machine is too loaded to tell"
-    # Others hold at least the spin loop's share (10 ms ticks, windows a few ms apart: 20% slack);
-    # this process only sleeps and samples.
+    # Others hold at least the spin loop's share (10 ms ticks, windows a few ms apart: 20% slack).
     assert others >= 0.8 * spin, (others, spin)
-    assert own <= 0.1 and others >= 3 * own, (own, others)
+    # This process only sleeps and samples: its CPU is the sampler thread's own cost (whatever a
+    # sample costs on this CPU), far below the others'.
+    sampler = out["cost"]["share_of_one_core"]
+    assert own == pytest.approx(sampler, abs=0.05), (own, sampler)
+    assert others >= 3 * (own - sampler) and others > own, (own, sampler, others)
     assert out["descendants_max"] == 0
     assert s["own_cpu_cores"]["max"] <= out["cpu_count"] and s["cpu_pct_max_core"]["max"] <= 100.0
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc children: Linux")
 def test_real_busy_child_process_is_this_runs_own_cpu():
-    child = subprocess.Popen([sys.executable, "-c", _SPIN.format(s=3.0)])
+    child = subprocess.Popen([sys.executable, "-c", _SPIN.format(s=60.0)])  # terminated when done
     try:
-        time.sleep(0.3)
-        out, spin = _sample_idle(1.0, beside=child.pid)
+        _spinning(child.pid)
+        out, spin = _sample_idle(20, beside=child.pid)
     finally:
         child.terminate()
         child.wait(timeout=10)

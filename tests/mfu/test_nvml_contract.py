@@ -1,13 +1,13 @@
 """Which GPU the NVML sampler reads, against a pynvml fake as strict as the real bindings:
 MIG instances, torch UUIDs NVML does not know, and the fake's own strictness."""
 
-import time
 import types
 
 import pynvml
 import pytest
 from fakes.cuda import FakeCuda
 from fakes.nvml import MIG_BASE, FakeNvml
+from mfu.fake_time import FakeTime
 from rich.console import Console
 
 from gpuprof.measure.nvml import NvmlSampler, _torch_uuid, resolve_nvml_handle
@@ -19,8 +19,9 @@ MIG_BARE = "5c2e9f10-7a3b-5d4e-9f8a-0123456789ab"  # how torch prints a MIG inst
 MIG = f"MIG-{MIG_BARE}"
 
 
-def _ctx(device="cuda:0"):
-    return types.SimpleNamespace(device=device, timer=PhaseTimer(), profile=None, config={})
+def _ctx(device="cuda:0", clock=None):
+    timer = PhaseTimer(clock=clock) if clock is not None else PhaseTimer()
+    return types.SimpleNamespace(device=device, timer=timer, profile=None, config={})
 
 
 def _live(fake):
@@ -28,15 +29,16 @@ def _live(fake):
     return fake
 
 
-def _sample(fake, uuid, env=None, ticks=4):
-    smp = NvmlSampler(interval_s=60, nvml=fake, uuid_of=lambda dev: uuid, env=env or {}, pcie_every=1)
-    ctx = _ctx()
+def _sample(fake, uuid, env=None, ticks=5):
+    """The sampler over `ticks` samples 100 ms apart on a fake clock, taken by the test (no thread)."""
+    clock = FakeTime()
+    smp = NvmlSampler(interval_s=0.1, nvml=fake, uuid_of=lambda dev: uuid, env=env or {}, pcie_every=1,
+                      clock=clock.ns, threaded=False)
+    ctx = _ctx(clock=clock.ns)
     smp.start(ctx)
-    deadline = time.monotonic() + 5
-    while smp._handles and smp._thread.ticks == 0 and time.monotonic() < deadline:
-        time.sleep(0.001)  # let the thread's first tick finish, so reads are not counted twice
-    for i in range(ticks):
-        smp._tick(i * 10**8)
+    for _ in range(ticks):
+        smp.sample_now()
+        clock.advance(0.1)
     return smp.stop(ctx)
 
 
@@ -126,8 +128,8 @@ def test_without_a_torch_uuid_the_index_path_says_so():
 # ------------------------------------------------------------------ sampling a MIG instance
 def test_mig_instance_reports_mig_and_its_unsupported_fields():
     fake = FakeNvml(uuids=(GPU0, GPU1), migs=(MIG,))
-    out = _sample(fake, MIG_BARE, ticks=5)  # + the thread's own first tick
-    assert out["available"] and out["errors"] == 0
+    out = _sample(fake, MIG_BARE, ticks=6)
+    assert out["available"] and out["errors"] == 0 and out["samples"] == 6
     g = out["gpus"][0]
     assert g["mig"] is True and g["mig_parent_uuid"] == GPU0 and g["uuid"] == MIG
     assert g["memory_total_bytes"] == 18e9  # the instance's memory, not the parent's 141 GB

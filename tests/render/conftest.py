@@ -11,14 +11,49 @@ from gpuprof.profile import Profile, StepRecord, summarize
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 INJECTED = "<script>alert(1)</script>"
+MIN_HOST_SAMPLES = 3  # a line needs two points; one more in case a reading leaves a gap
+
+
+class SampledThrough:
+    """A sampler the run stops only once it has sampled the run through: at least
+    MIN_HOST_SAMPLES samples, and one whose interval starts after the measured steps ended.
+
+    A tiny run lasts 30-100 ms, a few 20 ms sampling intervals, fewer on a faster CPU: without
+    this, how many samples the profile holds (and whether its timeline has a line) would depend
+    on the machine. Counted, not timed: stop() waits for the samples (60 s only as a safety net)."""
+
+    def __init__(self, sampler, min_samples: int = MIN_HOST_SAMPLES, timeout_s: float = 60.0):
+        self.sampler = sampler
+        self.name = sampler.name
+        self.min_samples = min_samples
+        self.timeout_s = timeout_s
+
+    def start(self, ctx):
+        return self.sampler.start(ctx)
+
+    def stop(self, ctx):
+        from mfu.fake_time import wait_until
+
+        smp = self.sampler
+        if smp._thread.thread is None:  # it did not start (its report says why): nothing to wait for
+            return smp.stop(ctx)
+        # Called after the steps: the third sample from now starts after they ended (a sample's
+        # interval starts at the sample before it).
+        need = max(self.min_samples, smp.sample_count + 3)
+        assert wait_until(lambda: smp.sample_count >= need, timeout_s=self.timeout_s), (
+            f"the {self.name} sampler took {smp.sample_count} of {need} samples in {self.timeout_s:g} s")
+        return smp.stop(ctx)
 
 
 def _instruments(device, data_path):
+    from gpuprof.measure.host import HostSampler
     from gpuprof.measure.instruments import default_instruments
 
-    # Samplers every 20 ms so that a run of a tenth of a second still has a timeline.
-    return default_instruments(device, data_path, samplers=True, interval_s=0.02, microbatch=False,
-                               flops=False, probe=False)
+    # Samplers every 20 ms so that a run of a tenth of a second still has a timeline, sampled
+    # through the run whatever the machine's speed.
+    return [SampledThrough(i) if isinstance(i, HostSampler) else i
+            for i in default_instruments(device, data_path, samplers=True, interval_s=0.02, microbatch=False,
+                                         flops=False, probe=False)]
 
 
 @pytest.fixture(scope="session")

@@ -83,8 +83,28 @@ def test_builtin_report_is_self_contained_with_the_profiles_figures(builtin_prof
         assert f"saves {seconds(f['saving_s'])} per step ({pct(f['saving_share'])} of the step)" in words
     # A CPU run has no NVML sampler: said, not drawn.
     assert "GPU utilization and memory: not measured" in words
-    assert page.count("polyline") >= 2  # host CPU % and cores over time
+    # The host sampler's timeline, drawn: host CPU % and cores over time, a line per run of two or
+    # more readings of each series. The fixture's sampler sampled the run through (at least 3
+    # samples, tests/render/conftest.py), so there are lines on any machine.
+    host = p.measurements["host"]
+    tl = host["timeline"]
+    assert len(tl["t_s"]) >= 3
+    assert "Host CPU (psutil)" in words and f"CPU cores used (of {host['cpu_count']})" in words
+    lines = sum(_runs_of_two(tl[k]) for k in ("cpu_pct", "cpu_pct_max_core", "own_cpu_cores", "others_cpu_cores"))
+    assert page.count("polyline") >= lines >= 2
     assert "Ranks" not in words  # a single process has no per-rank section
+
+
+def _runs_of_two(values) -> int:
+    """How many lines a chart draws for a series: runs of two or more readings between gaps."""
+    runs, n = 0, 0
+    for v in list(values) + [None]:
+        if v is None:
+            runs += n >= 2
+            n = 0
+        else:
+            n += 1
+    return runs
 
 
 def test_an_injected_script_argument_stays_text(script_profile):
