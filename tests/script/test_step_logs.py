@@ -269,5 +269,13 @@ def test_hf_trainer_run_to_its_end_reports_the_whole_run_average(tmp_path):
     assert rep["step_ms_median"] == pytest.approx(1e3 / sps, rel=2e-3) and "whole run" in rep["step_ms_source"]
     ours_ms = run.profile.summary["step_s"] * 1e3
     assert rep["ratio"] == pytest.approx(ours_ms / rep["step_ms_median"])
-    # The Trainer's average holds its startup and first steps; gpuprof's median does not.
-    assert 0.2 < rep["ratio"] < 1.5
+    # The Trainer's average holds its startup and first steps; gpuprof's median does not. How much
+    # startup weighs against a step depends on the CPU (Python setup vs matmuls), so the bounds are
+    # no fixed share of it: the Trainer's runtime (4 x its average) spans every step gpuprof timed
+    # (the warmup one and the 3 measured, run to the end), so their sum is no larger (1%: the
+    # Trainer's steps/s is rounded); and gpuprof's median, without the startup, is not far above.
+    timed = run.profile.warmup_steps + run.profile.steps
+    assert len(timed) == 4
+    timed_ms = sum(st.wall_s for st in timed) * 1e3
+    assert timed_ms <= 4 * rep["step_ms_median"] * 1.01, (timed_ms, rep["step_ms_median"])
+    assert 0 < rep["ratio"] < 1.5
