@@ -101,9 +101,26 @@ def gpt_param_count(n_layer: int, n_embd: int, vocab_size: int, bias: bool = Tru
     return param_count(GPTConfig(n_layer=n_layer, n_head=1, n_embd=n_embd, vocab_size=vocab_size, bias=bias))
 
 
+# What the formula needs: the attention term's dims, and the parameter count or what gives it.
+FORMULA_DIMS = ("n_layer", "n_embd", "block_size")
+PARAM_DIMS = ("n_layer", "n_embd", "vocab_size")
+
+
+def missing_gpt_dims(dims: dict | None, n_params: int | None = None) -> list[str]:
+    """The dims gpt_flops_per_token needs that `dims` lacks (a model that is not GPT-shaped — a
+    bigram model is an embedding and a head, with no layers — has no n_layer): [] when complete."""
+    dims = dims or {}
+    need = FORMULA_DIMS + (() if n_params is not None else PARAM_DIMS)
+    return [k for k in dict.fromkeys(need) if not isinstance(dims.get(k), (int, float)) or dims[k] <= 0]
+
+
 def gpt_flops_per_token(dims: dict, n_params: int | None = None) -> float:
     """6N + 12·L·H·Q·T for a dict with n_layer, n_head, n_embd, block_size (+ vocab_size, bias
-    when n_params is not given). Q·H = n_embd."""
+    when n_params is not given). Q·H = n_embd. ValueError naming what is missing when the dims
+    are not a GPT's (missing_gpt_dims): callers that read dims from a run check first."""
+    missing = missing_gpt_dims(dims, n_params)
+    if missing:
+        raise ValueError(f"not a GPT's dims: no {', '.join(missing)}")
     n = n_params if n_params is not None else gpt_param_count(**dims)
     return 6 * n + 12 * dims["n_layer"] * dims["n_embd"] * dims["block_size"]
 

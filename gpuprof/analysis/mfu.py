@@ -10,7 +10,7 @@ a dict, prints nothing.
 from __future__ import annotations
 
 from gpuprof.hardware import find_gpu, normalize_dtype, peak_for
-from gpuprof.dims import gpt_flops_per_token
+from gpuprof.dims import gpt_flops_per_token, missing_gpt_dims
 
 NANOGPT_A100_TFLOPS = 312.0  # nanoGPT's estimate_mfu `flops_promised`, whatever the GPU
 EXPECTED_MFU = (0.4, 0.6)  # what a well-tuned GPT step reaches (llm.c: ~40-46% on H100)
@@ -50,10 +50,14 @@ def flops_per_step(profile) -> tuple[float | None, str | None, dict]:
     cfg = profile.run.get("config", {}) if profile.run else {}
     dims = cfg.get("model_dims")
     tokens = cfg.get("tokens_per_step") or (profile.summary or {}).get("tokens_per_step")
-    if dims and tokens:
+    missing = missing_gpt_dims(dims, cfg.get("param_count")) if dims else None
+    if dims and tokens and not missing:
         per_tok = gpt_flops_per_token(dims, cfg.get("param_count"))
         detail["analytic_per_step"] = per_tok * tokens
         return per_tok * tokens, "analytic", detail
+    if missing:
+        detail["why"] = (f"the model is not GPT-shaped as far as gpuprof can see (no {', '.join(missing)}), "
+                         f"so the GPT formula does not apply, and no FLOP count was made")
     return None, None, detail
 
 
@@ -106,7 +110,8 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
     flops, method, fdetail = flops_per_step(profile)
     step_s = summary.get("step_s") or None
     if flops is None:
-        warnings.append("FLOPs per step unknown (no model dimensions and no FLOP count): MFU not computed")
+        warnings.append(f"FLOPs per step unknown ({fdetail.get('why') or 'no model dimensions and no FLOP count'})"
+                        f": MFU not computed")
     if not step_s:
         warnings.append("no measured steps: MFU not computed")
 

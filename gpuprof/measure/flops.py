@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from gpuprof.dims import TRAIN_OVER_FORWARD, gpt_flops_per_token
+from gpuprof.dims import TRAIN_OVER_FORWARD, gpt_flops_per_token, missing_gpt_dims
 
 def count_flops(model, args: tuple = (), kwargs: dict | None = None, *, autocast_dtype=None) -> dict:
     """Count one forward of `model(*args, **kwargs)` with FlopCounterMode.
@@ -79,8 +79,8 @@ class FlopsInstrument:
                      "counted_forward_per_micro": None, "counted_per_step": None, "counted_per_token": None,
                      "counted_by_op": None, "agreement": None, "used": None, "errors": []}
         gcfg = ctx.gpt_config
-        if gcfg is not None:
-            dims = gcfg.to_dict() if hasattr(gcfg, "to_dict") else dict(gcfg)
+        dims = (gcfg.to_dict() if hasattr(gcfg, "to_dict") else dict(gcfg)) if gcfg is not None else None
+        if dims is not None and not missing_gpt_dims(dims):
             out["analytic_per_token"] = gpt_flops_per_token(dims)
             if tokens:
                 out["analytic_per_step"] = out["analytic_per_token"] * tokens

@@ -142,6 +142,12 @@ def resolve(*, model: str | None = None, n_layer: int | None = None, n_head: int
                 base[key] = dims_explicit[key]
         for key in ("n_layer", "n_head", "n_embd", "vocab_size"):
             _check_int(key, base.get(key, 1))
+        if source.startswith("profile"):
+            lacking = [k for k in ("n_layer", "n_head", "n_embd", "vocab_size") if k not in base]
+            if lacking:  # GPTConfig's defaults would plan a GPT-2 the profile never ran
+                raise GpuprofError(f"{profile_path}: its model is not GPT-shaped as far as gpuprof saw "
+                                   f"(no {', '.join(lacking)}); recommend plans GPT models: give "
+                                   f"--model or {' '.join('--' + k.replace('_', '-') for k in lacking)}")
         try:
             cfg = GPTConfig(**{k: v for k, v in base.items() if k in GPTConfig.__dataclass_fields__},
                             block_size=T)
