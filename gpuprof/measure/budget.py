@@ -66,6 +66,8 @@ class PostRunBudget:
 
     def done(self, name: str, skipped: list[str] | None = None) -> None:
         """`name` finished; `skipped` says what it left out to stay within its part."""
+        if name not in self._open and name in self.parts:  # already closed (interrupted): keep why
+            return
         start, seconds = self._open.pop(name, (self._clock(), 0.0))
         spent = self._clock() - start
         self.parts[name] = {"allotted_s": seconds, "spent_s": spent, "skipped": list(skipped or [])}

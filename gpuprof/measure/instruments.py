@@ -14,7 +14,9 @@ the report prints as "not measured: <reason>"."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from typing import Callable
 
 from gpuprof.measure.comm import CommMeter
@@ -80,11 +82,37 @@ def start_instruments(instruments: list, ctx) -> tuple[list, dict]:
     return started, problems
 
 
+@contextlib.contextmanager
+def _interrupts_never_lost(budget):
+    """Ctrl-C that Python cannot raise where it lands — in a finalizer (`__del__`, a weakref
+    callback: torch.library's run while the FLOP count tears down) — is "ignored" there with a
+    traceback on stderr, and the work went on. Here it is the post-run budget's interrupt: no
+    traceback, the remaining parts skip, the run ends interrupted."""
+    before = sys.unraisablehook
+
+    def hook(unraisable):
+        if budget is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            budget.interrupt()
+            return
+        before(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = before
+
+
 def stop_instruments(instruments: list, ctx, budget=None) -> dict:
     """Stop each instrument in order; {name: its section, or {"not_measured": reason}}.
 
     budget: a PostRunBudget the post-run measurements share (set as ctx.budget); its report is
     the `post_run` section."""
+    with _interrupts_never_lost(budget):
+        return _stop_each(instruments, ctx, budget)
+
+
+def _stop_each(instruments: list, ctx, budget) -> dict:
     sections = {}
     if budget is not None:
         ctx.budget = budget

@@ -50,3 +50,34 @@ def test_interrupt_during_the_post_run_work_keeps_the_profile():
     assert prof.measurements["ctrl-c"]["not_measured"].startswith("interrupted")
     assert prof.measurements["post_run"]["interrupted"] is True
     assert prof.measurements["post_run"]["spent_s"] < 5  # the FLOP count had no time left
+
+
+def test_ctrl_c_landing_in_a_finalizer_during_the_flop_count_is_not_lost(capfd):
+    """Ctrl-C whose KeyboardInterrupt Python raises inside a finalizer (torch.library's, run while
+    the FLOP count tears down) is "ignored" there: it printed a traceback, and the run went on and
+    exited 0. It is the run's interrupt: no traceback, the later parts skip, the run ends
+    interrupted and keeps its steps."""
+    import gc
+
+    from gpuprof.measure.flops import FlopsInstrument
+    from gpuprof.measure.microbatch import MicroBatchProbe
+
+    class Finalized:
+        def __del__(self):
+            raise KeyboardInterrupt  # where the signal handler's exception lands
+
+    class CountWithAFinalizer(FlopsInstrument):
+        def stop(self, ctx):
+            out = super().stop(ctx)
+            Finalized()  # collected at once: its __del__ raises into nothing
+            gc.collect()
+            return out
+
+    prof = run_builtin(LoopConfig(**dict(TINY, steps=2)), instruments=[CountWithAFinalizer(), MicroBatchProbe()],
+                       post_budget_s=30)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert len(prof.steps) == 2 and prof.run["ended"] == "interrupted"
+    post = prof.measurements["post_run"]
+    assert post["interrupted"] is True
+    assert post["parts"]["microbatch"]["allotted_s"] == 0.0  # nothing left for what came after
