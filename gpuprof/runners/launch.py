@@ -37,6 +37,7 @@ class LaunchResult:
     interrupted: bool = False
     failures: dict = field(default_factory=dict)  # global rank -> what torchrun reported
     problem: str | None = None  # a launcher-level failure (rendezvous, bad option)
+    opened: dict = field(default_factory=dict)  # files the ranks opened: files.check_writable's `protected`
 
 
 def torchrun_args(launcher: dict, standalone: bool, spec_path: str, log_dir: str | None = None) -> list[str]:
@@ -54,22 +55,120 @@ def torchrun_args(launcher: dict, standalone: bool, spec_path: str, log_dir: str
     return argv + ["-m", "gpuprof.runners.rank", spec_path]
 
 
+FOLDER_PREFIX = "gpuprof-ranks-"
+
+
 def launch(spec: dict, launcher: dict, *, standalone: bool = False) -> LaunchResult:
-    """Run `spec` (see gpuprof.runners.rank) on every local rank through torchrun."""
-    folder = tempfile.mkdtemp(prefix="gpuprof-ranks-")
+    """Run `spec` (see gpuprof.runners.rank) on every local rank through torchrun.
+
+    No rank outlives gpuprof: each rank asks the kernel to kill it when gpuprof's process dies
+    (gpuprof.runners.rank, even when gpuprof is killed with SIGKILL), and whatever rank is still
+    running when torchrun returns or raises is killed with its process group here. The ranks'
+    folder is removed on every way out this process controls; one a SIGKILL left behind is
+    removed by the next launch (its name holds the pid of the gpuprof that made it)."""
+    sweep_stale_folders()
+    folder = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
     # torchrun's agent installs handlers for these (raising SignalException) and sets these
     # environment variables for its workers; gpuprof's own process gets its own back afterwards.
     saved = {s: signal.getsignal(s) for s in AGENT_SIGNALS}
     result = LaunchResult(entries=[])
     with _agent_env_kept():
         try:
-            _launch(spec, launcher, standalone, folder, result)
+            _launch({**spec, "launcher_pid": os.getpid()}, launcher, standalone, folder, result)
         finally:
+            kill_leftover_ranks(folder)
             for sig, h in saved.items():  # torchrun's agent replaces them and does not put them back
                 if h is not None:
                     signal.signal(sig, h)
             shutil.rmtree(folder, ignore_errors=True)
     return result
+
+
+def kill_leftover_ranks(folder: str) -> list[int]:
+    """Kill (SIGKILL, with their process groups: torchrun starts each rank in a session of its
+    own, with its DataLoader workers) the rank processes of this launch still alive; their pids."""
+    import psutil
+
+    killed = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if not any(folder in part for part in p.cmdline()):
+                continue
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                p.kill()
+            killed.append(p.pid)
+        except (psutil.Error, OSError):
+            continue
+    return killed
+
+
+def sweep_stale_folders(tmp: str | None = None) -> list[str]:
+    """Remove the ranks' folders that a killed gpuprof (SIGKILL: nothing of it ran) left in the
+    temp folder: this user's gpuprof-ranks-PID-* whose PID is no longer running."""
+    import psutil
+
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(FOLDER_PREFIX):
+            continue
+        pid = name[len(FOLDER_PREFIX):].partition("-")[0]
+        path = os.path.join(tmp, name)
+        try:
+            if not pid.isdigit() or psutil.pid_exists(int(pid)) or os.stat(path).st_uid != os.geteuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def check_capacity(nproc: int, *, cuda: bool, rank_bytes: int = 0, rank_bytes_source: str = "") -> None:
+    """Refuse (GpuprofError, with the numbers) more ranks on this node than it can run: on CUDA
+    more ranks than visible GPUs (each NCCL rank needs its own); on a CPU more ranks than the
+    cores this process may use; anywhere more ranks than the memory available holds, at one
+    Python process with torch loaded (this process's resident memory, measured now) plus
+    `rank_bytes` (the model's estimate for a CPU rank of the built-in loop) each."""
+    import psutil
+
+    if cuda:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if nproc > gpus:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            seen = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
+            raise GpuprofError(f"--nproc-per-node {nproc}: this node has {gpus} visible CUDA GPU(s){seen}, "
+                               f"and each NCCL rank needs a GPU of its own; use at most {gpus}")
+    else:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+        if nproc > cores:
+            raise GpuprofError(f"--nproc-per-node {nproc}: this machine has {cores} CPU core(s) for "
+                               f"gpuprof, and a CPU rank computes on at least one; more ranks than cores "
+                               f"only wait on each other; use at most {cores}")
+    floor = psutil.Process().memory_info().rss
+    per_rank = floor + rank_bytes
+    available = psutil.virtual_memory().available
+    if nproc * per_rank > available:
+        extra = f" + {_gib(rank_bytes)} {rank_bytes_source}" if rank_bytes else ""
+        raise GpuprofError(f"--nproc-per-node {nproc}: {nproc} ranks need at least {_gib(nproc * per_rank)} "
+                           f"of memory ({_gib(floor)} each for a Python process with torch loaded, as "
+                           f"gpuprof's own is now{extra}), and {_gib(available)} is available; use at most "
+                           f"{max(0, available // per_rank)}")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 1024**3:.1f} GiB"
 
 
 def _launch(spec: dict, launcher: dict, standalone: bool, folder: str, result: LaunchResult) -> None:
@@ -97,14 +196,17 @@ def _launch(spec: dict, launcher: dict, standalone: bool, folder: str, result: L
     except Exception as exc:  # rendezvous and agent errors: nothing of the ranks to merge
         result.problem = f"torchrun: {exc.__class__.__name__}: {exc}"
     result.entries = _read_entries(folder, result.failures, int(launcher.get("node_rank") or 0))
+    for e in result.entries:
+        for path in e.pop("files_opened", None) or ():
+            result.opened[os.path.realpath(path)] = f"a file rank {e['rank']} opened"
 
 
 def check_launcher(launcher: dict, standalone: bool = False) -> None:
     """Validate the launcher options as torchrun would, before anything starts (GpuprofError)."""
     from torch.distributed.run import parse_args
 
-    with _agent_env_kept():
-        _checked_args(parse_args, torchrun_args(launcher, standalone, "spec.json"))
+    with _agent_env_kept():  # log_dir os.devnull: torchrun's check makes no torchelastic_* folder
+        _checked_args(parse_args, torchrun_args(launcher, standalone, "spec.json", log_dir=os.devnull))
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ import traceback
 from datetime import timedelta
 
 from gpuprof.files import atomic_write
+from gpuprof.measure.opened import OpenedFiles
 
 
 class StoppedByLauncher(KeyboardInterrupt):
@@ -118,19 +119,40 @@ def _stopped() -> dict:
                        "(another rank failed, or Ctrl-C)"}
 
 
+def die_with_launcher(launcher_pid: int | None) -> bool:
+    """Ask the kernel to SIGKILL this rank when the process that started it dies (Linux
+    prctl(PR_SET_PDEATHSIG)): torchrun starts each rank in a session of its own, so without this
+    a rank outlives a gpuprof killed by SIGKILL. Exits at once when the launcher died before the
+    request took effect. False where the request is not available (not Linux)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
+            return False
+    except (OSError, AttributeError):
+        return False
+    if launcher_pid is not None and os.getppid() != launcher_pid:
+        os._exit(1)  # orphaned already: the launcher is gone
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0], encoding="utf-8") as f:
         spec = json.load(f)
+    die_with_launcher(spec.get("launcher_pid"))
     me = identity()
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _on_signal)
     if spec.get("rank_timeout"):
         default_timeout(float(spec["rank_timeout"]))
     status, prof, error = "failed", None, None
+    opened = OpenedFiles()
     try:
         run = _run_builtin if spec["mode"] == "builtin" else _run_script
-        prof, ended, error = run(spec)
+        with opened:
+            prof, ended, error = run(spec)
         status = {"failed": "failed", "interrupted": "interrupted"}.get(ended, "ok")
         if prof is None and status == "ok":
             status = "failed"
@@ -144,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, signal.SIG_IGN)
     entry = {**{k: me[k] for k in ("rank", "local_rank", "node_rank", "host")},
-             "world_size": me["world_size"], "status": status, "error": error, "profile": prof}
+             "world_size": me["world_size"], "status": status, "error": error, "profile": prof,
+             "files_opened": sorted(opened.paths)}  # the launcher's outputs never replace them
     atomic_write(rank_file(spec["folder"], me["rank"]), json.dumps(entry))
     if status == "ok":  # with a dead peer, tearing down (NCCL) can block: just exit
         _destroy_process_group()
