@@ -5,21 +5,29 @@ rename — so a crash or Ctrl-C never leaves a half-written profile or config. W
 overwrite=False an existing file is never replaced, not even by a race (link() fails if the
 name appeared meanwhile).
 
+Nothing the user owns is replaced: an existing output path is replaced only when it holds a
+gpuprof file of the same kind (KINDS: a profile, trace, HTML report or config, recognised by its
+first bytes) or the user passed --force; never the run's script, its inputs or a file the run
+opened (`protected`), force or not; a symbolic link is written through only to the user's own
+existing file.
+
 Before a long run, `check_writable` proves an output path can be written (the same temp-file
-creation atomic_write will do), so a bad path fails in a second, not after the measurement.
-After the run, `save_or_rescue` writes the result; if the write still fails (disk full,
-permissions changed, a race), the data goes to a fallback file — the current folder, else the
-temp folder, under a unique name — and the caller says where and exits with
-RESCUED_EXIT_CODE.
+creation atomic_write will do) and may be replaced, so a bad path fails in a second, not after
+the measurement. After the run, `save_or_rescue` checks again and writes the result; if the
+check or the write fails (a file appeared or was opened by the run, disk full, permissions
+changed), the data goes to a fallback file — the current folder, else the temp folder, under a
+unique name — and the caller says where and exits with RESCUED_EXIT_CODE.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from gpuprof.errors import GpuprofError
 
@@ -96,14 +104,64 @@ def _why(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {words}" if words else exc.__class__.__name__
 
 
-def check_writable(path: str | os.PathLike, *, overwrite: bool, option: str = "") -> Path:
-    """Raise a one-line GpuprofError unless atomic_write(path, overwrite=overwrite) can succeed
-    now: the folder exists, is a folder and accepts a new file (probed by creating and removing
-    the same kind of hidden temp file atomic_write uses — permission bits cannot tell that
-    /proc or a read-only mount refuses files), the path is not a folder, and an existing file
-    is a regular file that may be replaced. `option` ("--out") prefixes the message."""
+# What gpuprof writes, each recognised by how its files begin (the first 4 KiB): an existing
+# output path is replaced only when it already holds a file of the same kind, or with --force.
+# A corrected config is not among them: it is a file the user trains with and may have edited,
+# so it is replaced only with --force.
+KINDS = {
+    "profile": ("gpuprof profile", re.compile(
+        rb'^\s*\{\s*"schema_version"\s*:\s*\d+\s*,\s*"tool"\s*:\s*\{\s*"name"\s*:\s*"gpuprof"')),
+    "trace": ("gpuprof trace", re.compile(
+        rb'^\s*\{\s*"traceEvents"\s*:\s*\[\s*\{"name":"process_name","ph":"M"[^\n]*"args":\{"name":"gpuprof')),
+    "html": ("gpuprof HTML report", re.compile(
+        rb'^<!DOCTYPE html>\s*<html[^>]*><head>.*?(<meta name="generator" content="gpuprof|'
+        rb'<title>gpuprof report)', re.S)),
+}
+_HEAD_BYTES = 4096
+
+
+def gpuprof_kind(path: str | os.PathLike) -> str | None:
+    """The kind of gpuprof output (a KINDS key) the file at `path` holds, else None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEAD_BYTES)
+    except OSError:
+        return None
+    return next((k for k, (_, marker) in KINDS.items() if marker.search(head)), None)
+
+
+def same_file_key(path: str | os.PathLike) -> str:
+    """One spelling per file (symbolic links and `..` resolved): how paths are compared."""
+    return os.path.realpath(os.fspath(path))
+
+
+def check_writable(path: str | os.PathLike, *, kind: str | None = None, force: bool = False,
+                   protected: dict[str, str] | None = None, option: str = "") -> Path:
+    """Raise a one-line GpuprofError unless `path` can be written now without losing anything;
+    return the path to write (a symbolic link's target: the link keeps pointing at the new file).
+
+    Writable: the folder exists, is a folder and accepts a new file (probed by creating and
+    removing the kind of hidden temp file atomic_write uses — permission bits cannot tell that
+    /proc or a read-only mount refuses files), and the path is not a folder. An existing file is
+    replaced only when it is a regular file and either holds a gpuprof output of the same
+    `kind` (None: no file is gpuprof's own, e.g. a config) or `force` is given; never when it is in `protected` (same_file_key -> what it is:
+    "this run's script", "a file this run opened"), force or not. A symbolic link is written
+    through only to an existing file of this user. `option` ("--out") prefixes the message."""
     path = Path(path)
     who = f"{option}: " if option else ""
+    if path.is_symlink():
+        target = Path(same_file_key(path))
+        if not target.exists():
+            raise GpuprofError(f"{who}cannot write {path}: it is a symbolic link to {target}, "
+                               f"which does not exist")
+        try:
+            foreign = target.stat().st_uid != os.geteuid()
+        except OSError:
+            foreign = True
+        if foreign:
+            raise GpuprofError(f"{who}cannot write {path}: it is a symbolic link to {target}, another "
+                               f"user's file; gpuprof never writes through it")
+        return check_writable(target, kind=kind, force=force, protected=protected, option=option)
     folder = path.parent
     try:
         if path.is_dir():
@@ -112,13 +170,8 @@ def check_writable(path: str | os.PathLike, *, overwrite: bool, option: str = ""
             raise GpuprofError(f"{who}cannot write {path}: folder {folder} does not exist")
         if not folder.is_dir():
             raise GpuprofError(f"{who}cannot write {path}: {folder} is not a folder")
-        if path.exists() or path.is_symlink():
-            if not overwrite:
-                raise GpuprofError(f"{who}{path} already exists; pass --force to replace it")
-            if not path.is_file():
-                # os.replace would swap a device or pipe (/dev/stdout) for a plain file.
-                raise GpuprofError(f"{who}cannot write {path}: not a regular file "
-                                   f"(a device, pipe or socket is never replaced)")
+        if path.exists():
+            _check_replaceable(path, kind, force, protected or {}, who)
         fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=folder)
     except OSError as exc:
         raise GpuprofError(f"{who}cannot write {path}: cannot create files in {folder} "
@@ -126,6 +179,92 @@ def check_writable(path: str | os.PathLike, *, overwrite: bool, option: str = ""
     os.close(fd)
     os.unlink(probe)
     return path
+
+
+def _check_replaceable(path: Path, kind: str | None, force: bool, protected: dict[str, str],
+                       who: str) -> None:
+    if not path.is_file():
+        # os.replace would swap a device or pipe (/dev/stdout) for a plain file.
+        raise GpuprofError(f"{who}cannot write {path}: not a regular file "
+                           f"(a device, pipe or socket is never replaced)")
+    what = protected.get(same_file_key(path))
+    if what is not None:
+        raise GpuprofError(f"{who}{path} is {what}; gpuprof never replaces it (choose another path)")
+    if force or (kind is not None and gpuprof_kind(path) == kind):
+        return
+    if kind is None:
+        raise GpuprofError(f"{who}{path} already exists; pass --force to replace it")
+    raise GpuprofError(f"{who}{path} already exists and is not a {KINDS[kind][0]}; gpuprof replaces "
+                       f"only its own files of that kind (choose another path, or pass --force)")
+
+
+@dataclass(frozen=True)
+class Output:
+    """One file a command will write: the option that names it, its kind (a KINDS key) and how
+    messages name its content ("the profile")."""
+
+    option: str  # "--out"
+    path: Path
+    kind: str
+    what: str
+
+
+def _signature(path: Path) -> tuple | None:
+    """What tells whether a file changed: (device, inode, size, mtime) of the file at `path`
+    (through a link), or None when there is none."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class OutputPlan:
+    """The outputs of one command, checked before it runs (check_outputs), and written after it
+    with the same rules checked again (save): a file that appeared or changed at an output path
+    during the run was written by the run or by someone else, and is kept."""
+
+    outputs: list[Output]
+    force: bool = False
+    protected: dict[str, str] = field(default_factory=dict)
+    before: dict[str, tuple | None] = field(default_factory=dict)  # option -> _signature
+
+    def path(self, option: str) -> Path | None:
+        return next((o.path for o in self.outputs if o.option == option), None)
+
+    def save(self, option: str, data: str | bytes, *, opened: dict[str, str] | None = None,
+             folders: list[Path] | None = None) -> Saved:
+        """Write the output named by `option` (save_or_rescue), never over a file that changed
+        since the check, one of the inputs, or one of `opened` (files the run opened)."""
+        out = next(o for o in self.outputs if o.option == option)
+        protected = {**(opened or {}), **self.protected}
+        if _signature(out.path) not in (None, self.before.get(option)):
+            protected[same_file_key(out.path)] = "a file written during the run (it was not there, or differed, before)"
+        return save_or_rescue(out.path, data, kind=out.kind, force=self.force, protected=protected,
+                              folders=folders)
+
+
+def check_outputs(outputs: Iterable[Output], *, force: bool = False,
+                  inputs: Iterable[tuple[str, object]] = ()) -> OutputPlan:
+    """Raise a one-line GpuprofError unless every output can be written (check_writable) and
+    replaces nothing it must not: no two outputs name the same file, and none names one of
+    `inputs`, the (name, path or None) pairs the command reads (the script, --data, a profile),
+    even with --force. Returns the plan that writes them after the run (OutputPlan.save)."""
+    outputs = list(outputs)
+    protected = {same_file_key(p): f"this run's {name}" for name, p in inputs if p is not None}
+    seen: dict[str, Output] = {}
+    for out in outputs:
+        key = same_file_key(out.path)
+        if key in protected:
+            raise GpuprofError(f"{out.option}: {out.path} is {protected[key]}; writing {out.what} "
+                               f"there would replace it")
+        check_writable(out.path, kind=out.kind, force=force, protected=protected, option=out.option)
+        if key in seen:
+            raise GpuprofError(f"{seen[key].option} and {out.option} both name {out.path}; "
+                               f"give each output its own file")
+        seen[key] = out
+    return OutputPlan(outputs, force, protected, {o.option: _signature(o.path) for o in outputs})
 
 
 @dataclass(frozen=True)
@@ -170,14 +309,17 @@ def _write_unique(folder: Path, like: Path, data: str | bytes) -> Path:
     raise GpuprofError(f"no free name like {stem}{like.suffix} in {folder}")
 
 
-def save_or_rescue(path: str | os.PathLike, data: str | bytes, *, overwrite: bool = True,
+def save_or_rescue(path: str | os.PathLike, data: str | bytes, *, kind: str | None = None,
+                   force: bool = False, protected: dict[str, str] | None = None,
                    folders: list[Path] | None = None) -> Saved:
-    """Write `data` to `path` atomically; if that fails, to a unique file in the first of
-    `folders` (default: rescue_folders()) that takes it. Never raises for an I/O failure: the
-    result says where the data is."""
+    """Write `data` to `path` atomically when check_writable(path, kind, force, protected) allows
+    it now (a file may have appeared, or been opened by the run, since the check before the run);
+    otherwise, or when the write fails, to a unique file in the first of `folders` (default:
+    rescue_folders()) that takes it. Never raises for an I/O failure: the result says where."""
     path = Path(path)
     try:
-        return Saved(path, atomic_write(path, data, overwrite=overwrite))
+        target = check_writable(path, kind=kind, force=force, protected=protected)
+        return Saved(path, atomic_write(target, data, overwrite=True))
     except (OSError, GpuprofError) as exc:
         error = _why(exc)
     tried = []

@@ -1,9 +1,6 @@
-"""Checks made before a run starts, so that nothing is lost at its end and nothing runs for
-minutes in silence.
+"""Checks made before a built-in run starts, so that nothing runs for minutes in silence or
+fails for memory at its end (output paths: gpuprof.files.check_outputs).
 
-- `check_outputs`: every file the run will write (diagnose's --out and --write; a later --trace
-  or --html is one more `Output`) can be written now (gpuprof.files.check_writable), no two
-  outputs name the same file, and no output would replace one of the run's inputs.
 - `check_memory`: the built-in loop's peak memory by the recommend memory model
   (gpuprof.recommend.memory) against the device's memory — GPU memory on CUDA, available RAM on
   CPU — with the largest batch_size and block_size that would fit.
@@ -20,14 +17,11 @@ No printing here: the CLI prints the warning and turns GpuprofError into one lin
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 from gpuprof.dims import preset_config
 from gpuprof.errors import GpuprofError
-from gpuprof.files import check_writable
 
 GIB = 1024**3
 SLOW_STEP_S = 60.0  # "one step will take minutes": said up front
@@ -42,42 +36,6 @@ PROBE_SECONDS = 0.2
 FLOOR_FLOPS_PER_S = 1e8
 # Emulated bf16/fp16 on a CPU runs ~1 GFLOP/s: a 512² product alone would take 0.3 s.
 _CPU_HALF_PROBE_SIZE = 256
-
-
-# -- output paths ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Output:
-    """One file a run will write: the option that names it, and whether it may replace a file."""
-
-    option: str  # "--out"
-    path: Path
-    overwrite: bool
-    what: str  # "the profile": how messages name its content
-
-
-def _same_file_key(path) -> str:
-    return os.path.realpath(os.fspath(path))
-
-
-def check_outputs(outputs: Iterable[Output], inputs: Iterable[tuple[str, object]] = ()) -> None:
-    """Raise a one-line GpuprofError unless every output can be written and replaces nothing
-    it must not. `inputs` are (name, path or None) pairs the run reads (the script, --data):
-    an output naming one of them is refused."""
-    seen: dict[str, Output] = {}
-    for out in outputs:
-        check_writable(out.path, overwrite=out.overwrite, option=out.option)
-        key = _same_file_key(out.path)
-        if key in seen:
-            raise GpuprofError(f"{seen[key].option} and {out.option} both name {out.path}; "
-                               f"give each output its own file")
-        seen[key] = out
-    for name, path in inputs:
-        if path is not None and _same_file_key(path) in seen:
-            out = seen[_same_file_key(path)]
-            raise GpuprofError(f"{out.option}: {out.path} is this run's {name}; "
-                               f"writing {out.what} there would replace it")
 
 
 # -- memory ---------------------------------------------------------------------------------
@@ -310,4 +268,3 @@ def preflight_run(loop, *, allow_slow: bool = False, gpu: str | None = None,
         raise GpuprofError(f"{text}; pass --allow-slow to run it anyway, or lower --block-size, "
                            f"--batch-size, --grad-accum or --model")
     return f"{text}; running it, Ctrl-C stops it"
-    return f"{text}; running it (--allow-slow), Ctrl-C stops it"

@@ -252,6 +252,19 @@ def parse_line(line: str) -> StepLine | EvalLine | None:
     return None
 
 
+def bad_numbers(rec: StepLine) -> str | None:
+    """Why a step line's numbers cannot be a training step's (a step time that is not a positive
+    finite number, an MFU or tokens/s that is not finite or is negative — nanoGPT's -100.00% MFU
+    placeholder aside), else None. Such lines are skipped and counted, never averaged."""
+    if rec.step_ms is not None and not (math.isfinite(rec.step_ms) and rec.step_ms > 0):
+        return f"step time {rec.step_ms:g} ms"
+    if rec.tokens_per_s is not None and not (math.isfinite(rec.tokens_per_s) and rec.tokens_per_s >= 0):
+        return f"{rec.tokens_per_s:g} tokens/s"
+    if rec.mfu_pct is not None and not (math.isfinite(rec.mfu_pct) and (rec.mfu_pct >= 0 or rec.mfu_pct == -100.0)):
+        return f"MFU {rec.mfu_pct:g}%"
+    return None  # a diverged (nan) loss is a real, printed value: the step time still counts
+
+
 def parse_lines(lines) -> tuple[list[StepLine], list[EvalLine]]:
     """(step lines, eval lines) of an iterable of printed lines."""
     steps, evals = [], []
@@ -281,6 +294,7 @@ def reported_summary(records: list[StepLine], *, skip_first: int, gpuprof_step_s
     Lines of the main format only; the median step time skips the first `skip_first` timed
     lines (the warmup) when more remain; a whole-run average (HF) is used when no line has a
     step time of its own. ratio = gpuprof's step ÷ the script's step (None if either is missing)."""
+    records = [r for r in records if not bad_numbers(r)]
     fmt = main_format(records)
     mine = [r for r in records if r.format == fmt]
     per_step = [r for r in mine if r.step_ms is not None and not r.whole_run]

@@ -8,7 +8,7 @@ import math
 from gpuprof.errors import GpuprofError
 # Re-exported: the parser's public names stay importable from here.
 from gpuprof.steplog import (EVAL_RE, FIRST_STEP, ITER_RE, EvalLine, IterLine, StepLine,  # noqa: F401
-                             main_format, parse_line, parse_lines)
+                             bad_numbers, main_format, parse_line, parse_lines)
 
 
 # ------------------------------------------------------------------------------ log analysis
@@ -33,9 +33,12 @@ def _config_int(config: dict, *keys, default=None):
     for k in keys:
         if config.get(k) is not None:
             try:
-                return int(float(config[k]))
+                value = float(config[k])
             except (TypeError, ValueError):
                 raise GpuprofError(f"config value {k}={config[k]!r} is not a number") from None
+            if not (math.isfinite(value) and value > 0 and value == int(value)):
+                raise GpuprofError(f"{k} must be a positive whole number, got {config[k]!r}")
+            return int(value)
     return default
 
 
@@ -85,14 +88,19 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
     except (IsADirectoryError, PermissionError) as exc:
         raise GpuprofError(f"{p}: cannot read ({exc.__class__.__name__})") from None
     records, evals = parse_lines(text.splitlines())
+    bad = [why for why in map(bad_numbers, records) if why]
+    records = [r for r in records if not bad_numbers(r)]
     fmt = main_format(records)
     iters = [r for r in records if r.format == fmt and r.step_ms is not None]
+    skipped = (f"{len(bad)} step line(s) with impossible numbers skipped (the first: {bad[0]})"
+               if bad else None)
     if not iters:
         raise GpuprofError(f"{p}: no nanoGPT iteration lines ('iter N: loss L, time T ms, mfu M%') and no "
                            "step times in another known format (build-nanogpt 'step N | … | dt: T ms', "
-                           "llm.c 'step N/M | … | (T ms | … tok/s)', HF Trainer's train_steps_per_second)")
+                           "llm.c 'step N/M | … | (T ms | … tok/s)', HF Trainer's train_steps_per_second)"
+                           + (f"; {skipped}" if skipped else ""))
 
-    warnings: list[str] = []
+    warnings: list[str] = [skipped] if skipped else []
     # The run's first line holds compilation and the first eval (nanoGPT iter 0, build-nanogpt
     # step 0, llm.c step 1); nanoGPT prints mfu -100% until iter 5.
     first = FIRST_STEP.get(fmt)
@@ -203,6 +211,7 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
     steps_sorted = sorted(r.step_ms / 1e3 for r in steady)
     return {
         "path": str(p), "format": fmt, "iter_lines": len(iters), "eval_lines": len(evals),
+        "skipped_lines": len(bad),
         "steady_lines": len(steady), "first_iter": iters[0].step, "last_iter": iters[-1].step,
         "tokens_per_s_printed": _median([r.tokens_per_s for r in steady if r.tokens_per_s is not None]),
         "step_s_median": step_s,

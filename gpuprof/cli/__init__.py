@@ -12,8 +12,32 @@ from gpuprof.cli import recommend as _recommend  # noqa: F401,E402
 from gpuprof.cli import scenario as _scenario  # noqa: F401,E402
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """`gpuprof ...`: every usage error is one line on stderr and exit 2 (click's own boxed
+    usage message is for --help, not for a mistyped option)."""
+    import sys
+
+    import typer
+
+    errors = typer.main._click.exceptions
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="gpuprof", standalone_mode=False)
+    except errors.NoArgsIsHelpError as exc:  # `gpuprof` or a group alone: the help (printed as it was made)
+        if exc.format_message().strip():
+            typer.echo(exc.format_message())
+        code = 0
+    except errors.UsageError as exc:
+        path = exc.ctx.command_path if exc.ctx is not None else "gpuprof"
+        typer.echo(f"gpuprof: error: {exc.format_message()} (`{path} --help` lists the options)", err=True)
+        code = exc.exit_code
+    except errors.ClickException as exc:
+        typer.echo(f"gpuprof: error: {exc.format_message()}", err=True)
+        code = exc.exit_code
+    except typer.Abort:
+        typer.echo("gpuprof: interrupted", err=True)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 __all__ = ["app", "main"]

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from gpuprof import profile as profile_io
 from gpuprof.cli.app import app, guarded
+from gpuprof.cli.options import peak_options
 from gpuprof.errors import GpuprofError
 
 SLOWER_EXIT_CODE = 1  # --fail-if-slower: AFTER is slower than allowed
@@ -56,6 +57,7 @@ def compare(
     (one line on stderr); 2 bad input (a missing file, not a profile, a
     negative PCT); 130 Ctrl-C.
     """
+    peak_options(peak_tflops)
     from gpuprof.analysis.compare import compare as compare_profiles
     from gpuprof.render.compare import comparison_json, render_comparison
 

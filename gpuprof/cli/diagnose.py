@@ -11,110 +11,14 @@ from rich.console import Console
 
 from gpuprof import profile as profile_io
 from gpuprof.cli.app import app, guarded
+from gpuprof.cli.options import peak_options
+from gpuprof.cli.output import FORCE_HELP, emit, exit_for, plan_outputs
 from gpuprof.errors import GpuprofError
 
 # Per-device defaults for the built-in loop: small enough that the default run finishes in
 # well under a minute on a 2-core CPU; nanoGPT's GPT-2 settings on a GPU.
 CPU_DEFAULTS = dict(model="tiny", batch_size=8, block_size=256, grad_accum=4, dtype="fp32")
 CUDA_DEFAULTS = dict(model="gpt2", batch_size=16, block_size=1024, grad_accum=4, dtype="bf16")
-
-
-def live_progress(err: Console, what: str, warmup: int, steps: Optional[int], as_json: bool,
-                  instruments: list = ()):
-    """The live display of a run (gpuprof.render.live): a panel on a terminal, plain lines on
-    stderr otherwise, nothing under --json. On a GPU it shows the NVML sampler's latest sample."""
-    from gpuprof.render.live import LiveProgress
-
-    nvml = next((i for i in instruments if getattr(i, "name", None) == "nvml"), None)
-    return LiveProgress(err, what=what, warmup=warmup, steps=steps, enabled=not as_json,
-                        gpu_sample=nvml.latest if nvml is not None and hasattr(nvml, "latest") else None)
-
-
-def _instruments(device: str, data_path: Optional[str], samplers: bool) -> list:
-    from gpuprof.measure.instruments import diagnose_instruments
-
-    return diagnose_instruments(device, data_path, samplers)
-
-
-def outputs(out: Optional[Path], write: Optional[Path], force: bool, trace: Optional[Path] = None,
-            html: Optional[Path] = None) -> list:
-    """Every file this command will write, checked before anything runs (gpuprof.preflight)."""
-    from gpuprof.cli.export import export_outputs
-    from gpuprof.preflight import Output
-
-    found = []
-    if out is not None:
-        found.append(Output("--out", out, overwrite=True, what="the profile"))
-    if write is not None:
-        found.append(Output("--write", write, overwrite=force, what="the corrected config"))
-    return found + export_outputs(trace, html)
-
-
-def emit(profile, findings, *, out: Optional[Path], as_json: bool, console: Console,
-         write: Optional[Path] = None, force: bool = False, trace: Optional[Path] = None,
-         html: Optional[Path] = None, details: bool = False) -> list:
-    """Write the profile (--out) and the corrected config (--write), then print JSON (--json)
-    or the terminal report. A write that fails is saved to a fallback file instead
-    (gpuprof.files.save_or_rescue) and a warning line on stderr says where; returns the
-    files.Saved results (`exit_for` turns a rescued one into exit code 3)."""
-    from gpuprof.files import save_or_rescue
-    from gpuprof.render.terminal import render_diagnosis
-
-    saved = []  # (what, Saved)
-    if out is not None:
-        saved.append(("the profile", save_or_rescue(out, profile.to_json())))
-    note = None
-    if write is not None:
-        text = _corrected_text(profile)
-        if text is None:
-            note = f"nothing written to {write}: no finding of this run is a config fix"
-        else:
-            saved.append(("the corrected config", save_or_rescue(write, text, overwrite=force)))
-    if trace is not None or html is not None:
-        from gpuprof.cli.export import write_exports
-
-        saved += write_exports(profile, [f.to_dict() if hasattr(f, "to_dict") else f for f in findings],
-                               trace=trace, html=html)
-    if as_json:
-        sys.stdout.write(profile.to_json() + "\n")
-    else:
-        from gpuprof.render.distributed import distributed_panel
-
-        render_diagnosis(profile, findings, console, details=details)
-        panel = distributed_panel(profile)  # a data-parallel run: every rank, in the short report too
-        if panel is not None:
-            console.print(panel)
-        for what, s in saved:
-            if not s.rescued:
-                console.print(f"{what.removeprefix('the ')} written to {s.path}")
-    # Last, on stderr, one line each: what the user must not miss after a long report.
-    if note is not None:
-        typer.echo(f"gpuprof: note: {note}", err=True)
-    from gpuprof.cli.export import report_saved
-
-    report_saved(saved, written=False)  # the written lines went to the report's console above
-    return [s for _, s in saved]
-
-
-def exit_for(saved: list) -> None:
-    """Exit with files.RESCUED_EXIT_CODE (3) when an output is not where it was asked for."""
-    from gpuprof.files import RESCUED_EXIT_CODE
-
-    if any(s.rescued for s in saved):
-        raise typer.Exit(RESCUED_EXIT_CODE)
-
-
-def _corrected_text(profile) -> Optional[str]:
-    """The corrected config in nanoGPT `key = value` format, or None when no finding is a
-    config fix."""
-    from gpuprof.analysis.corrected import CorrectedConfig
-    from gpuprof.recommend.config import format_config
-
-    cc = profile.summary.get("corrected_config") or {}
-    if not cc.get("overrides"):
-        return None
-    c = CorrectedConfig(cc["overrides"], cc["sources"], cc.get("overridden", []), cc.get("current", {}))
-    return format_config(c.overrides, c.header())
 
 
 @app.command(
@@ -150,7 +54,7 @@ def diagnose(
     samplers: bool = typer.Option(True, "--samplers/--no-samplers", help="NVML/host sampling and the matmul ceiling probe."),
     disk_report: Optional[Path] = typer.Option(None, help="A `gpuprof bench-disk --json` result for the data's storage."),
     write: Optional[Path] = typer.Option(None, help="Write the corrected config (nanoGPT `key = value` format) here."),
-    force: bool = typer.Option(False, help="Let --write replace an existing file."),
+    force: bool = typer.Option(False, help=FORCE_HELP),
     allow_slow: bool = typer.Option(False, "--allow-slow", help="Built-in loop: run even when the run is estimated at an hour or more (refused otherwise)."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Also write a Chrome trace-event JSON here (opens in ui.perfetto.dev and chrome://tracing)."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here (no network requests)."),
@@ -193,9 +97,12 @@ def diagnose(
     import torch
 
     from gpuprof.analysis.pipeline import analyze_profile
-    from gpuprof.preflight import check_outputs, preflight_run
+    from gpuprof.measure.instruments import diagnose_instruments
+    from gpuprof.preflight import preflight_run
+    from gpuprof.render.live import live_progress
 
     err = Console(stderr=True)
+    peak_options(peak_tflops, reported_mfu)
     disk = _load_disk_report(disk_report)  # before any run: a bad file fails fast
     if steps <= 0:
         raise GpuprofError(f"--steps must be positive, got {steps}")
@@ -204,9 +111,8 @@ def diagnose(
     if post_budget is not None and not post_budget >= 0:
         raise GpuprofError(f"--post-budget must be zero or positive seconds, got {post_budget}")
     # Every output path before anything runs: a bad one costs a second, not the measurement.
-    check_outputs(outputs(out, write, force, trace, html),
-                  inputs=[("script", script), ("--data", data), ("--disk-report", disk_report)])
-    shown = dict(trace=trace, html=html, details=details)  # how the result is shown and exported
+    plan = plan_outputs({"--out": out, "--write": write, "--trace": trace, "--html": html}, force=force,
+                        inputs=[("script", script), ("--data", data), ("--disk-report", disk_report)])
     if verify and as_json:
         raise GpuprofError("--verify prints a comparison report: use it without --json "
                            "(or save both runs with --out and use `gpuprof compare --json`)")
@@ -225,18 +131,17 @@ def diagnose(
 
         diagnose_distributed(script=script, script_args=list(script_args or []), launcher=launcher,
                              standalone=standalone, builtin=None, steps=steps, warmup=warmup, stop=stop,
-                             samplers=samplers, post_budget=post_budget, rank_timeout=rank_timeout, out=out,
+                             samplers=samplers, post_budget=post_budget, rank_timeout=rank_timeout,
                              as_json=as_json, gpu=gpu, peak_tflops=peak_tflops, reported_mfu=reported_mfu,
-                             disk=disk, write=write, force=force, err=err, shown=shown)
+                             disk=disk, plan=plan, details=details, err=err)
         return
     if script is not None:
         from gpuprof.cli.script_mode import diagnose_script
 
         diagnose_script(script, list(script_args or []), steps=steps, warmup=warmup, stop=stop,
-                        out=out, as_json=as_json, gpu=gpu, peak_tflops=peak_tflops,
+                        as_json=as_json, gpu=gpu, peak_tflops=peak_tflops,
                         reported_mfu=reported_mfu, samplers=samplers, err=err,
-                        disk=disk, write=write, force=force, post_budget=post_budget, shown=shown,
-                        verify=verify)
+                        disk=disk, plan=plan, details=details, post_budget=post_budget, verify=verify)
         return
 
     from gpuprof.runners.builtin import LoopConfig, bf16_native, default_device, run_builtin
@@ -270,18 +175,17 @@ def diagnose(
         check_world_divides(cfg.grad_accum, nproc_per_node, nnodes)
         diagnose_distributed(script=None, script_args=[], launcher=launcher, standalone=standalone,
                              builtin=asdict(cfg), steps=steps, warmup=warmup, stop=stop, samplers=samplers,
-                             post_budget=post_budget, rank_timeout=rank_timeout, out=out, as_json=as_json,
+                             post_budget=post_budget, rank_timeout=rank_timeout, as_json=as_json,
                              gpu=gpu, peak_tflops=peak_tflops, reported_mfu=reported_mfu, disk=disk,
-                             write=write, force=force, err=err, shown=shown)
+                             plan=plan, details=details, err=err)
         return
-    instruments = _instruments(dev, cfg.data, samplers)
+    instruments = diagnose_instruments(dev, cfg.data, samplers)
     with live_progress(err, f"{cfg.model} on {dev}", cfg.warmup, cfg.steps, as_json, instruments) as live:
         profile = run_builtin(cfg, instruments=instruments, on_step_record=live.on_step,
                               post_budget_s=post_budget, on_progress=live.on_post)
     findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
                                disk=disk)
-    saved = emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write, force=force,
-                 **shown)
+    saved = emit(profile, findings, plan, as_json=as_json, details=details)
     if profile.run.get("ended") == "interrupted":  # Ctrl-C: what was measured is above; exit 130
         raise KeyboardInterrupt
     if verify:
@@ -294,7 +198,7 @@ def diagnose(
             warn2 = preflight_run(cfg2, allow_slow=allow_slow, gpu=gpu, peak_tflops=peak_tflops)
             if warn2 is not None:
                 typer.echo(f"gpuprof: warning: {warn2}", err=True)
-            inst2 = _instruments(dev, cfg2.data, samplers)
+            inst2 = diagnose_instruments(dev, cfg2.data, samplers)
             with live_progress(err, f"{cfg2.model} on {dev}, fixed", cfg2.warmup, cfg2.steps, False, inst2) as live:
                 prof2 = run_builtin(cfg2, instruments=inst2, on_step_record=live.on_step,
                                     post_budget_s=post_budget, on_progress=live.on_post)
@@ -303,11 +207,6 @@ def diagnose(
 
         run_verify(profile, findings, rerun, Console(), err, "the built-in loop")
     exit_for(saved)
-
-
-def post_progress(console: Console):
-    """A line on stderr as each post-run measurement starts and ends (the wait is never silent)."""
-    return lambda line: console.print(f"gpuprof: after the run: {line}", highlight=False)
 
 
 def _load_disk_report(path: Optional[Path]) -> Optional[dict]:
@@ -345,16 +244,22 @@ def analyze(
     world_size: Optional[int] = typer.Option(None, help="Log mode: data-parallel ranks."),
     disk_report: Optional[Path] = typer.Option(None, help="A `gpuprof bench-disk --json` result for the data's storage."),
     write: Optional[Path] = typer.Option(None, help="Write the corrected config (nanoGPT `key = value` format) here."),
-    force: bool = typer.Option(False, help="Let --write replace an existing file."),
+    force: bool = typer.Option(False, help=FORCE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the report."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Also write a Chrome trace-event JSON here."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
     details: bool = typer.Option(False, "--details", help="Show everything: the MFU table, samplers, attribution."),
 ):
     """Re-render a saved profile (nothing is rerun), or analyse a nanoGPT log (--log)."""
+    peak_options(peak_tflops, reported_mfu)
     from gpuprof.analysis.pipeline import analyze_profile
 
     if log is not None:
+        for name, value in (("batch-size", batch_size), ("block-size", block_size), ("grad-accum", grad_accum),
+                            ("n-layer", n_layer), ("n-head", n_head), ("n-embd", n_embd),
+                            ("vocab-size", vocab_size), ("world-size", world_size)):
+            if value is not None and value <= 0:
+                raise GpuprofError(f"--{name} must be positive, got {value}")
         _analyze_log(log, gpu, peak_tflops, dict(
             batch_size=batch_size, block_size=block_size, gradient_accumulation_steps=grad_accum,
             n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,
@@ -362,14 +267,12 @@ def analyze(
         return
     if file is None:
         raise GpuprofError("give a profile file (gpuprof analyze run.gpuprof.json) or --log train.log")
-    from gpuprof.preflight import check_outputs
-
-    check_outputs(outputs(None, write, force, trace, html), inputs=[("profile", file)])
+    plan = plan_outputs({"--write": write, "--trace": trace, "--html": html}, force=force,
+                        inputs=[("profile", file), ("--disk-report", disk_report)])
     prof = profile_io.load(file)
     findings = analyze_profile(prof, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
                                disk=_load_disk_report(disk_report))
-    exit_for(emit(prof, findings, out=None, as_json=as_json, console=Console(), write=write,
-                  force=force, trace=trace, html=html, details=details))
+    exit_for(emit(prof, findings, plan, as_json=as_json, details=details))
 
 
 def _analyze_log(log: Path, gpu, peak_tflops, config: dict, as_json: bool) -> None:

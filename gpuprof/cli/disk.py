@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from gpuprof.cli.app import app, guarded
+from gpuprof.cli.options import positive
 from gpuprof.disk.requirement import DEFAULT_BLOCK_SIZE, assess, resolve_need
 from gpuprof.disk.suite import BenchConfig, run_bench
 from gpuprof.disk.units import parse_bytes
@@ -69,6 +70,9 @@ def bench_disk(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Can this storage feed the training loop? Cold/warm reads, nanoGPT's loader, headroom."""
+    for option, value in (("--block-size", block_size), ("--batch-size", batch_size),
+                          ("--grad-accum", grad_accum), ("--step-s", step_s), ("--tokens-per-sec", tokens_per_sec)):
+        positive(option, value)
     need = resolve_need(tokens_per_sec=tokens_per_sec, batch_size=batch_size,
                         block_size=block_size, grad_accum=grad_accum, step_s=step_s,
                         profile=profile)

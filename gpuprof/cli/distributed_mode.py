@@ -8,12 +8,13 @@ Ctrl-C (what was measured is still merged and written).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
 
+from gpuprof.cli.output import emit, exit_for
 from gpuprof.errors import GpuprofError, ScriptFailed
+from gpuprof.files import OutputPlan
 
 DEFAULT_RANK_TIMEOUT_S = 600.0
 
@@ -35,14 +36,13 @@ def check_world_divides(grad_accum: int, nproc: int, nnodes: Optional[str]) -> N
 
 def diagnose_distributed(*, script: Optional[str], script_args: list[str], launcher: dict, standalone: bool,
                          builtin: Optional[dict], steps: int, warmup: int, stop: bool, samplers: bool,
-                         post_budget: Optional[float], rank_timeout: Optional[float], out: Optional[Path],
+                         post_budget: Optional[float], rank_timeout: Optional[float], plan: OutputPlan,
                          as_json: bool, gpu: Optional[str], peak_tflops: Optional[float],
-                         reported_mfu: Optional[float], disk: Optional[dict], write: Optional[Path],
-                         force: bool, err: Console, shown: Optional[dict] = None) -> None:
+                         reported_mfu: Optional[float], disk: Optional[dict], err: Console,
+                         details: bool = False) -> None:
     from gpuprof.analysis.pipeline import analyze_profile
-    from gpuprof.cli.diagnose import emit, exit_for
     from gpuprof.merge import merge_entries, one_line
-    from gpuprof.runners.launch import check_launcher, first_failure, launch
+    from gpuprof.runners.launch import check_capacity, check_launcher, first_failure, launch
 
     nproc = launcher.get("nproc_per_node")
     if nproc is None or nproc < 1:
@@ -61,6 +61,7 @@ def diagnose_distributed(*, script: Optional[str], script_args: list[str], launc
         spec.update(mode="builtin", builtin=builtin)
         what = f"the built-in loop ({builtin['model']}, DDP)"
     check_launcher(launcher, standalone)  # a bad option: one line, exit 2, before the banner
+    check_capacity(nproc, **_rank_needs(builtin))  # what this node cannot run: exit 2, nothing started
     nodes = launcher.get("nnodes") or "1"
     err.print(f"gpuprof: launching {what} on {nproc} process(es) per node, {nodes} node(s), through "
               f"torch.distributed.run; {warmup} warmup + {steps} measured steps per rank", highlight=False)
@@ -73,8 +74,9 @@ def diagnose_distributed(*, script: Optional[str], script_args: list[str], launc
         raise ScriptFailed(str(exc)) from None
     findings = analyze_profile(merged, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
                                disk=disk)
-    saved = emit(merged, findings, out=out, as_json=as_json, console=Console(), write=write, force=force,
-                 **(shown or {}))
+    saved = emit(merged, findings, plan, as_json=as_json, details=details, opened=result.opened)
+    if result.interrupted:  # gpuprof was stopped: a rank that failed after that lost its peers to the stop
+        raise KeyboardInterrupt
     first = first_failure(result.entries)
     if first is not None:
         failed = [e for e in result.entries if e["status"] in ("failed", "missing")]
@@ -84,9 +86,27 @@ def diagnose_distributed(*, script: Optional[str], script_args: list[str], launc
         raise ScriptFailed(f"rank {first['rank']} failed first{where}: {err_.get('type', 'error')}: "
                            f"{one_line(err_.get('message'))}{others}{_stuck(result.entries, first)} "
                            f"(what every rank measured is merged)")
-    if result.interrupted or any(e["status"] == "interrupted" for e in result.entries):
+    if any(e["status"] == "interrupted" for e in result.entries):
         raise KeyboardInterrupt
     exit_for(saved)
+
+
+def _rank_needs(builtin: Optional[dict]) -> dict:
+    """What one rank of this node needs (runners.launch.check_capacity): a GPU of its own when it
+    runs on CUDA (the built-in loop's device; a script's whenever CUDA is here), and for a CPU rank
+    of the built-in loop the memory model's estimate of its model, batch and optimizer state."""
+    import torch
+
+    if builtin is None:
+        return {"cuda": torch.cuda.is_available()}
+    if str(builtin.get("device", "")).startswith("cuda"):
+        return {"cuda": True}
+    from gpuprof.preflight import check_memory
+    from gpuprof.runners.builtin import LoopConfig
+
+    est = check_memory(LoopConfig(**builtin), capacity=(2**62, "unbounded")).estimate
+    return {"cuda": False, "rank_bytes": int(est.total_bytes),
+            "rank_bytes_source": "for the model, its batch and its optimizer state (memory model)"}
 
 
 def _stuck(entries: list[dict], first: dict) -> str:

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 
 from gpuprof import profile as profile_io
 from gpuprof.cli.app import app, guarded
+from gpuprof.cli.options import peak_options
+from gpuprof.cli.output import FORCE_HELP, emit, exit_for, plan_outputs
 from gpuprof.errors import GpuprofError
 
 
@@ -23,18 +24,18 @@ def merge(
     gpu: Optional[str] = typer.Option(None, help="GPU name or key for the peak, e.g. h200."),
     peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s (overrides the table)."),
     as_json: bool = typer.Option(False, "--json", help="Print the merged profile JSON instead of the report."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ):
     """Join per-node (or per-rank) profiles of one data-parallel run into one profile with every
     rank, then report the merged run (slowest rank, communication, the fixes)."""
+    peak_options(peak_tflops)
     from gpuprof.analysis.pipeline import analyze_profile
-    from gpuprof.cli.diagnose import emit, exit_for, outputs
     from gpuprof.merge import merge_profiles
-    from gpuprof.preflight import check_outputs
 
     if len(files) < 1:
         raise GpuprofError("give the profiles to merge (gpuprof merge node0.json node1.json --out all.json)")
-    check_outputs(outputs(out, None, False), inputs=[("profile", f) for f in files])
+    plan = plan_outputs({"--out": out}, force=force, inputs=[("profile", f) for f in files])
     named = [(str(f), profile_io.load(f)) for f in files]
     merged = merge_profiles(named)
     findings = analyze_profile(merged, gpu=gpu, peak_tflops=peak_tflops)
-    exit_for(emit(merged, findings, out=out, as_json=as_json, console=Console()))
+    exit_for(emit(merged, findings, plan, as_json=as_json))

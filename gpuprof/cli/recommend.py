@@ -9,6 +9,8 @@ from typing import Optional
 import typer
 
 from gpuprof.cli.app import app, guarded, stdout_is_tty
+from gpuprof.cli.options import positive
+from gpuprof.cli.output import FORCE_HELP, exit_for, plan_outputs, report_saved
 from gpuprof.errors import GpuprofError
 
 
@@ -37,17 +39,22 @@ def recommend_cmd(
     measure: bool = typer.Option(False, "--measure", help="Time forward+backward at micro-batch 1, 2, 4, … on this machine's device."),
     measure_budget: float = typer.Option(60.0, "--measure-budget", help="Seconds the --measure sweep may take."),
     write: Optional[Path] = typer.Option(None, "--write", help="Write the corrected config (nanoGPT format) to this new file."),
-    force: bool = typer.Option(False, "--force", help="Let --write replace an existing file."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (keys documented in docs/recommend.md)."),
 ) -> None:
     """Which batch_size × gradient_accumulation_steps reaches a token target, fits in memory,
     and runs fastest — with the memory breakdown and the reason."""
     from gpuprof.recommend import plan, sources
-    from gpuprof.recommend.config import write_config
+    from gpuprof.recommend.config import format_config
     from gpuprof.recommend.tokens import parse_tokens
     from gpuprof.render.recommend import render_json, render_text
 
     target = parse_tokens(target_tokens)
+    positive("--tolerance", tolerance, zero=True)
+    positive("--memory-gb", memory_gb)
+    positive("--measure-budget", measure_budget)
+    written_to = plan_outputs({"--write": write}, force=force,
+                        inputs=[("--config", c) for c in config] + [("--from", from_profile)])
     detect = sources.detected_cuda
     cuda_here = detect() is not None
     if measure and not cuda_here:
@@ -73,18 +80,21 @@ def recommend_cmd(
     rec.capacity_source = inputs.capacity_source
     rec.notes[:0] = [f"model from {inputs.model_source}"] + notes
 
-    written = None
+    written, saved = None, []
     if write is not None:
         if rec.best is None:
             raise GpuprofError("nothing fits, so no corrected config was written")
         header = (f"written by gpuprof recommend --target-tokens {target_tokens}\n"
                   f"{rec.best.tokens:,} tokens per optimizer step; {rec.reason}")
-        written = str(write_config(write, rec.overrides(), header, force=force))
+        saved = [("the corrected config", written_to.save("--write", format_config(rec.overrides(), header)))]
+        written = None if saved[0][1].rescued else str(saved[0][1].path)
     if as_json:
         typer.echo(render_json(rec, written=written, sweep=sweep_result))
     else:
         typer.echo(render_text(rec, color=stdout_is_tty(), written=written, sweep=sweep_result),
                    nl=False)
+    report_saved(saved, written=False)
+    exit_for([s for _, s in saved])
 
 
 def _host_ram():

@@ -15,23 +15,24 @@ then prints its updates as lines); otherwise plain lines on stderr; nothing unde
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
 
+from gpuprof.cli.output import emit, exit_for
 from gpuprof.errors import GpuprofError, ScriptFailed
+from gpuprof.files import OutputPlan
 
 
 def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: int, stop: bool,
-                    out: Optional[Path], as_json: bool, gpu: Optional[str], peak_tflops: Optional[float],
-                    reported_mfu: Optional[float], samplers: bool, err: Console,
-                    disk: Optional[dict] = None, write: Optional[Path] = None, force: bool = False,
-                    post_budget: Optional[float] = None, shown: Optional[dict] = None,
-                    verify: bool = False) -> None:
+                    as_json: bool, gpu: Optional[str], peak_tflops: Optional[float],
+                    reported_mfu: Optional[float], samplers: bool, err: Console, plan: OutputPlan,
+                    disk: Optional[dict] = None, details: bool = False,
+                    post_budget: Optional[float] = None, verify: bool = False) -> None:
     """Profile `script script_args...`; emit the report/JSON; raise for the failure exits."""
     from gpuprof.analysis.pipeline import analyze_profile
-    from gpuprof.cli.diagnose import _instruments, emit, exit_for
+    from gpuprof.measure.instruments import diagnose_instruments
+    from gpuprof.measure.opened import OpenedFiles
     from gpuprof.runners.script import check_script, run_script
 
     check_script(script)
@@ -43,7 +44,7 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
     made: list = []
 
     def instruments(dev, data):
-        made[:] = _instruments(dev, data, samplers)
+        made[:] = diagnose_instruments(dev, data, samplers)
         return made
 
     def gpu_sample():
@@ -52,8 +53,8 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
 
     from gpuprof.render.live import LiveProgress
 
-    with LiveProgress(err, what=script, warmup=warmup, steps=steps if stop else None, enabled=not as_json,
-                      gpu_sample=gpu_sample) as live:
+    with OpenedFiles() as opened, LiveProgress(err, what=script, warmup=warmup, steps=steps if stop else None,
+                                               enabled=not as_json, gpu_sample=gpu_sample) as live:
         # With --json, stdout carries the profile only: the script's stdout goes to stderr. Read
         # here, inside the live display: its redirection prints the script's lines above the panel.
         script_stdout = sys.stderr if as_json else sys.stdout
@@ -69,14 +70,13 @@ def diagnose_script(script: str, script_args: list[str], *, steps: int, warmup: 
     findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops,
                                reported_mfu_pct=reported_mfu if reported_mfu is not None
                                else reported.get("mfu_pct_median"), disk=disk)
-    saved = emit(profile, findings, out=out, as_json=as_json, console=Console(), write=write,
-                 force=force, **(shown or {}))
+    saved = emit(profile, findings, plan, as_json=as_json, details=details, opened=opened.protected())
     if verify and result.ended not in ("failed", "interrupted"):
         _verify_script(script, script_args, profile, findings, steps=steps, warmup=warmup, stop=stop,
                        samplers=samplers, post_budget=post_budget, gpu=gpu, peak_tflops=peak_tflops,
                        disk=disk, err=err)
     if result.ended == "failed":
-        where = saved[0].path if out is not None else None  # --out comes first: emit's order
+        where = saved[0].path if plan.path("--out") is not None else None  # --out comes first: emit's order
         written = f"; partial profile written to {where}" if where is not None else ""
         raise ScriptFailed(f"{result.error_line} (the script failed after {len(profile.steps) + len(profile.warmup_steps)} "
                            f"complete steps{written})")
@@ -102,8 +102,8 @@ def _verify_script(script, script_args, profile, findings, *, steps, warmup, sto
                    gpu, peak_tflops, disk, err: Console) -> None:
     """--verify for a script: the same command with the top fix's `--key=value` overrides."""
     from gpuprof.analysis.pipeline import analyze_profile
-    from gpuprof.cli.diagnose import _instruments
     from gpuprof.cli.verify import script_args_with, verify
+    from gpuprof.measure.instruments import diagnose_instruments
     from gpuprof.render.live import LiveProgress
     from gpuprof.runners.script import run_script
 
@@ -118,7 +118,7 @@ def _verify_script(script, script_args, profile, findings, *, steps, warmup, sto
             return None
         with LiveProgress(err, what=f"{script} (fixed)", warmup=warmup, steps=steps if stop else None) as live:
             again = run_script(script, args, steps=steps, warmup=warmup, stop=stop,
-                               instruments_factory=lambda dev, data: _instruments(dev, data, samplers),
+                               instruments_factory=lambda dev, data: diagnose_instruments(dev, data, samplers),
                                stdout=sys.stdout, post_budget_s=post_budget, on_progress=live.on_post,
                                on_step_record=live.on_step)
         if again.profile is None or again.ended == "failed":

@@ -8,6 +8,7 @@ eviction); warm ones read the same way through a filled page cache.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -48,8 +49,8 @@ class BenchConfig:
                    4 * (self.block_size + 1) * TOKEN_BYTES)
 
     def validate(self) -> None:
-        if self.duration_s <= 0:
-            raise GpuprofError("--duration must be above 0 seconds")
+        if not (math.isfinite(self.duration_s) and self.duration_s > 0):  # nan too
+            raise GpuprofError(f"--duration must be above 0 seconds, got {self.duration_s}")
         if self.repeats < 2:
             raise GpuprofError("--repeats must be at least 2 (median and spread need two runs)")
         if not 1 <= self.readers <= 256:

@@ -15,7 +15,8 @@ nanoGPT users who say "1M tokens" usually mean 2^20 = 16 × 1024 × 64; with the
 tolerance a 1,000,000 target still admits 1,048,576 (+4.86%), and power-of-two configs are
 preferred, so `1M` lands on the same configs. Every output prints the exact count.
 
-A value must come out as a whole, positive number of tokens (`1.5` or `0.0000001M` is an error).
+A value must come out as a whole, positive number of tokens (`1.5` or `0.0000001M` is an error),
+at most 2^50.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from fractions import Fraction
 
 from gpuprof.errors import GpuprofError
 
+# Far beyond any optimizer step (GPT-3 trained at 3.2M tokens per step); past it the planner's
+# float arithmetic would overflow.
+MAX_TOKENS = 2**50
 _SUFFIXES = {
     "": 1,
     "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9,
@@ -46,6 +50,9 @@ def parse_tokens(text: str | int) -> int:
         raise GpuprofError(f"target {shown!r} is not a whole number of tokens ({float(value):,.3f})")
     if value <= 0:
         raise GpuprofError(f"target tokens must be positive, got {shown!r}")
+    if value > MAX_TOKENS:
+        raise GpuprofError(f"target {shown!r} is out of range: at most 2^50 ({MAX_TOKENS:,}) tokens "
+                           f"per optimizer step")
     return int(value)
 
 

@@ -358,6 +358,7 @@ def render_html(profile: Profile, findings: list | None = None) -> str:
                  f"{_e(p.schema_version)}. Every figure on this page is from the profile; "
                  f"&ldquo;{NM}&rdquo; where the run did not measure it.</p>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<meta name="generator" content="gpuprof">'  # how gpuprof knows its own file (files.KINDS)
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>\n"

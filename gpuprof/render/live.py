@@ -162,3 +162,12 @@ def _stdout_is_terminal() -> bool:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def live_progress(err: Console, what: str, warmup: int, steps: int | None, as_json: bool,
+                  instruments: list = ()) -> LiveProgress:
+    """The live display of a run: a panel on a terminal, plain lines on stderr otherwise, nothing
+    under --json. On a GPU it shows the NVML sampler's latest sample."""
+    nvml = next((i for i in instruments if getattr(i, "name", None) == "nvml"), None)
+    return LiveProgress(err, what=what, warmup=warmup, steps=steps, enabled=not as_json,
+                        gpu_sample=nvml.latest if nvml is not None and hasattr(nvml, "latest") else None)

@@ -235,9 +235,9 @@ def test_a_step_of_minutes_is_said_up_front_and_runs(monkeypatch):
 
 
 def test_write_with_no_config_fix_still_prints_the_report(tmp_path, monkeypatch):
-    import gpuprof.cli.diagnose as diag
+    import gpuprof.cli.output as output
 
-    monkeypatch.setattr(diag, "_corrected_text", lambda profile: None)
+    monkeypatch.setattr(output, "corrected_text", lambda profile: None)
     target = tmp_path / "corrected.py"
     res = runner.invoke(app, ["diagnose", *FAST, "--write", str(target)])
     assert res.exit_code == 0, res.output

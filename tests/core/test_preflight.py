@@ -1,106 +1,16 @@
-"""Before a run: output paths proven writable, memory and step time estimated; after it: a write
-that fails is rescued to a fallback file, never lost."""
-
-import errno
-import os
-from pathlib import Path
+"""Before a built-in run: memory and step time estimated (output paths: tests/core/test_files.py)."""
 
 import pytest
 
-from gpuprof import files, preflight
+from gpuprof import preflight
 from gpuprof.dims import flops_per_token, preset_config
 from gpuprof.errors import GpuprofError
-from gpuprof.files import check_writable, save_or_rescue
-from gpuprof.preflight import (Ceiling, Output, check_memory, check_outputs, device_ceiling,
-                               estimate_step, preflight_run)
+from gpuprof.preflight import Ceiling, check_memory, device_ceiling, estimate_step, preflight_run
 from gpuprof.recommend.memory import estimate_memory
 from gpuprof.runners.builtin import LoopConfig
 
 GIB = 1024**3
 FAST = dict(n_layer=1, n_embd=64, n_head=2, batch_size=2, block_size=32, grad_accum=2, steps=3, warmup=1)
-
-
-# -- output paths ---------------------------------------------------------------------------
-
-
-@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux /proc")
-def test_proc_refuses_new_files_and_says_so():
-    with pytest.raises(GpuprofError) as exc:
-        check_writable("/proc/x.json", overwrite=True, option="--out")
-    assert str(exc.value) == ("--out: cannot write /proc/x.json: cannot create files in /proc "
-                              "(FileNotFoundError: No such file or directory)")
-
-
-def test_unwritable_shapes_of_path(tmp_path):
-    (tmp_path / "a.txt").write_text("mine")
-    cases = {
-        tmp_path / "missing" / "x.json": f"folder {tmp_path / 'missing'} does not exist",
-        tmp_path: "it is a directory",
-        tmp_path / "a.txt" / "x.json": f"{tmp_path / 'a.txt'} is not a folder",
-    }
-    for path, text in cases.items():
-        with pytest.raises(GpuprofError, match="^--out: ") as exc:
-            check_writable(path, overwrite=True, option="--out")
-        assert text in str(exc.value)
-    with pytest.raises(GpuprofError, match="already exists; pass --force"):
-        check_writable(tmp_path / "a.txt", overwrite=False, option="--write")
-    assert check_writable(tmp_path / "a.txt", overwrite=True) == tmp_path / "a.txt"
-    # The probe file it creates to prove the folder takes files is gone again.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
-    assert (tmp_path / "a.txt").read_text() == "mine"
-
-
-def test_a_device_is_never_replaced():
-    with pytest.raises(GpuprofError, match="not a regular file"):
-        check_writable(os.devnull, overwrite=True, option="--out")
-
-
-def test_outputs_may_not_collide_or_replace_an_input(tmp_path):
-    data = tmp_path / "train.bin"
-    data.write_bytes(b"\0" * 64)
-    a = Output("--out", tmp_path / "p.json", True, "the profile")
-    with pytest.raises(GpuprofError, match="--out and --write both name"):
-        check_outputs([a, Output("--write", tmp_path / "." / "p.json", True, "the config")])
-    with pytest.raises(GpuprofError, match=r"--out: .*train.bin is this run's --data; writing the profile"):
-        check_outputs([Output("--out", data, True, "the profile")], inputs=[("--data", data)])
-    check_outputs([a], inputs=[("--data", data), ("script", None)])
-
-
-# -- rescue after the run -------------------------------------------------------------------
-
-
-def test_a_failed_write_goes_to_the_first_folder_that_takes_it(tmp_path):
-    rescue = tmp_path / "rescue"
-    rescue.mkdir()
-    first = save_or_rescue(tmp_path / "gone" / "run.gpuprof.json", "{}",
-                           folders=[tmp_path / "also-gone", rescue])
-    second = save_or_rescue(tmp_path / "gone" / "run.gpuprof.json", "[]", folders=[rescue])
-    assert first.rescued and "does not exist" in first.error
-    assert first.path.parent == rescue and first.path.name.startswith("run.gpuprof.rescued-")
-    assert first.path.suffix == ".json" and first.path.read_text() == "{}"
-    assert second.path != first.path and second.path.read_text() == "[]"  # nothing clobbered
-
-
-def test_an_existing_file_that_appeared_during_the_run_is_kept(tmp_path):
-    mine = tmp_path / "corrected.py"
-    mine.write_text("batch_size = 12\n")
-    s = save_or_rescue(mine, "batch_size = 64\n", overwrite=False, folders=[tmp_path])
-    assert s.rescued and "already exists" in s.error
-    assert mine.read_text() == "batch_size = 12\n" and s.path.read_text() == "batch_size = 64\n"
-
-
-def test_when_no_folder_takes_it_the_result_says_so(tmp_path, monkeypatch):
-    def full(path, data, overwrite=True):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(files, "atomic_write", full)
-    s = save_or_rescue(tmp_path / "p.json", "{}", folders=[tmp_path])
-    assert s.path is None and s.error.count("No space left on device") == 2
-
-
-def test_written_where_asked_is_not_rescued(tmp_path):
-    s = save_or_rescue(tmp_path / "p.json", "{}")
-    assert not s.rescued and s.path == tmp_path / "p.json" and s.path.read_text() == "{}"
 
 
 # -- memory ---------------------------------------------------------------------------------
