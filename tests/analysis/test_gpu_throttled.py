@@ -5,6 +5,7 @@ import types
 
 import pytest
 from fakes.nvml import FakeNvml
+from mfu.fake_time import FakeTime
 
 from gpuprof.analysis.findings import Context
 from gpuprof.analysis.rules import machine
@@ -57,19 +58,26 @@ def test_slowdown_without_a_clock_reading_has_no_saving(profile_factory):
 
 
 def _sampled(profile_factory, mask):
-    """The rule on what the NVML sampler made of a fake GPU at half its max clock (990/1980 MHz)."""
-    fake = FakeNvml(throttle_mask=mask)
-    smp = NvmlSampler(interval_s=60, nvml=fake, uuid_of=lambda dev: "GPU-aaaa-1111", env={})
-    timer = PhaseTimer()
+    """The rule on what the NVML sampler made of a fake GPU at half its max clock (990/1980 MHz).
+
+    No sampling thread: the sampler is driven on a clock the test moves (threaded=False), so its
+    samples are exactly the test's four, at 0.1-0.4 s inside the one measured step, on any machine."""
+    fake, clock = FakeNvml(throttle_mask=mask), FakeTime()
+    smp = NvmlSampler(interval_s=0.1, nvml=fake, uuid_of=lambda dev: "GPU-aaaa-1111", env={}, clock=clock.ns,
+                      threaded=False)
+    timer = PhaseTimer(clock=clock.ns)
     timer.spans = [(0, 10**9, "forward")]  # one measured step, 0-1 s, all forward
     ctx = types.SimpleNamespace(device="cuda:0", timer=timer, profile=None, config={})
     smp.start(ctx)
-    for i in range(1, 5):
-        smp._tick(i * 10**8)
+    for _ in range(4):
+        clock.advance(0.1)
+        smp.sample_now()
     ctx.profile = types.SimpleNamespace(steps=[StepRecord(index=0, wall_s=1.0, phases={}, start_s=0.0)],
                                         warmup_steps=[], run={})
     out = smp.stop(ctx)
-    assert out["phases"]["forward"]["sm_clock_share"] == pytest.approx(0.5)
+    assert out["samples"] == 4 and out["gpus"][0]["timeline"]["t_s"] == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    fwd = out["phases"]["forward"]
+    assert fwd["samples"] == 4 and fwd["sm_clock_share"] == pytest.approx(0.5)
     p = profile_factory(PHASES, device="cuda", measurements={"nvml": out})
     return machine.gpu_throttled(Context(profile=p))
 

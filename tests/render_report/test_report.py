@@ -4,6 +4,7 @@ one value per figure, nothing wider than the terminal, no truncated cell, no bro
 
 import copy
 import dataclasses
+import types
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from gpuprof.analysis.bounds import violations
 from gpuprof.analysis.logs import analyze_log
 from gpuprof.analysis.pipeline import analyze_profile
 from gpuprof.analysis.rules.logs import log_findings
+from gpuprof.measure.host import HostSampler
 from gpuprof.measure.instruments import default_instruments
 from gpuprof.render.mfu import _HOST_COLS, _NVML_COLS
 from gpuprof.render.terminal import DETAILS_HINT, findings_table, render_diagnosis
@@ -26,9 +28,28 @@ WIDTHS = (80, 120)
 SCENARIOS = ("slow-storage", "eval-every-step", "tiny-micro-batch")
 
 
+def unsampled(profile):
+    """A copy of a measured profile whose host sampler took no sample: what a run shorter than
+    one sampling interval gets (a fast machine), from the real sampler, driven by hand
+    (threaded=False) and stopped before any sample."""
+    p = copy.deepcopy(profile)
+    smp = HostSampler(interval_s=p.measurements["host"]["interval_s"], threaded=False)
+    ctx = types.SimpleNamespace(timer=None, profile=p, config=p.config)
+    smp.start(ctx)
+    p.measurements["host"] = smp.stop(ctx)
+    assert p.measurements["host"]["available"] and p.measurements["host"]["samples"] == 0
+    return p
+
+
 @pytest.fixture(scope="module")
 def reports():
-    """name -> (profile, findings); measured once for the module (~10 s on 2 cores)."""
+    """name -> (profile, findings); measured once for the module (~10 s on 2 cores).
+
+    How many host samples the measured runs hold (every 50 ms over runs of a few tenths of a
+    second) and what the post-run parts fit in their budget depend on the machine's speed; no
+    assertion below depends on either (each holds for whatever the run measured), and so that
+    every machine renders the same shapes, "builtin-unsampled" is the built-in run with no host
+    sample and "cuda" a hand-built one with ten in every phase."""
     out = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPUPROF_TEST_STRICT_BOUNDS", "1")
@@ -36,6 +57,8 @@ def reports():
                          warmup=1)
         p = run_builtin(cfg, instruments=default_instruments("cpu", None, interval_s=0.05), post_budget_s=3)
         out["builtin"] = (p, analyze_profile(p))
+        q = unsampled(p)
+        out["builtin-unsampled"] = (q, analyze_profile(q))
         by_name = {sc.name: sc for sc in S.discover(ROOT / "scenarios")}
         for name in SCENARIOS:
             sc = by_name[name]
@@ -69,7 +92,8 @@ def _texts(d: dict) -> list[str]:
     return [t for t in (d.get("title"), d.get("fix"), because_text(d), d.get("note")) if t]
 
 
-CASES = [(name, w, det) for name in ("builtin", *SCENARIOS, "cuda") for w in WIDTHS for det in (False, True)]
+CASES = [(name, w, det) for name in ("builtin", "builtin-unsampled", *SCENARIOS, "cuda") for w in WIDTHS
+         for det in (False, True)]
 
 
 def test_the_measured_profiles_are_physical(reports):
