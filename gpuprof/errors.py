@@ -17,3 +17,10 @@ class ScenarioMismatch(GpuprofError):
     """A scenario's diagnosis did not match its expectation. Exit code 1."""
 
     exit_code = 1
+
+
+def one_line(message) -> str:
+    """A message as one line: its first non-empty line (gloo and NCCL errors append blank lines
+    and a Python stack)."""
+    lines = [ln.strip() for ln in str(message or "").splitlines() if ln.strip()]
+    return lines[0] if lines else ""

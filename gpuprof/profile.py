@@ -1,29 +1,35 @@
-"""The Profile: plain data, versioned JSON, atomic save, validated load.
+"""The Profile: what a run measured, nothing else — typed where rules and renderers read it,
+versioned JSON, atomic save, validated load (with migration from older schemas).
 
-Stable keys (documented in README): schema_version, tool, environment, run.config,
-steps[], summary.step_s, summary.tokens_per_s, summary.phases.<name>.seconds/.share,
-findings[] (id, title, saving_s, saving_share, ...). Optional measurement sections go under
-`measurements.<name>` (mfu, nvml, host, script, disk, ...), each owned by its producer.
+A Profile holds what ran (`run`, `environment`), the measured steps (`steps`, `warmup_steps`),
+each instrument's section (`measurements.<name>`, owned by its producer) and, for a merged
+data-parallel run, every rank's entry (`ranks`). It holds no judgement: the step statistics are
+derived from the steps on demand (`stats`, gpuprof.stats) and MFU, findings and the corrected
+config are an Analysis (gpuprof.analysis), saved beside the measurements under "analysis" in
+the same file (`to_json(analysis)`, `read`) but never part of the Profile.
+
+Schema 2. A schema-1 file (which kept a summary and the findings inside the profile) loads: its
+measurements are kept, what was derived from them is dropped and derived again.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import platform
-import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from gpuprof import __version__
-from gpuprof.errors import GpuprofError
+from gpuprof.errors import GpuprofError, one_line
 from gpuprof.files import atomic_write, read_user_text
+from gpuprof.stats import HOST_ONLY_PHASES, PHASES, StepStats, step_stats  # noqa: F401 - the vocabulary
 
-SCHEMA_VERSION = 1
-
-PHASES = ("data", "h2d", "forward", "backward", "optimizer", "other", "eval")
-# Phases that enqueue no GPU work of their own: their GPU span is idle time the host exposed.
-HOST_ONLY_PHASES = ("data", "other")
+SCHEMA_VERSION = 2
+# Sections a schema-1 file held that were derived from the measurements, not measured: dropped on
+# load and derived again (the step statistics from the steps, the rest by the analysis).
+_DERIVED_V1 = ("summary", "findings")
+_DERIVED_V1_MEASUREMENTS = ("distributed",)
 
 
 @dataclass
@@ -98,27 +104,31 @@ class StepRecord:
 
 
 
-@dataclass
+@dataclass(eq=False)
 class Profile:
-    run: dict  # mode, command, config{...}, rank, world_size
+    run: dict  # mode, command, config{...}, rank, world_size, ended, ...
     steps: list[StepRecord]
     environment: dict = field(default_factory=dict)
-    summary: dict = field(default_factory=dict)
     measurements: dict = field(default_factory=dict)
-    findings: list[dict] = field(default_factory=list)
     warmup_steps: list[StepRecord] = field(default_factory=list)
     # A merged data-parallel run (gpuprof.merge): one entry per rank, sorted by rank:
     # {"rank", "local_rank", "node_rank", "host", "status": ok|failed|interrupted|missing,
     #  "error": dict|None, "profile": that rank's whole profile dict, or None when missing}.
-    # The top-level steps/summary/measurements are then the slowest rank's (the lowest present
-    # rank's when the all-reduces were not measured): gpuprof.merge. Empty for a single process.
+    # The top-level steps and measurements are then one rank's view (run["view"] says which).
+    # Empty for a single process.
     ranks: list[dict] = field(default_factory=list)
     tool: dict = field(default_factory=lambda: {"name": "gpuprof", "version": __version__})
     schema_version: int = SCHEMA_VERSION
 
     @property
     def config(self) -> dict:
-        return self.run.setdefault("config", {})
+        return self.run.get("config") or {}
+
+    @cached_property
+    def stats(self) -> StepStats | None:
+        """The measured steps' statistics (gpuprof.stats): the typical step, its phases, the
+        irregular steps. None without a measured step."""
+        return step_stats(self.steps)
 
     def to_dict(self) -> dict:
         return {
@@ -126,113 +136,74 @@ class Profile:
             "tool": self.tool,
             "environment": self.environment,
             "run": self.run,
-            "summary": self.summary,
             "steps": [s.to_dict() for s in self.steps],
             "warmup_steps": [s.to_dict() for s in self.warmup_steps],
             "measurements": self.measurements,
-            "findings": self.findings,
             **({"ranks": self.ranks} if self.ranks else {}),
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
+        """A Profile from its dict (schema 1 or 2; what was derived in schema 1 is left out)."""
+        measurements = dict(d.get("measurements") or {})
+        if d.get("schema_version", SCHEMA_VERSION) < 2:
+            for key in _DERIVED_V1_MEASUREMENTS:
+                measurements.pop(key, None)
         return cls(
-            schema_version=d["schema_version"],
+            schema_version=SCHEMA_VERSION,
             tool=d.get("tool", {}),
             environment=d.get("environment", {}),
             run=d.get("run", {}),
-            summary=d.get("summary", {}),
             steps=[StepRecord.from_dict(s) for s in d.get("steps", [])],
             warmup_steps=[StepRecord.from_dict(s) for s in d.get("warmup_steps", [])],
-            measurements=d.get("measurements", {}),
-            findings=d.get("findings", []),
-            ranks=list(d.get("ranks") or []),
+            measurements=measurements,
+            ranks=[_migrated_entry(e) for e in d.get("ranks") or []],
         )
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+    def to_json(self, analysis: dict | None = None) -> str:
+        """The file: the profile, and the analysis made of it (Analysis.to_dict()) when given."""
+        d = self.to_dict()
+        if analysis is not None:
+            d["analysis"] = analysis
+        return json.dumps(d, indent=2, sort_keys=False)
 
 
-def _median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else 0.0
+def _migrated_entry(e):
+    """A rank entry with its profile as schema 2 (a schema-1 rank kept its findings inside)."""
+    if not isinstance(e, dict) or not isinstance(e.get("profile"), dict):
+        return e
+    prof = e["profile"]
+    if prof.get("schema_version", SCHEMA_VERSION) >= 2:
+        return e
+    try:
+        return {**e, "profile": Profile.from_dict(prof).to_dict()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return e  # malformed: left as it is, for validate_ranks to refuse naming the rank
 
 
-def _quantile(xs: list[float], q: float) -> float:
-    if not xs:
-        return 0.0
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+def save(profile: Profile, path: str | os.PathLike, analysis: dict | None = None) -> None:
+    """Write the profile (and its analysis) atomically (a temp file in the same folder, then rename)."""
+    atomic_write(path, profile.to_json(analysis))
 
 
-def summarize(steps: list[StepRecord]) -> dict:
-    """Summary of measured steps.
-
-    step_s is the median step time: on CUDA the step's span on the GPU timeline (what the GPU
-    experiences, immune to host run-ahead), otherwise host wall time. Phase seconds are the mean
-    per step of each phase on that same timeline; shares divide by the sum of phase means, so
-    they add up to 1 and never count an interval twice."""
-    if not steps:
-        return {}
-    on_gpu = all(s.gpu_s is not None and s.gpu_phases is not None for s in steps)
-    times = [s.gpu_s if on_gpu else s.wall_s for s in steps]
-    n = len(steps)
-    phase_mean = {}
-    for p in PHASES:
-        vals = [((s.gpu_phases if on_gpu else s.phases) or {}).get(p, 0.0) for s in steps]
-        if any(vals) or p != "eval":
-            phase_mean[p] = sum(vals) / n
-    total = sum(phase_mean.values()) or 1.0
-    phases = {}
-    for p, sec in phase_mean.items():
-        entry = {
-            "seconds": sec,
-            "share": sec / total,
-            "host_seconds": sum(s.phases.get(p, 0.0) for s in steps) / n,
-        }
-        if on_gpu:
-            entry["gpu_seconds"] = sec
-            entry["idle_exposed_s"] = (
-                sum((s.idle_exposed or {}).get(p, 0.0) for s in steps) / n
-            )
-        phases[p] = entry
-    step_s = _median(times)
-    tokens = _median([float(s.tokens) for s in steps])
-    micro = _median([float(s.micro_steps) for s in steps])
-    return {
-        "timeline": "gpu" if on_gpu else "host",
-        "n_steps": n,
-        "step_s": step_s,
-        "mean_step_s": total,  # sum of the mean phase seconds: the denominator of every share
-        "step_s_p10": _quantile(times, 0.1),
-        "step_s_p90": _quantile(times, 0.9),
-        "step_s_min": min(times),
-        "step_s_max": max(times),
-        "spread": (_quantile(times, 0.9) - _quantile(times, 0.1)) / step_s if step_s else 0.0,
-        "host_step_s": _median([s.wall_s for s in steps]),
-        "tokens_per_step": int(tokens),
-        "micro_steps": int(micro),
-        "tokens_per_s": tokens / step_s if step_s else 0.0,
-        "phases": phases,
-    }
-
-
-def save(profile: Profile, path: str | os.PathLike) -> None:
-    """Write the profile atomically (a temp file in the same folder, then rename)."""
-    atomic_write(path, profile.to_json())
-
-
-def load(path: str | os.PathLike) -> Profile:
-    """Read and validate a profile. Every user-causable problem is a one-line GpuprofError."""
+def read(path: str | os.PathLike) -> tuple[Profile, dict | None]:
+    """A saved file: the Profile, and the analysis saved beside it (a dict for
+    gpuprof.analysis.Analysis.from_dict; None in a schema-1 file or a file saved without one).
+    Every user-causable problem is a one-line GpuprofError."""
     path = Path(path)
     text = read_user_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise GpuprofError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    return from_data(data, str(path))
+    prof = from_data(data, str(path))
+    stored = data.get("analysis") if data.get("schema_version", 0) >= 2 else None
+    return prof, stored if isinstance(stored, dict) else None
+
+
+def load(path: str | os.PathLike) -> Profile:
+    """Read and validate a profile (read() without the stored analysis)."""
+    return read(path)[0]
 
 
 def from_data(data, where: str = "profile") -> Profile:
@@ -242,19 +213,44 @@ def from_data(data, where: str = "profile") -> Profile:
     ):
         raise GpuprofError(f"{where}: not a gpuprof profile (no schema_version/tool)")
     version = data["schema_version"]
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool):
         raise GpuprofError(f"{where}: schema_version must be an integer")
     if version > SCHEMA_VERSION:
         raise GpuprofError(
             f"{where}: schema version {version} is newer than this gpuprof understands "
             f"({SCHEMA_VERSION}); upgrade gpuprof"
         )
+    # The rank entries as saved first: a malformed one is refused naming its rank.
+    validate_ranks(data.get("ranks") or [], where)
     try:
         prof = Profile.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise GpuprofError(f"{where}: malformed gpuprof profile ({exc!r})") from None
-    validate_ranks(prof.ranks, where)
     return prof
+
+
+def rank_error_text(entry: dict) -> str:
+    """A rank entry's error in one line: 'RuntimeError at train.py:12: the first line of its
+    message', else its status."""
+    err = entry.get("error") or {}
+    if not err:
+        return entry.get("status", "no profile")
+    where = f" at {err['file']}:{err['line']}" if err.get("file") else ""
+    return f"{err.get('type', 'error')}{where}: {one_line(err.get('message'))}".strip()
+
+
+def checked_ranks(profile: Profile) -> list[dict]:
+    """The per-rank entries of a merged profile ([] for a single process), checked enough to
+    place them: a malformed one is a one-line GpuprofError, not a traceback."""
+    return validate_ranks(profile.ranks or [], "profile")
+
+
+def rank_profile(entry: dict) -> Profile:
+    """One rank's Profile from its entry in a merged profile's `ranks`."""
+    try:
+        return Profile.from_dict(entry["profile"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise GpuprofError(f"rank {entry.get('rank')}: malformed per-rank profile ({exc!r})") from None
 
 
 def validate_ranks(ranks, where: str = "profile") -> list[dict]:
@@ -281,51 +277,3 @@ def validate_ranks(ranks, where: str = "profile") -> list[dict]:
                 raise GpuprofError(f"{where}: ranks: rank {r}'s profile must be one process's profile")
             from_data(prof, f"{where}: rank {r}")
     return ranks
-
-
-def environment(device: str | None = None) -> dict:
-    """What the run ran on: CPU, cores, RAM, OS, Python, torch, CUDA/driver, device name."""
-    import psutil
-    import torch
-
-    env = {
-        "cpu_model": _cpu_model(),
-        "cpu_cores_logical": psutil.cpu_count(logical=True),
-        "cpu_cores_physical": psutil.cpu_count(logical=False),
-        "ram_bytes": psutil.virtual_memory().total,
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cuda_available": torch.cuda.is_available(),
-        "driver": None,
-        "device": device,
-        "device_name": platform.processor() or platform.machine(),
-    }
-    if device and str(device).startswith("cuda") and torch.cuda.is_available():
-        from gpuprof.measure.cuda import cuda_index
-
-        idx = cuda_index(device)  # "cuda" alone is the current device, not necessarily 0
-        env["device_name"] = torch.cuda.get_device_name(idx)
-        env["device_memory_bytes"] = torch.cuda.get_device_properties(idx).total_memory
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            env["driver"] = pynvml.nvmlSystemGetDriverVersion()
-            pynvml.nvmlShutdown()
-        except Exception:  # NVML missing or failing: the driver stays "not measured"
-            pass
-    elif device:
-        env["device_name"] = f"CPU ({env['cpu_model']})"
-    return env
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

@@ -97,7 +97,7 @@ class PostRunBudget:
 def per_micro_s(ctx, phases=("forward", "backward")) -> float:
     """The run's own seconds of `phases` per micro-step (from the measured summary; 0 when not
     measured): what each post-run part sizes its work with."""
-    summary = (ctx.profile.summary if getattr(ctx, "profile", None) is not None else {}) or {}
-    seen = summary.get("phases") or {}
-    total = sum((seen.get(p) or {}).get("seconds", 0.0) for p in phases)
-    return total / max(1, summary.get("micro_steps") or 1)
+    stats = ctx.profile.stats if getattr(ctx, "profile", None) is not None else None
+    if stats is None:
+        return 0.0
+    return sum(stats.seconds(p) for p in phases) / max(1, stats.micro_steps or 1)

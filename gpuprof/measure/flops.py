@@ -70,10 +70,10 @@ class FlopsInstrument:
         return None
 
     def stop(self, ctx) -> dict | None:
-        summary = (ctx.profile.summary if ctx.profile is not None else {}) or {}
+        stats = ctx.profile.stats if ctx.profile is not None else None
         cfg = _as_dict(ctx.config)
-        micro = summary.get("micro_steps") or cfg.get("grad_accum") or 1
-        tokens = summary.get("tokens_per_step") or _tokens_per_step(cfg)
+        micro = (stats.micro_steps if stats else None) or cfg.get("grad_accum") or 1
+        tokens = (stats.tokens_per_step if stats else None) or _tokens_per_step(cfg)
         out: dict = {"micro_steps_per_step": int(micro), "tokens_per_step": int(tokens) if tokens else None,
                      "analytic_per_token": None, "analytic_per_step": None,
                      "counted_forward_per_micro": None, "counted_per_step": None, "counted_per_token": None,

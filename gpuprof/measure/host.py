@@ -399,7 +399,7 @@ class HostSampler:
         per_core = [statistics.fmean(c) for c in zip(*self._per_core)] if self._per_core else None
         cores = self._prev["cores"]
         t = self._thread
-        return {
+        return _within_cores({
             "available": True, "reason": None, "interval_s": self.interval_s,
             "samples": len(self._samples), "ticks": t.ticks, "late_ticks": t.late, "errors": t.errors,
             "last_error": t.last_error, "merged_short": self.merged_short, "dropped": dict(self.dropped),
@@ -416,4 +416,42 @@ class HostSampler:
             "summary": {k: stats([v.get(k) for _, v in measured]) for k in HOST_KEYS},
             "phases": phases,
             "timeline": _timeline(self._samples, HOST_KEYS),
-        }
+        })
+
+
+def _within_cores(report: dict) -> dict:
+    """The report with every CPU figure above its physical bound dropped (None) and listed under
+    `dropped_above_bound`: a rate from a sample interval too short to mean anything. The
+    producer keeps its figures possible; the analysis never edits a measurement."""
+    dropped = []
+    for where, key, (limit, value) in list(cpu_out_of_bounds(report, report.get("cpu_count"))):
+        section, _, name = where.partition(".")
+        if section == "summary":
+            report["summary"][name][key] = None
+        else:
+            report["phases"][name][key] = None
+        dropped.append(f"{where}.{key} {value:.4g}% above {limit:.0f}%")
+    if dropped:
+        report["dropped_above_bound"] = dropped
+    return report
+
+
+CPU_TOL = 1.0 + 1e-6  # no CPU figure above its cores, not even by rounding
+
+
+def cpu_out_of_bounds(host: dict, cores: float | None):
+    """(where, key, (limit, value)) of a host report's CPU figures above their bound: machine CPU
+    above 100% (per core too), this process above cores × 100%."""
+    limits = {"cpu_pct": 100.0, "cpu_pct_max_core": 100.0}
+    if cores:
+        limits["proc_cpu_pct"] = 100.0 * cores
+    for key, limit in limits.items():
+        figures = (host.get("summary") or {}).get(key) or {}
+        for stat in ("mean", "max", "p50", "p90"):
+            v = figures.get(stat)
+            if isinstance(v, (int, float)) and v > limit * CPU_TOL:
+                yield f"summary.{key}", stat, (limit, v)
+        for phase, e in (host.get("phases") or {}).items():
+            v = (e or {}).get(key)
+            if isinstance(v, (int, float)) and v > limit * CPU_TOL:
+                yield f"phases.{phase}", key, (limit, v)

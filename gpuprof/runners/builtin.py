@@ -25,7 +25,8 @@ from gpuprof.measure.cuda import cuda_device, is_cuda, memory_stats, resolve_dev
 from gpuprof.measure.instruments import guarded, start_instruments, stop_instruments
 from gpuprof.measure.precision import read_precision, tf32_matmul
 from gpuprof.measure.timer import NullTimer, PhaseTimer
-from gpuprof.profile import Profile, environment, summarize
+from gpuprof.measure.environment import environment
+from gpuprof.profile import Profile
 from gpuprof.runners.data import LoaderFaults, MemmapLoader, generated_dataset
 from gpuprof.dims import GPTConfig, param_count, preset_config
 from gpuprof.runners.gpt import GPT
@@ -312,7 +313,7 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
                           problems, "losses"),
     }
     profile = Profile(run=run, steps=measured, warmup_steps=warm,
-                      environment=environment(device), summary=summarize(measured))
+                      environment=environment(device))
     gpu_report = timer.gpu_report()
     if gpu_report:
         profile.measurements["timer"] = gpu_report

@@ -4,12 +4,13 @@ inferred, the data attribution, and the script's own section (hooks, sampler, pa
 from __future__ import annotations
 
 import os
-import statistics
 
 from gpuprof.measure.budget import PostRunBudget
 from gpuprof.measure.instruments import stop_instruments
 from gpuprof.measure.precision import with_observed_matmul
-from gpuprof.profile import Profile, environment, summarize
+from gpuprof.measure.environment import environment
+from gpuprof.profile import Profile
+from gpuprof.stats import median
 from gpuprof.steplog import reported_summary
 
 
@@ -26,10 +27,10 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     warm, measured = records[:w], records[w:]
     attribution = _attribute_data(run, measured)
     cfg = run.config
-    micro = statistics.median([r.micro_steps for r in measured])
+    micro = median(r.micro_steps for r in measured)
     if cfg.get("grad_accum") is None:
         cfg["grad_accum"], run.source["grad_accum"] = int(micro), "measured: backward calls per optimizer step"
-    tokens = int(statistics.median([r.tokens for r in measured]))
+    tokens = int(median(r.tokens for r in measured))
     if tokens:
         cfg["tokens_per_step"], run.source["tokens_per_step"] = tokens, "measured: token ids into the training forwards of a step"
     elif all(cfg.get(k) for k in ("batch_size", "block_size", "grad_accum")):
@@ -51,8 +52,8 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
         "config": cfg,
     }
     profile = Profile(run=run_info, steps=measured, warmup_steps=warm,
-                      environment=environment(run.device), summary=summarize(measured))
-    profile.measurements["script"] = _script_section(run, attribution, profile.summary.get("step_s"))
+                      environment=environment(run.device))
+    profile.measurements["script"] = _script_section(run, attribution, profile.stats.step_s)
     gpu_report = timer.gpu_report()
     if gpu_report:
         profile.measurements["timer"] = gpu_report
