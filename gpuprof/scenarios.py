@@ -128,7 +128,7 @@ def run(sc: Scenario, *, on_step=None, instruments=None) -> ScenarioResult:
         return _run_log(sc)
     import torch
 
-    from gpuprof.analysis.pipeline import analyze_profile
+    from gpuprof.analysis.pipeline import analyze
     from gpuprof.measure.instruments import default_instruments
     from gpuprof.runners.builtin import LoopConfig, LoopFaults, run_builtin
     from gpuprof.runners.data import LoaderFaults
@@ -156,17 +156,16 @@ def run(sc: Scenario, *, on_step=None, instruments=None) -> ScenarioResult:
         instruments = default_instruments(sc.device, cfg.data, probe=False)
     profile = run_builtin(cfg, instruments=instruments, on_step=on_step, faults=faults)
     profile.run["scenario"] = sc.name
-    findings = analyze_profile(profile)
+    findings = list(analyze(profile).findings)
     top = findings[0].id if findings else None
     checks = [("top finding", top == sc.expect["top"], f"expected {sc.expect['top']}, got {top}")]
     phase = sc.expect.get("phase")
     injected = injected_seconds_per_step(sc)
     if phase and injected:
         tol = float(sc.expect.get("tolerance", 0.03))
-        # Shares are over the mean step, so the truth uses it too (the median step_s would
-        # disagree whenever one step is disturbed).
-        truth = injected / profile.summary["mean_step_s"]
-        measured = profile.summary["phases"].get(phase, {}).get("share", 0.0)
+        # Shares are of the typical step, so the truth uses it too.
+        truth = injected / profile.stats.step_s
+        measured = profile.stats.share(phase)
         checks.append((f"{phase} share", abs(measured - truth) <= tol,
                        f"measured {measured:.1%} vs injected {truth:.1%} (±{tol * 100:.0f} points)"))
     return ScenarioResult(sc, passed=all(ok for _, ok, _ in checks), top=top, findings=findings,

@@ -1,13 +1,12 @@
 """Before/after: what changed between two profiles, and whether BEFORE's predicted savings came true.
 
-Pure functions over two analysed Profiles (findings and summary.mfu present when they were
-analysed); nothing here runs, prints or analyses. Statistics, the same as every other part of
-gpuprof:
-- the step time is `summary.step_s`, the median step (on the GPU timeline on CUDA, else host
-  wall time); tokens/s is `summary.tokens_per_s` = tokens per step / that median; the step delta,
+Pure functions over two Profiles and their Analyses; nothing here runs, prints or analyses.
+Statistics, the same as every other part of gpuprof (gpuprof.stats):
+- the step time is the typical step (on the GPU timeline on CUDA, else host wall time: the mean
+  of the steps that are not irregular); tokens/s is tokens per step / that step; the step delta,
   the seconds per 1M tokens and the --fail-if-slower gate all use it;
-- a phase's seconds are `summary.phases.<p>.seconds`, the mean per step (the only per-phase
-  statistic a profile has, and the one the rules predict savings from).
+- a phase's seconds are its mean per typical step (which the typical step is the sum of, and
+  the one the rules predict savings from).
 
 The basis. Runs with the same tokens per step are compared per step. When the tokens per step
 differ, a step is not the same amount of work: the times are compared per token (seconds per 1M
@@ -21,15 +20,17 @@ in those phases, BEFORE − AFTER (mean seconds per step, on the basis above): t
 those phases, and their drop is measured with far less noise than the whole step's. The change
 in the other phases is reported beside it (`other_phases_change_s`), so a fix that moved time
 elsewhere (a background loader slowing the compute on a CPU) is visible. Without claims (or a
-saving partly outside them), achieved = the drop of the step, summary.step_s BEFORE − AFTER.
+saving partly outside them), achieved = the drop of the typical step, BEFORE − AFTER.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from gpuprof.analysis.findings import Finding
 from gpuprof.errors import GpuprofError
-from gpuprof.profile import PHASES, Profile
+from gpuprof.profile import Profile
+from gpuprof.stats import PHASES, StepStats
 
 PER_TOKENS = 1_000_000  # per-token figures are seconds per this many tokens
 REALISED_TOL = 0.15  # achieved within ±15% of predicted is "realised" (issue #13's bar)
@@ -104,7 +105,7 @@ class Comparison:
     unit: str  # "s/step" or "s/1M tokens": the unit of `time` and of every phase time
     basis_note: str
     tokens_per_step: Figure
-    step_s: Figure  # summary.step_s, the median step, always per step
+    step_s: Figure  # the typical step, always per step
     time: Figure  # the basis figure: step_s, or seconds per 1M tokens
     tokens_per_s: Figure
     mfu: Figure
@@ -139,19 +140,19 @@ class Comparison:
         return d
 
 
-def compare(before: Profile, after: Profile, *, before_name: str = "BEFORE",
-            after_name: str = "AFTER") -> Comparison:
-    """Compare two analysed profiles (see the module docstring for the statistics and the basis).
-    A profile without a measured step is a GpuprofError (nothing to compare)."""
+def compare(before: Profile, before_analysis, after: Profile, after_analysis, *,
+            before_name: str = "BEFORE", after_name: str = "AFTER") -> Comparison:
+    """Compare two profiles and their analyses (see the module docstring for the statistics and
+    the basis). A profile without a measured step is a GpuprofError (nothing to compare)."""
     for prof, name in ((before, before_name), (after, after_name)):
-        if not (prof.summary or {}).get("step_s"):
+        if prof.stats is None or not prof.stats.step_s:
             raise GpuprofError(f"{name}: no measured step to compare")
-    sb, sa = before.summary, after.summary
+    sb, sa = before.stats, after.stats
     ws_b, ws_a = world_size(before), world_size(after)
-    # The job's tokens per step: a data-parallel step processes every rank's (summary.tokens_per_step
-    # is one rank's), so 1 rank of 1024 and 2 ranks of 512 do the same work per step.
-    tok_b = (sb.get("tokens_per_step") or 0) * ws_b or None
-    tok_a = (sa.get("tokens_per_step") or 0) * ws_a or None
+    # The job's tokens per step: a data-parallel step processes every rank's (the stats' tokens
+    # per step are one rank's), so 1 rank of 1024 and 2 ranks of 512 do the same work per step.
+    tok_b = (sb.tokens_per_step or 0) * ws_b or None
+    tok_a = (sa.tokens_per_step or 0) * ws_a or None
     notes: list[str] = []
     per_token = bool(tok_b and tok_a and tok_b != tok_a)
     if per_token:
@@ -171,21 +172,25 @@ def compare(before: Profile, after: Profile, *, before_name: str = "BEFORE",
     # to_before: multiplies an AFTER per-step time into seconds per BEFORE step
     to_before = tok_b / tok_a if per_token else 1.0
 
-    step = Figure(sb["step_s"], sa["step_s"])
-    time = Figure(sb["step_s"] * scale_b, sa["step_s"] * scale_a)
+    step = Figure(sb.step_s, sa.step_s)
+    time = Figure(sb.step_s * scale_b, sa.step_s * scale_a)
     not_measured: dict[str, str] = {}
-    mfu, mfu_c = _mfu(before, after, before_name, after_name, not_measured)
+    mfu, mfu_c = _mfu(before_analysis.mfu, after_analysis.mfu, before_name, after_name, not_measured)
     if ws_b != ws_a:
         notes.append(f"world size changed {ws_b} → {ws_a}: tokens per step and tokens/s are the whole "
                      "job's (one rank's × the world size); the step and the phases are one rank's view "
                      "(for a merged profile, the rank gpuprof merge put there)")
-    tl = (sb.get("timeline"), sa.get("timeline"))
+    tl = (sb.timeline, sa.timeline)
     if tl[0] != tl[1]:
         notes.append(f"the step times are on different clocks: BEFORE {tl[0]}, AFTER {tl[1]} timeline")
+    for stats, name in ((sb, before_name), (sa, after_name)):
+        if stats.irregular:
+            notes.append(f"{name} had {len(stats.irregular)} irregular step(s), left out of its typical step "
+                         f"(the mean step with them: {stats.mean_s:.4g} s)")
     dev_b, dev_a = before.environment.get("device_name"), after.environment.get("device_name")
     if dev_b and dev_a and dev_b != dev_a:
         notes.append(f"different devices: {dev_b} → {dev_a}")
-    spread = Figure(sb.get("spread"), sa.get("spread"))
+    spread = Figure(sb.spread, sa.spread)
     noise = max((x for x in (spread.before, spread.after) if x is not None), default=None)
     if noise and time.change_pct is not None and abs(time.change_pct) < noise:
         notes.append(f"the {'time per token' if per_token else 'step time'} changed by "
@@ -195,12 +200,12 @@ def compare(before: Profile, after: Profile, *, before_name: str = "BEFORE",
     return Comparison(
         before_name=before_name, after_name=after_name, basis=basis, unit=unit, basis_note=basis_note,
         tokens_per_step=Figure(tok_b, tok_a), step_s=step, time=time,
-        tokens_per_s=Figure(tok_b / sb["step_s"] if tok_b else None, tok_a / sa["step_s"] if tok_a else None),
+        tokens_per_s=Figure(tok_b / sb.step_s if tok_b else None, tok_a / sa.step_s if tok_a else None),
         mfu=mfu, mfu_vs_ceiling=mfu_c, spread=spread, world_size=Figure(ws_b, ws_a), timeline=tl,
         phases=phases,
-        outcomes=outcomes(before, after, to_before),
-        new_findings=new_findings(before, after),
-        config_changes=config_changes(before.run.get("config") or {}, after.run.get("config") or {}),
+        outcomes=outcomes(before_analysis.findings, after_analysis.findings, sb, sa, to_before),
+        new_findings=new_findings(before_analysis.findings, after_analysis.findings),
+        config_changes=config_changes(before.config, after.config),
         notes=notes, not_measured=not_measured,
     )
 
@@ -212,14 +217,13 @@ def world_size(profile: Profile) -> int:
     return max(len(ranks), int(profile.run.get("world_size") or 1))
 
 
-def _mfu(before: Profile, after: Profile, nb: str, na: str, why: dict) -> tuple[Figure, Figure]:
-    """summary.mfu's MFU (vs the datasheet peak) and MFU vs the measured ceiling of each side; `why`
-    gets the reason for each one a side lacks."""
+def _mfu(mb: dict | None, ma: dict | None, nb: str, na: str, why: dict) -> tuple[Figure, Figure]:
+    """Each analysis's MFU (vs the datasheet peak) and MFU vs the measured ceiling; `why` gets the
+    reason for each one a side lacks."""
     vals = {}
     for key in ("mfu", "mfu_vs_ceiling"):
         pair, missing = [], {}
-        for prof, name in ((before, nb), (after, na)):
-            m = prof.summary.get("mfu")
+        for m, name in ((mb, nb), (ma, na)):
             v = m.get(key) if isinstance(m, dict) else None
             if v is None:
                 missing.setdefault(mfu_reason(m, key), []).append(name)
@@ -232,7 +236,7 @@ def _mfu(before: Profile, after: Profile, nb: str, na: str, why: dict) -> tuple[
 
 
 def mfu_reason(m, key: str) -> str:
-    """Why summary.mfu has no `key` (mfu or mfu_vs_ceiling), from what analysis.mfu recorded."""
+    """Why an analysis's MFU has no `key` (mfu or mfu_vs_ceiling), from what analysis.mfu recorded."""
     if not isinstance(m, dict):
         return "not analysed"
     said = key.replace("_", " ") + " not measured: "
@@ -246,41 +250,36 @@ def mfu_reason(m, key: str) -> str:
     return "no matmul ceiling measured in the step's dtype" if not m.get("ceiling_tflops") else "not computed"
 
 
-def phase_seconds(summary: dict, phase: str) -> float:
-    """Mean seconds per step of `phase`. summarize() lists every phase but an eval that never ran,
-    so a phase absent from a summary with phases is 0."""
-    return float(((summary.get("phases") or {}).get(phase) or {}).get("seconds", 0.0))
+def phase_seconds(stats: StepStats, phase: str) -> float:
+    """Mean seconds per typical step of `phase` (0 for a phase that did not run)."""
+    return stats.seconds(phase)
 
 
-def phase_changes(sb: dict, sa: dict, scale_b: float = 1.0, scale_a: float = 1.0) -> list[PhaseChange]:
+def phase_changes(sb: StepStats, sa: StepStats, scale_b: float = 1.0, scale_a: float = 1.0) -> list[PhaseChange]:
     """Every phase either side measured, in the profile's phase order."""
-    pb, pa = sb.get("phases") or {}, sa.get("phases") or {}
-    names = [p for p in PHASES if p in pb or p in pa] + sorted((set(pb) | set(pa)) - set(PHASES))
-    out = []
-    for p in names:
-        share = Figure((pb.get(p) or {}).get("share", 0.0), (pa.get(p) or {}).get("share", 0.0))
-        out.append(PhaseChange(p, Figure(phase_seconds(sb, p) * scale_b, phase_seconds(sa, p) * scale_a),
-                               share))
-    return out
+    names = [p for p in PHASES if p in sb.phases or p in sa.phases] + sorted(
+        (set(sb.phases) | set(sa.phases)) - set(PHASES))
+    return [PhaseChange(p, Figure(sb.seconds(p) * scale_b, sa.seconds(p) * scale_a), Figure(sb.share(p), sa.share(p)))
+            for p in names]
 
 
-def achieved(finding: dict, sb: dict, sa: dict, to_before: float = 1.0) -> tuple:
+def achieved(finding: Finding, sb: StepStats, sa: StepStats, to_before: float = 1.0) -> tuple:
     """(achieved_s, measured_from, phases, other_phases_change_s), seconds per BEFORE step.
 
     From the finding's claimed phases when its claims cover its saving, else from the step."""
-    claims = {p: float(s) for p, s in (finding.get("claims") or {}).items() if s}
-    predicted = finding.get("saving_s")
-    names = set(sb.get("phases") or {}) | set(sa.get("phases") or {})
+    claims = {p: float(s) for p, s in (finding.claims or {}).items() if s}
+    predicted = finding.saving_s
+    names = set(sb.phases) | set(sa.phases)
 
     def drop(phases) -> float:
-        return sum(phase_seconds(sb, p) - phase_seconds(sa, p) * to_before for p in phases)
+        return sum(sb.seconds(p) - sa.seconds(p) * to_before for p in phases)
 
     others = sorted(names - set(claims))
     other_change = -drop(others) if names else None
     if claims and (predicted is None or sum(claims.values()) >= CLAIMS_COVER * predicted):
         order = [p for p in PHASES if p in claims] + sorted(set(claims) - set(PHASES))
         return drop(order), "phases", order, other_change
-    return sb["step_s"] - sa["step_s"] * to_before, "step", [], other_change
+    return sb.step_s - sa.step_s * to_before, "step", [], other_change
 
 
 def verdict(predicted: float | None, ratio: float | None, achieved_s: float | None) -> str:
@@ -303,32 +302,31 @@ def verdict(predicted: float | None, ratio: float | None, achieved_s: float | No
     return "not realised"
 
 
-def outcomes(before: Profile, after: Profile, to_before: float = 1.0) -> list[Outcome]:
+def outcomes(before: tuple[Finding, ...], after: tuple[Finding, ...], sb: StepStats, sa: StepStats,
+             to_before: float = 1.0) -> list[Outcome]:
     """One Outcome per finding of BEFORE, in BEFORE's ranking."""
-    after_by_id = {f.get("id"): f for f in after.findings or []}
+    after_by_id = {f.id: f for f in after}
     out = []
-    for f in before.findings or []:
-        predicted = f.get("saving_s")
-        ach, source, phases, other = achieved(f, before.summary, after.summary, to_before)
+    for f in before:
+        predicted = f.saving_s
+        ach, source, phases, other = achieved(f, sb, sa, to_before)
         if predicted is None:
             ach, source, phases, other = None, None, [], None
         ratio = ach / predicted if predicted and ach is not None else None
-        twin = after_by_id.get(f.get("id"))
+        twin = after_by_id.get(f.id)
         out.append(Outcome(
-            id=str(f.get("id")), title=str(f.get("title", "")), kind=str(f.get("kind", "fix")),
-            predicted_s=predicted, achieved_s=ach, ratio=ratio, measured_from=source, phases=phases,
-            other_phases_change_s=other, verdict=verdict(predicted, ratio, ach),
-            in_after=twin is not None, after_saving_s=(twin or {}).get("saving_s"),
-            overlaps=list(f.get("overlaps") or []),
+            id=f.id, title=f.title, kind=f.kind, predicted_s=predicted, achieved_s=ach, ratio=ratio,
+            measured_from=source, phases=phases, other_phases_change_s=other,
+            verdict=verdict(predicted, ratio, ach), in_after=twin is not None,
+            after_saving_s=twin.saving_s if twin is not None else None, overlaps=list(f.overlaps or []),
         ))
     return out
 
 
-def new_findings(before: Profile, after: Profile) -> list[dict]:
+def new_findings(before: tuple[Finding, ...], after: tuple[Finding, ...]) -> list[dict]:
     """Findings of AFTER whose id BEFORE did not have."""
-    seen = {f.get("id") for f in before.findings or []}
-    return [{"id": f.get("id"), "title": f.get("title", ""), "kind": f.get("kind", "fix"),
-             "saving_s": f.get("saving_s")} for f in after.findings or [] if f.get("id") not in seen]
+    seen = {f.id for f in before}
+    return [{"id": f.id, "title": f.title, "kind": f.kind, "saving_s": f.saving_s} for f in after if f.id not in seen]
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:

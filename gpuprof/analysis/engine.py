@@ -7,38 +7,41 @@ cannot estimate a saving come after those that can, and informational ones last.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpuprof.analysis.findings import Context, Finding, Rule  # noqa: F401 - re-exported
 from gpuprof.analysis.rules import RULES
 from gpuprof.units import join_notes, seconds
 
+# The order kinds are listed in: fixes by saving, then corrections of wrong figures, verdicts,
+# what irregular steps cost, information.
+KIND_ORDER = {"fix": 0, "correction": 1, "verdict": 2, "irregular": 3, "info": 4}
 
-_KIND_ORDER = {"fix": 0, "correction": 1, "verdict": 2, "info": 3}
+
+def _key(f: Finding):
+    return (KIND_ORDER.get(f.kind, len(KIND_ORDER)), f.saving_s is None, -(f.saving_s or 0.0), f.id)
 
 
-def rank(findings: list[Finding], summary: dict | None = None) -> list[Finding]:
+def rank(findings: list[Finding], stats=None) -> list[Finding]:
     """Sort fixes by saving (largest first), then fixes that cannot estimate, corrections of
     wrong figures, verdicts, information.
 
     Savings that claim the same phase interval are capped: a lower-ranked finding keeps only
     what the higher-ranked ones left of that interval, so savings never add up to more than
-    the step."""
-
-    def key(f: Finding):
-        return (_KIND_ORDER.get(f.kind, 4), f.saving_s is None, -(f.saving_s or 0.0), f.id)
-
-    summary = summary or {}
-    step_s = summary.get("mean_step_s") or summary.get("step_s")
-    ordered = sorted(findings, key=key)
-    budget = {p: e.get("seconds", 0.0) for p, e in (summary.get("phases") or {}).items()}
+    the step. Returns new Findings; the given ones are not changed."""
+    step_s = stats.step_s if stats is not None else None
+    budget = {p: e.seconds for p, e in (stats.phases if stats is not None else {}).items()}
     owners: dict[str, list[str]] = {}
-    for f in ordered:
+    out = []
+    for f in sorted(findings, key=_key):
         if f.saving_s is None or not f.claims:
+            out.append(f)
             continue
-        capped = 0.0
+        capped, overlaps = 0.0, list(f.overlaps)
         for phase, sec in f.claims.items():
             left = budget.setdefault(phase, sec)
             if phase in owners:
-                f.overlaps.extend(o for o in owners[phase] if o not in f.overlaps)
+                overlaps.extend(o for o in owners[phase] if o not in overlaps)
             take = min(sec, max(left, 0.0))
             budget[phase] = left - take
             owners.setdefault(phase, []).append(f.id)
@@ -47,22 +50,24 @@ def rank(findings: list[Finding], summary: dict | None = None) -> list[Finding]:
         unpinned = max(f.saving_s - sum(f.claims.values()), 0.0)
         new = capped + unpinned
         if new < f.saving_s - 1e-12:
-            why = (f"it shares time with {', '.join(f.overlaps)}" if f.overlaps
+            why = (f"it shares time with {', '.join(overlaps)}" if overlaps
                    else "the phases it comes out of take less than that per step")
-            f.note = join_notes(f.note, f"saving capped from {seconds(f.saving_s)}: {why}")
-            f.saving_s = new
-            if step_s:
-                f.saving_share = new / step_s
-    return sorted(ordered, key=key)
+            f = replace(f, note=join_notes(f.note, f"saving capped from {seconds(f.saving_s)}: {why}"),
+                        saving_s=new, saving_share=new / step_s if step_s else f.saving_share,
+                        overlaps=overlaps)
+        elif overlaps != f.overlaps:
+            f = replace(f, overlaps=overlaps)
+        out.append(f)
+    return sorted(out, key=_key)
 
 
-def analyze(ctx: Context, rules: list[Rule] | None = None) -> list[Finding]:
+def run_rules(ctx: Context, rules: list[Rule] | None = None) -> list[Finding]:
     """Run every rule (default: all registered) and return the ranked findings."""
     if rules is None:
         rules = RULES
-    if not ctx.profile.steps and not ctx.summary:
+    if ctx.stats is None:
         return []
     out: list[Finding] = []
     for rule in rules:
         out.extend(rule(ctx))
-    return rank(out, ctx.summary)
+    return rank(out, ctx.stats)

@@ -8,9 +8,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from gpuprof.profile import Profile
+from gpuprof.stats import StepStats
 
 
-@dataclass
+@dataclass(frozen=True)
 class Finding:
     id: str  # stable identifier, part of the JSON contract
     title: str
@@ -36,29 +37,38 @@ class Finding:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Finding":
+        """A finding as saved (to_dict); keys this version does not know are left out."""
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
 
-@dataclass
+
+@dataclass(frozen=True)
 class Context:
-    """Everything a rule may read. Optional parts are None when not measured."""
+    """Everything a rule may read. Optional parts are None when not measured. `stats` are the
+    profile's step statistics: every saving is a share of stats.step_s, the typical step."""
 
     profile: Profile
+    stats: StepStats
     disk: dict | None = None  # a bench-disk result
     mfu: dict | None = None  # analysis.mfu result
     gpu: object | None = None  # hardware.GpuSpec
-
-    @property
-    def summary(self) -> dict:
-        return self.profile.summary
+    distributed: dict | None = None  # analysis.distributed result (a merged data-parallel run)
 
     @property
     def config(self) -> dict:
-        return self.profile.run.get("config", {})
+        return self.profile.config
+
+    @property
+    def measurements(self) -> dict:
+        return self.profile.measurements
 
     def share(self, phase: str) -> float:
-        return self.summary.get("phases", {}).get(phase, {}).get("share", 0.0)
+        return self.stats.share(phase)
 
     def seconds(self, phase: str) -> float:
-        return self.summary.get("phases", {}).get(phase, {}).get("seconds", 0.0)
+        return self.stats.seconds(phase)
 
 
 Rule = Callable[[Context], list[Finding]]

@@ -1,4 +1,4 @@
-"""True MFU: model FLOPs per step over (median step time × the peak of the dtype in use).
+"""True MFU: model FLOPs per step over (the typical step's time × the peak of the dtype in use).
 
 Two denominators: the datasheet's dense peak for the GPU and dtype (hardware.py), and the
 measured matmul ceiling of this device (measure/probe.py). Also the step-time floor (FLOPs ÷
@@ -49,7 +49,7 @@ def flops_per_step(profile) -> tuple[float | None, str | None, dict]:
         return float(fl["counted_per_step"]), "counted", detail
     cfg = profile.run.get("config", {}) if profile.run else {}
     dims = cfg.get("model_dims")
-    tokens = cfg.get("tokens_per_step") or (profile.summary or {}).get("tokens_per_step")
+    tokens = cfg.get("tokens_per_step") or (profile.stats.tokens_per_step if profile.stats else None)
     missing = missing_gpt_dims(dims, cfg.get("param_count")) if dims else None
     if dims and tokens and not missing:
         per_tok = gpt_flops_per_token(dims, cfg.get("param_count"))
@@ -102,13 +102,13 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
     explanation of a misreported MFU. Fractions (0.31), not percentages, except reported_mfu_pct."""
     env = profile.environment or {}
     cfg = (profile.run or {}).get("config", {}) or {}
-    summary = profile.summary or {}
+    stats = profile.stats
     meas = profile.measurements or {}
     dtype, tf32 = compute_dtype(cfg)
     peak = resolve_peak(env.get("device"), env.get("device_name"), dtype, tf32, gpu=gpu, peak_tflops=peak_tflops)
     warnings = list(peak.pop("warnings"))
     flops, method, fdetail = flops_per_step(profile)
-    step_s = summary.get("step_s") or None
+    step_s = (stats.step_s if stats else None) or None
     if flops is None:
         warnings.append(f"FLOPs per step unknown ({fdetail.get('why') or 'no model dimensions and no FLOP count'})"
                         f": MFU not computed")
@@ -140,8 +140,8 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
         "flops_analytic_per_step": fdetail.get("analytic_per_step"),
         "flops_counted_per_step": fdetail.get("counted_per_step"),
         "flops_agreement": fdetail.get("agreement"),
-        "tokens_per_step": cfg.get("tokens_per_step") or summary.get("tokens_per_step"),
-        "step_s": step_s, "timeline": summary.get("timeline"),
+        "tokens_per_step": cfg.get("tokens_per_step") or (stats.tokens_per_step if stats else None),
+        "step_s": step_s, "timeline": stats.timeline if stats else None,
         "achieved_tflops": achieved,
         "mfu": achieved / p if achieved and p else None,
         "ceiling_tflops": ceiling, "ceiling_method": ceiling_method, "ceiling_dtype": probe.get("dtype"),

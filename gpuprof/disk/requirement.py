@@ -8,7 +8,6 @@ training loop (get_batch is synchronous), even though the GPU may hide it.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 
@@ -64,33 +63,17 @@ def _positive(value, name: str) -> float:
     return float(value)
 
 
-def _dig(data: dict, dotted: str):
-    cur = data
-    for part in dotted.split("."):
-        if not isinstance(cur, dict) or part not in cur or cur[part] is None:
-            return None
-        cur = cur[part]
-    return cur
-
-
 def load_profile_fields(path: str) -> dict:
-    """The five fields bench-disk uses from a gpuprof profile JSON (None where absent)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise GpuprofError(f"{path}: no such profile") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise GpuprofError(f"{path}: cannot read profile ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise GpuprofError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(data, dict):
-        raise GpuprofError(f"{path}: not a gpuprof profile (top level is not an object)")
-    return {"tokens_per_s": _dig(data, "summary.tokens_per_s"),
-            "step_s": _dig(data, "summary.step_s"),
-            "block_size": _dig(data, "run.config.block_size"),
-            "batch_size": _dig(data, "run.config.batch_size"),
-            "grad_accum": _dig(data, "run.config.grad_accum")}
+    """The five fields bench-disk uses from a gpuprof profile (None where absent): tokens/s and
+    the step at the typical step (gpuprof.stats), the batch shape from run.config."""
+    from gpuprof.profile import load
+
+    prof = load(path)
+    stats, cfg = prof.stats, prof.config
+    return {"tokens_per_s": stats.tokens_per_s if stats and stats.tokens_per_step else None,
+            "step_s": stats.step_s if stats else None,
+            "block_size": cfg.get("block_size"), "batch_size": cfg.get("batch_size"),
+            "grad_accum": cfg.get("grad_accum")}
 
 
 def resolve_need(tokens_per_sec: float | None = None, batch_size: int | None = None,
@@ -132,8 +115,8 @@ def resolve_need(tokens_per_sec: float | None = None, batch_size: int | None = N
     missing = [n for n, v in (("batch_size", batch_size), ("step_s", step_s)) if v is None]
     if missing:
         if profile is not None:
-            keys = {"batch_size": "run.config.batch_size", "step_s": "summary.step_s"}
-            raise GpuprofError(f"{profile}: no summary.tokens_per_s, and "
+            keys = {"batch_size": "run.config.batch_size", "step_s": "a measured step"}
+            raise GpuprofError(f"{profile}: no tokens/s measured, and "
                                f"{', '.join(keys[m] for m in missing)} missing to compute it; "
                                "pass --tokens-per-sec")
         raise GpuprofError("--step-s needs --batch-size (and --grad-accum, --block-size) to "

@@ -73,20 +73,18 @@ class ThroughputModel:
     def from_profile(cls, profile) -> "ThroughputModel":
         """Fit from one measured run (a gpuprof Profile).
 
-        Per optimizer step the profile has phase seconds (summary.phases.<name>.seconds),
+        Per optimizer step the profile's typical step (gpuprof.stats) has phase seconds,
         micro_steps and tokens_per_step. data + h2d per micro-step → fixed_s; forward + backward
         per token → per_token_s; optimizer + other + eval → optimizer_s. Phases are scaled so
-        that the model reproduces the measured median step time exactly. The slow end of the
+        that the model reproduces the measured typical step exactly. The slow end of the
         range puts data + h2d into the per-token part as well (no gain from amortizing)."""
-        summary = getattr(profile, "summary", None) or {}
-        phases = summary.get("phases") or {}
-        micro = int(summary.get("micro_steps") or 0)
-        tokens = int(summary.get("tokens_per_step") or 0)
-        step = float(summary.get("step_s") or 0.0)
-        if not phases or micro <= 0 or tokens <= 0 or step <= 0:
-            raise GpuprofError("profile has no step summary (phases, micro_steps, tokens_per_step, "
-                               "step_s); cannot fit a throughput model from it")
-        sec = {k: float((v or {}).get("seconds", 0.0)) for k, v in phases.items()}
+        stats = profile.stats
+        if stats is None or not stats.phases or stats.micro_steps <= 0 or stats.tokens_per_step <= 0 \
+                or stats.step_s <= 0:
+            raise GpuprofError("profile has no measured step with phases, micro-steps and tokens; cannot fit "
+                               "a throughput model from it")
+        micro, tokens, step = stats.micro_steps, stats.tokens_per_step, stats.step_s
+        sec = {k: v.seconds for k, v in stats.phases.items()}
         total = sum(sec.values())
         if total <= 0:
             raise GpuprofError("profile phases add up to zero seconds; cannot fit a throughput model")
@@ -96,7 +94,7 @@ class ThroughputModel:
         per_step = step - fixed_step - compute
         fixed = fixed_step / micro
         per_token = compute / tokens
-        timeline = summary.get("timeline", "host")
+        timeline = stats.timeline
         return cls(
             fixed_s=fixed, per_token_s=per_token, optimizer_s=per_step, source="profile",
             note=(f"fitted to a measured step of {step:.3g} s ({micro} micro-steps, {tokens:,} "

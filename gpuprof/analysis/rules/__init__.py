@@ -3,6 +3,7 @@
 Finding ids are part of the JSON contract (documented in docs/rules.md)."""
 
 from gpuprof.analysis.rules.batching import memory_headroom, micro_batch_too_small
+from gpuprof.analysis.rules.irregular import irregular_steps
 from gpuprof.analysis.rules.gpu import (
     compile_findings,
     h2d_pageable,
@@ -22,6 +23,7 @@ from gpuprof.analysis.rules.phases import (
 )
 
 RULES = [
+    irregular_steps,
     data_loading_exposed,
     storage_too_slow,
     eval_in_measured_steps,
@@ -42,7 +44,7 @@ RULES = [
     backward_forward_ratio,
 ]
 
-# Data-parallel runs (a merged profile's measurements.distributed).
+# Data-parallel runs (a merged profile's ranks, gpuprof.analysis.distributed).
 from gpuprof.analysis.rules.distributed import RULES as _DISTRIBUTED  # noqa: E402
 
 RULES += _DISTRIBUTED

@@ -1,8 +1,10 @@
-"""Small helpers the rules share: exposure of a phase, device tests, config access."""
+"""Small helpers the rules share: exposure of a phase, device tests, config access. Every figure
+comes from ctx.stats (gpuprof.stats): the typical step and its phases."""
 
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context
+from gpuprof.stats import HOST_ONLY_PHASES
 
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
 
@@ -11,39 +13,36 @@ def on_cuda(ctx: Context) -> bool:
     return str(ctx.config.get("device") or ctx.profile.environment.get("device") or "").startswith("cuda")
 
 
+def on_gpu_timeline(ctx: Context) -> bool:
+    return ctx.stats.timeline == "gpu"
+
+
 def exposed_s(ctx: Context, phase: str) -> float:
     """Seconds per step that `phase` keeps the device from computing.
 
     On the GPU timeline a host-only phase's span is the idle time it exposed; on a CPU run
     the host is the device, so the phase's whole wall time is exposed."""
-    entry = ctx.summary.get("phases", {}).get(phase, {})
-    if ctx.summary.get("timeline") == "gpu" and "idle_exposed_s" in entry and phase in ("data", "other"):
-        return entry["idle_exposed_s"]
-    return entry.get("seconds", 0.0)
+    entry = ctx.stats.phases.get(phase)
+    if entry is None:
+        return 0.0
+    if on_gpu_timeline(ctx) and phase in HOST_ONLY_PHASES and entry.idle_exposed_s is not None:
+        return entry.idle_exposed_s
+    return entry.seconds
 
 
 def step_s(ctx: Context) -> float:
-    """The step that savings are shares of: the mean step (the sum of the mean phase seconds),
-    the same denominator as every phase share, so a finding's share and the phase table agree.
-    summary.step_s, the median, is what the report shows as "the" step time."""
-    return ctx.summary.get("mean_step_s") or ctx.summary.get("step_s") or 0.0
-
-
-def shown_step_s(ctx: Context) -> float | None:
-    """The step the report prints, once, labelled with its statistic: summary.step_s, the median
-    step (on the GPU timeline on CUDA). A `because` sentence that quotes the step quotes this one,
-    and evidence["step_s"] holds it, so the page and the JSON carry one value for the step."""
-    return ctx.summary.get("step_s") or None
+    """The step every saving is a share of, and the one the report prints: the typical step
+    (gpuprof.stats), which its phases add up to."""
+    return ctx.stats.step_s
 
 
 def step_evidence(ctx: Context) -> dict:
-    """The step figures a finding's evidence carries: the step the report prints (step_s, the
-    median) and the denominator of its shares (mean_step_s, the mean step)."""
-    return {"step_s": shown_step_s(ctx), "mean_step_s": step_s(ctx)}
+    """The step figure a finding's evidence carries: the typical step the report prints."""
+    return {"step_s": ctx.stats.step_s}
 
 
 def timeline_words(ctx: Context) -> str:
-    return "the GPU timeline" if ctx.summary.get("timeline") == "gpu" else "host wall time"
+    return "the GPU timeline" if on_gpu_timeline(ctx) else "host wall time"
 
 
 def mode(ctx: Context) -> str:
@@ -51,4 +50,4 @@ def mode(ctx: Context) -> str:
 
 
 def micro_steps(ctx: Context) -> int:
-    return int(ctx.summary.get("micro_steps") or ctx.config.get("grad_accum") or 1)
+    return int(ctx.stats.micro_steps or ctx.config.get("grad_accum") or 1)

@@ -1,5 +1,5 @@
-"""Rules for data-parallel runs: they read `measurements.distributed` (gpuprof.merge), present only
-in a merged profile of several ranks.
+"""Rules for data-parallel runs: they read the ranks' figures together (gpuprof.analysis.distributed),
+present only for a merged profile of several ranks.
 
 - straggler-rank: one rank is busier than the others (step − its exposed all-reduce), paired step
   by step, by ≥ 5% of the step, in ≥ 75% of the steps and by ≥ 3× the per-step difference's own
@@ -26,8 +26,7 @@ EXPOSED_MIN_SHARE = 0.05  # communication not hidden, as a share of the step
 
 
 def _dist(ctx: Context) -> dict:
-    d = ctx.profile.measurements.get("distributed")
-    return d if isinstance(d, dict) else {}
+    return ctx.distributed or {}
 
 
 def _view_is(ctx: Context, rank: int) -> bool:
@@ -40,7 +39,7 @@ def straggler_rank(ctx: Context) -> list[Finding]:
             or slow.get("rank") is None or slow.get("others_busy_s") is None:
         return []
     step, extra = slow["step_s"], slow["extra_s"]
-    share = extra / (step_s(ctx) or step)  # the denominator of every share (the mean step)
+    share = extra / (step_s(ctx) or step)  # the denominator of every share (the typical step)
     consistency, noise = slow.get("consistency"), slow.get("noise_s")
     if share < STRAGGLER_MIN_SHARE or (consistency is not None and consistency < STRAGGLER_CONSISTENCY) \
             or (noise is not None and extra < STRAGGLER_NOISE * noise):

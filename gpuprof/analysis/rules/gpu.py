@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
-from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, shown_step_s, step_s
+from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, on_gpu_timeline, step_s
 from gpuprof.units import bytes_per_s, count, flops_rate, nbytes, pct, seconds, times
 
 OPTIMIZER_MIN_SHARE = 0.10
@@ -38,11 +38,11 @@ def h2d_pageable(ctx: Context) -> list[Finding]:
         blocking = counts.get("h2d_blocking", 0)
     if not (pageable or blocking) or not total:
         return []
-    phases = ctx.summary.get("phases", {}).get("h2d", {})
-    h2d_gpu = phases.get("gpu_seconds") if ctx.summary.get("timeline") == "gpu" else None
+    h2d = ctx.stats.phases.get("h2d")
+    h2d_gpu = h2d.seconds if h2d is not None and on_gpu_timeline(ctx) else None
     bw = ctx.profile.measurements.get("copies") or {}
     ev = {"pageable_copies_per_step": pageable, "blocking_copies_per_step": blocking,
-          "pageable_bytes_per_step": pageable_bytes, "h2d_host_s": phases.get("host_seconds", 0.0)}
+          "pageable_bytes_per_step": pageable_bytes, "h2d_host_s": h2d.host_seconds if h2d else 0.0}
     if bw.get("pageable_bytes_s") and bw.get("pinned_bytes_s") and pageable_bytes:
         saving = pageable_bytes * max(1 / bw["pageable_bytes_s"] - 1 / bw["pinned_bytes_s"], 0.0)
         ev.update(pageable_gb_s=bw["pageable_bytes_s"] / 1e9, pinned_gb_s=bw["pinned_bytes_s"] / 1e9)
@@ -59,7 +59,7 @@ def h2d_pageable(ctx: Context) -> list[Finding]:
     share = saving / total if saving is not None else None
     if share is not None and share < 0.01:
         return []
-    if share is None and phases.get("host_seconds", 0.0) / total < 0.01:
+    if share is None and ev["h2d_host_s"] / total < 0.01:
         return []
     what = (f"{pageable:.0f} pageable copies per step ({nbytes(pageable_bytes)})" if pageable
             else f"{blocking:.0f} blocking copies per step")
@@ -168,10 +168,10 @@ def compile_findings(ctx: Context) -> list[Finding]:
     compiled = ctx.config.get("compile")
     total = step_s(ctx)
     warm = ctx.profile.warmup_steps
-    shown = shown_step_s(ctx) or total
+    shown = total
     if compiled and warm and shown:
-        # Against the step the report prints (the median), so "Nx a measured step" and the step
-        # figure on the page agree.
+        # Against the step the report prints (the typical step), so "Nx a measured step" and the
+        # step figure on the page agree.
         first = warm[0].wall_s
         n_steps = len(ctx.profile.steps) + len(warm)
         extra = sum(s.wall_s for s in warm) - len(warm) * shown
@@ -181,7 +181,7 @@ def compile_findings(ctx: Context) -> list[Finding]:
                 title=(f"compile warm-up: the first step took {seconds(first)}, "
                        f"{first / shown:.0f}x a measured step"),
                 saving_s=None, saving_share=None,
-                evidence={"first_step_s": first, "step_s": shown, "mean_step_s": total,
+                evidence={"first_step_s": first, "step_s": shown,
                           "warmup_extra_s": extra, "run_steps": n_steps},
                 confidence="high", kind="info",
                 note=(f"a one-time cost: {seconds(extra)} over this run, about "
@@ -210,11 +210,11 @@ def compile_findings(ctx: Context) -> list[Finding]:
 
 def launch_bound(ctx: Context) -> list[Finding]:
     """The host needs as long to launch forward/backward as the GPU needs to run them."""
-    if ctx.summary.get("timeline") != "gpu":
+    if not on_gpu_timeline(ctx):
         return []
-    ph = ctx.summary.get("phases", {})
-    host = sum(ph.get(p, {}).get("host_seconds", 0.0) for p in ("forward", "backward"))
-    gpu = sum(ph.get(p, {}).get("gpu_seconds", 0.0) for p in ("forward", "backward"))
+    ph = ctx.stats.phases
+    host = sum(ph[p].host_seconds for p in ("forward", "backward") if p in ph)
+    gpu = sum(ph[p].seconds for p in ("forward", "backward") if p in ph)
     if not gpu or host < 0.9 * gpu:
         return []
     n = micro_steps(ctx)
@@ -244,7 +244,8 @@ def sync_in_step(ctx: Context) -> list[Finding]:
     if not per_step or per_step < n:
         return []
     total = step_s(ctx)
-    other_idle = ctx.summary.get("phases", {}).get("other", {}).get("idle_exposed_s")
+    other = ctx.stats.phases.get("other")
+    other_idle = other.idle_exposed_s if other is not None else None
     ev = {"syncs_per_step": per_step, "micro_steps": n, "per_phase": syncs.get("per_phase")}
     saving = other_idle if other_idle else None
     because = f"{per_step:.0f} host-device synchronizations per step over {n} micro-steps"

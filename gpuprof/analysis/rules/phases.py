@@ -8,7 +8,7 @@ from gpuprof.analysis.rules.common import (
     exposed_s,
     mode,
     on_cuda,
-    shown_step_s,
+    on_gpu_timeline,
     step_evidence,
     step_s,
     timeline_words,
@@ -33,22 +33,22 @@ OTHERS_NAMED_SHARE = 0.20  # other processes' share of the cores worth naming in
 
 def dominant_phase(ctx: Context) -> list[Finding]:
     """Names the phase that takes the largest share of the step (information, not a fix)."""
-    phases = ctx.summary.get("phases") or {}
+    phases = ctx.stats.phases
     if not phases:
         return []
-    name, entry = max(phases.items(), key=lambda kv: kv[1].get("seconds", 0.0))
+    name, entry = max(phases.items(), key=lambda kv: kv[1].seconds)
     return [
         Finding(
             id="dominant-phase",
-            title=f"{name} takes {entry['share']:.0%} of the step ({PHASE_MEANING.get(name, name)})",
+            title=f"{name} takes {entry.share:.0%} of the step ({PHASE_MEANING.get(name, name)})",
             saving_s=None,
             saving_share=None,
-            evidence={"phase": name, "phase_s": entry["seconds"], "share": entry["share"],
-                      **step_evidence(ctx), "timeline": ctx.summary.get("timeline")},
+            evidence={"phase": name, "phase_s": entry.seconds, "share": entry.share,
+                      **step_evidence(ctx), "timeline": ctx.stats.timeline},
             confidence="high",
             kind="info",
-            because=(f"{name}: {seconds(entry['seconds'])} per step on {timeline_words(ctx)}, "
-                     f"{pct(entry['share'])} of the step"),
+            because=(f"{name}: {seconds(entry.seconds)} per step on {timeline_words(ctx)}, "
+                     f"{pct(entry.share)} of the step"),
         )
     ]
 
@@ -64,7 +64,7 @@ def data_loading_exposed(ctx: Context) -> list[Finding]:
     if not total or exp / total < DATA_EXPOSED_MIN_SHARE:
         return []
     ev = {"data_exposed_s": exp, "share": exp / total, **step_evidence(ctx),
-          "timeline": ctx.summary.get("timeline")}
+          "timeline": ctx.stats.timeline}
     note = ""
     confidence = "high" if on_cuda(ctx) else "medium"
     busy = _host_busy_during(ctx, "data")
@@ -128,8 +128,8 @@ def _data_because(ctx: Context, exp: float, total: float, busy: float | None, fr
     """data-loading-exposed's evidence in words: how long the device waits, how busy the host
     was while it loaded (waiting on I/O or computing), the free cores, and where in the user's
     code the data phase's samples fell."""
-    if ctx.summary.get("timeline") == "gpu":
-        host = ctx.summary.get("phases", {}).get("data", {}).get("host_seconds")
+    if on_gpu_timeline(ctx):
+        host = ctx.stats.phases["data"].host_seconds if "data" in ctx.stats.phases else None
         text = (f"the GPU sat idle {seconds(exp)} per step ({pct(exp / total)} of the step) while the host "
                 "loaded the next batch")
         if host:
@@ -198,7 +198,7 @@ def _host_busy_during(ctx: Context, phase: str) -> float | None:
 def eval_in_measured_steps(ctx: Context) -> list[Finding]:
     """Evaluation runs inside the timed training step."""
     total = step_s(ctx)
-    eval_s = ctx.summary.get("phases", {}).get("eval", {}).get("seconds", 0.0)
+    eval_s = ctx.seconds("eval")
     out = []
     if total and eval_s / total >= 0.02:
         out.append(Finding(
@@ -251,9 +251,9 @@ def compute_bound(ctx: Context) -> list[Finding]:
                f"{seconds(non_compute)} per step ({pct(share)})")
     mfu = ctx.mfu or {}
     floor = mfu.get("floor_s")
-    shown = shown_step_s(ctx) or total
+    shown = total
     if floor:
-        # The step over its floor as the MFU section states it: the median step (the one printed).
+        # The step over its floor as the MFU section states it: the typical step (the one printed).
         ratio = mfu.get("step_over_floor") or shown / floor
         ev["floor_s"] = floor
         ev["times_floor"] = ratio

@@ -156,7 +156,7 @@ def backward_forward_ratio(ctx: Context) -> list[Finding]:
         title = f"backward takes only {ratio:.1f}x the forward (usually ~2x)"
     return [Finding(
         id="backward-forward-ratio", title=title, saving_s=None, saving_share=None, kind="info",
-        evidence={"forward_s": fwd, "backward_s": bwd, "ratio": ratio, "timeline": ctx.summary.get("timeline")},
+        evidence={"forward_s": fwd, "backward_s": bwd, "ratio": ratio, "timeline": ctx.stats.timeline},
         confidence="medium", note="likely causes: " + "; ".join(causes),
         because=(f"backward {seconds(bwd)} and forward {seconds(fwd)} per step: the backward takes "
                  f"{ratio:.1f}x the forward, where about 2x is usual"),

@@ -60,7 +60,7 @@ def _from_bench(ctx: Context, exposed: float, total: float) -> Finding | None:
     from gpuprof.disk.requirement import Need, assess
 
     block = ctx.config.get("block_size")
-    tokens = ctx.summary.get("tokens_per_step")
+    tokens = ctx.stats.tokens_per_step
     if not block or not tokens:
         return None
     # The rate the loop needs once data no longer stalls it: tokens over the compute-only step.

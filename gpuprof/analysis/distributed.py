@@ -1,0 +1,163 @@
+"""What a data-parallel run's ranks say together: per rank its step, phases and all-reduce
+figures, the slowest rank, and the job's communication. Pure: a function of the rank entries of
+a merged profile (Profile.ranks, gpuprof.merge), computed by the analysis, never stored as a
+measurement.
+
+Comparing ranks separates communication from waiting. In synchronous data parallelism every rank
+ends its backward when the slowest rank's gradients arrive, so all step times are alike and a
+fast rank's extra time hides in its all-reduce ("exposed": after its own backward compute). A
+rank's busy time = its step − its exposed all-reduce time; the slowest rank is the busiest, by
+how much it exceeds the median of the others, in the phase that grew most. The rank that waited
+least for its all-reduce shows what communication itself costs (the others' extra exposure is
+waiting for it). Every median here is gpuprof.stats's.
+"""
+
+from __future__ import annotations
+
+from gpuprof.profile import Profile, rank_error_text
+from gpuprof.stats import PHASES, median
+
+METHOD = ("busy = step − exposed all-reduce (time after the rank's own backward compute spent waiting "
+          "for the all-reduce); the slowest rank is the busiest")
+
+
+def _comm(prof: Profile) -> dict | None:
+    """A rank's all-reduce figures: medians over its measured steps, as CommMeter stores them."""
+    c = prof.measurements.get("comm")
+    if not c or "not_measured" in c or not c.get("per_step"):
+        return None
+    per = c["per_step"]
+    return {"in_flight_s": median(s.get("in_flight_s") for s in per),
+            "exposed_s": median(s.get("exposed_s") for s in per),
+            "extra_rounds_exposed_s": median(s.get("extra_rounds_exposed_s") for s in per),
+            "extra_rounds_in_flight_s": median(s.get("extra_rounds_in_flight_s") for s in per),
+            "rounds_per_step": int(round(median(s["rounds"] for s in per))),  # a count: an int
+            "bytes_per_round": c.get("bytes_per_round"), "busbw_Bps": c.get("busbw_Bps"),
+            "algbw_Bps": c.get("algbw_Bps"), "backend": c.get("backend"), "clock": c.get("clock"),
+            "link": c.get("link")}
+
+
+def _busy(prof: Profile) -> dict:
+    """Per measured step: busy = step − that step's exposed all-reduce, and each phase with the
+    backward's exposed all-reduce taken out (the rank's own compute). The row shows medians over
+    the steps; the per-step figures (`_steps`) pair the ranks step by step for the straggler."""
+    exposed = {s["index"]: s["exposed_s"] for s in prof.measurements["comm"]["per_step"]}
+    gpu = prof.stats.timeline == "gpu"
+    per: dict[int, dict] = {}
+    for st in prof.steps:
+        if st.index not in exposed:
+            continue
+        phases = (st.gpu_phases if gpu else st.phases) or {}
+        total = (st.gpu_s if gpu else st.wall_s) or sum(phases.values())
+        e = min(exposed[st.index], total)
+        per[st.index] = {"busy": total - e,
+                         "own": {p: phases[p] - (e if p == "backward" else 0.0) for p in PHASES if p in phases}}
+    if not per:
+        return {}
+    own_keys = {p for v in per.values() for p in v["own"]}
+    return {"busy_s": median(v["busy"] for v in per.values()),
+            "own_phases": {p: median(v["own"].get(p, 0.0) for v in per.values()) for p in PHASES if p in own_keys},
+            "_steps": per}
+
+
+def _rank_row(e: dict) -> dict:
+    row = {"rank": e["rank"], "node_rank": e.get("node_rank"), "host": e.get("host"),
+           "status": e.get("status"), "error": rank_error_text(e) if e.get("status") != "ok" else None}
+    if e.get("profile") is None:
+        return row
+    prof = Profile.from_dict(e["profile"])
+    s = prof.stats
+    if s is None:
+        return row
+    phases = {p: v.seconds for p, v in s.phases.items()}
+    comm = _comm(prof)
+    row["ended_in"] = prof.run.get("ended_in")
+    row.update(step_s=s.step_s, phases=phases, data_s=phases.get("data", 0.0), micro_steps=s.micro_steps,
+               tokens_per_step=s.tokens_per_step, n_steps=s.n_steps, comm=comm,
+               comm_not_measured=(prof.measurements.get("comm") or {}).get("not_measured"))
+    if comm is not None and s.step_s:
+        row.update(_busy(prof))
+    return row
+
+
+def distributed_stats(entries: list[dict], world: int | None = None) -> dict:
+    """The ranks together (module docstring): {world_size, ranks: rows, absent_ranks, failed_ranks,
+    method, slowest (when ≥ 2 ranks have all-reduce figures), communication}."""
+    rows = [_rank_row(e) for e in sorted(entries, key=lambda e: e["rank"])]
+    world = world or max([int(e.get("world_size") or 1) for e in entries] + [1])
+    present = {r["rank"] for r in rows}
+    out = {
+        "world_size": world,
+        "ranks": rows,
+        "absent_ranks": [r for r in range(world) if r not in present],
+        "failed_ranks": [r["rank"] for r in rows if r["status"] != "ok"],
+        "method": METHOD,
+    }
+    measured = [r for r in rows if r.get("busy_s") is not None and r["status"] == "ok"]
+    if len(measured) >= 2:
+        slowest = _slowest(measured)
+        if slowest:
+            out["slowest"] = slowest
+    for r in rows:
+        r.pop("_steps", None)  # per-step pairs: the straggler's input, not kept
+    comm_rows = [r for r in rows if r.get("comm")]
+    if comm_rows:
+        least = min(comm_rows, key=lambda r: r["comm"]["exposed_s"] or 0.0)
+        c = least["comm"]
+        out["communication"] = {
+            "rank": least["rank"],
+            "in_flight_s": c["in_flight_s"],
+            "exposed_s": c["exposed_s"],
+            "overlapped_s": max(0.0, (c["in_flight_s"] or 0.0) - (c["exposed_s"] or 0.0)),
+            "overlap_share": (1 - c["exposed_s"] / c["in_flight_s"]) if c["in_flight_s"] else None,
+            "step_s": least["step_s"],
+            # counts: ints, as the ranks' own (numpy's median of ints is a float)
+            "rounds_per_step": int(round(median(r["comm"]["rounds_per_step"] for r in comm_rows))),
+            "micro_steps": int(round(median(r["micro_steps"] or 0 for r in comm_rows))),
+            "extra_rounds_exposed_s": c["extra_rounds_exposed_s"],
+            "extra_rounds_in_flight_s": c["extra_rounds_in_flight_s"],
+            "bytes_per_round": c["bytes_per_round"],
+            # the rank that waited least: its in-flight time is the collective's, not waiting
+            "busbw_Bps": c["busbw_Bps"],
+            "algbw_Bps": c["algbw_Bps"],
+            "backend": c["backend"], "clock": c["clock"], "link": c["link"],
+            "waiting": [{"rank": r["rank"],
+                         "waiting_s": max(0.0, (r["comm"]["exposed_s"] or 0.0) - (c["exposed_s"] or 0.0))}
+                        for r in comm_rows],
+        }
+    return out
+
+
+def slowest_rank(entries: list[dict]) -> int | None:
+    """The busiest rank of a merged run (None when the all-reduces were not measured on 2 ranks):
+    the view a merged profile shows (gpuprof.merge)."""
+    return (distributed_stats(entries).get("slowest") or {}).get("rank")
+
+
+def _slowest(rows: list[dict]) -> dict:
+    """The busiest rank, and by how much, from the ranks paired step by step: per step, its busy
+    time (and each own phase) against the median of the other ranks' in that same step, then the
+    median over the steps. Pairing cancels what slowed every rank in a step (the machine); the
+    share of steps in which it was the busier says whether it is a straggler or noise."""
+    slow = max(rows, key=lambda r: r["busy_s"])
+    others = [r for r in rows if r is not slow]
+    common = sorted(set(slow["_steps"]).intersection(*(set(r["_steps"]) for r in others)))
+    if not common:
+        return {}
+    diffs, by_step = [], {}
+    for i in common:
+        diffs.append(slow["_steps"][i]["busy"] - median(r["_steps"][i]["busy"] for r in others))
+        for p in slow["_steps"][i]["own"]:
+            mine = slow["_steps"][i]["own"][p]
+            by_step.setdefault(p, []).append(mine - median(r["_steps"][i]["own"].get(p, 0.0) for r in others))
+    extra = median(diffs)
+    by_phase = {p: median(v) for p, v in by_step.items()}
+    phase = max(by_phase, key=by_phase.get) if by_phase else None
+    base_busy = slow["busy_s"] - extra
+    return {"rank": slow["rank"], "extra_s": extra, "step_s": slow["step_s"],
+            "extra_share": min(1.0, max(0.0, extra) / slow["step_s"]) if slow["step_s"] else None,
+            "consistency": sum(d > 0 for d in diffs) / len(diffs), "steps_compared": len(diffs),
+            # how much the per-step difference itself varies (median absolute deviation)
+            "noise_s": median(abs(d - extra) for d in diffs),
+            "phase": phase, "phase_extra_s": by_phase.get(phase) if phase else None,
+            "by_phase_s": by_phase, "others_busy_s": base_busy}
