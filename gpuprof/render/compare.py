@@ -13,9 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuprof.analysis.compare import Comparison, Figure, Outcome
-from gpuprof.render.format import pct, seconds
-
-NM = "not measured"
+from gpuprof.render.format import NM, pct, seconds
 
 
 def signed_seconds(s: float | None) -> str:
@@ -60,7 +58,7 @@ def _table(first: str, *names: str) -> Table:
 def summary_table(c: Comparison) -> Table:
     """Step time, throughput, MFU before/after with the change."""
     t = _table("figure", "before", "after", "change")
-    t.add_row("step (median)", seconds(c.step_s.before), seconds(c.step_s.after), change_cell(c.step_s))
+    t.add_row("step (typical)", seconds(c.step_s.before), seconds(c.step_s.after), change_cell(c.step_s))
     if c.basis == "token":
         t.add_row("per 1M tokens", seconds(c.time.before), seconds(c.time.after), change_cell(c.time))
     t.add_row("tokens/step", _rate(c.tokens_per_step.before), _rate(c.tokens_per_step.after),
@@ -108,7 +106,7 @@ def outcome_line(o: Outcome) -> str:
         if o.other_phases_change_s is not None:
             how += f"; the other phases {signed_seconds(o.other_phases_change_s)}"
     else:
-        how = "achieved = drop of the step (median; the finding names no phases)"
+        how = "achieved = drop of the typical step (the finding names no phases)"
     if o.in_after:
         after = seconds(o.after_saving_s) if o.after_saving_s is not None else "no estimate"
         how += f"; still found in AFTER (predicts {after})"
@@ -137,7 +135,8 @@ def render_comparison(c: Comparison, console: Console) -> None:
         console.print(Text(f"  {label} not measured: {why}", style="dim"), highlight=False)
     timeline = c.timeline[0] if c.timeline[0] == c.timeline[1] else f"{c.timeline[0]} / {c.timeline[1]}"
     per = "per 1M tokens" if c.basis == "token" else "per step"
-    console.print(Text(f"Phases (mean {per}, {timeline} timeline)", style="bold"), highlight=False)
+    console.print(Text(f"Phases (per typical step{'' if per == 'per step' else ', ' + per}, {timeline} timeline)",
+                       style="bold"), highlight=False)
     console.print(phase_table(c))
     fixes = [o for o in c.outcomes if o.predicted_s is not None]
     others = [o for o in c.outcomes if o.predicted_s is None]

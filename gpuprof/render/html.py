@@ -1,8 +1,10 @@
-"""A Profile as one self-contained HTML page: inline CSS and SVG, no script, no external resource
-(a Content-Security-Policy meta tag makes the browser refuse any request the page might make).
+"""A Profile and its Analysis as one self-contained HTML page: the Report (gpuprof.report.model)
+laid out with inline CSS and SVG charts of the measurements, no script, no external resource (a
+Content-Security-Policy meta tag makes the browser refuse any request the page might make).
 Builds a string, never writes.
 
-Every figure comes from the profile; a section the run did not measure says "not measured".
+Every sentence comes from the Report, as the terminal prints it; a section the run did not
+measure says "not measured".
 Every string from the run (command, arguments, paths, config values, error messages, findings)
 goes through html.escape, so an argument like `<script>` stays text.
 """
@@ -11,13 +13,10 @@ from __future__ import annotations
 
 import html
 import math
-import statistics
 
-from gpuprof.profile import PHASES, Profile
-from gpuprof.render.format import count, pct, seconds, tokens
-from gpuprof.render.trace import checked_ranks, rank_profile
-
-NM = "not measured"
+from gpuprof.profile import Profile, checked_ranks, rank_profile
+from gpuprof.report.model import FindingView, Report, build_report
+from gpuprof.units import NM, nbytes, seconds
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 PHASE_COLORS = {"data": "#d1495b", "h2d": "#edae49", "forward": "#00798c", "backward": "#30638e",
                 "optimizer": "#66a182", "other": "#a0a0a0", "eval": "#8e5572"}
@@ -33,7 +32,7 @@ pre{background:#f5f5f5;padding:8px 10px;overflow-x:auto;white-space:pre-wrap;wor
 .sw{display:inline-block;width:10px;height:10px;margin-right:5px;vertical-align:baseline}
 svg{display:block;max-width:100%;height:auto;margin:4px 0}svg text{font:11px sans-serif;fill:#444}
 dl{margin:2px 0 0;font-size:12px;color:#555}dt{display:inline;font-weight:600}dd{display:inline;margin:0 12px 0 4px}
-ol.fixes>li{margin:0 0 10px}.fixline{margin:2px 0}
+ol.fixes>li,ul.fixes>li{margin:0 0 10px}.fixline{margin:2px 0}h3{font-size:15px;margin:14px 0 6px}
 """
 
 
@@ -44,15 +43,6 @@ def _e(x) -> str:
 def _num(x) -> float | None:
     ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
     return float(x) if ok else None
-
-
-def _bytes(x) -> str:
-    if _num(x) is None:
-        return NM
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(x) >= div:
-            return f"{x / div:.1f} {unit}"
-    return f"{x:.0f} B"
 
 
 def _nm(text: str = NM) -> str:
@@ -127,121 +117,83 @@ def _line_chart(title: str, series: list[tuple], y_fmt, *, y_max=None,
 
 
 # ------------------------------------------------------------------------------------ sections
-def _header(p: Profile) -> str:
-    run, cfg, env = p.run, p.run.get("config") or {}, p.environment
-    rows = [("view", run["view"])] if run.get("view") else []  # a merged run: whose figures these are
-    if run.get("mode") == "script":
-        rows.append(("script", " ".join(str(c) for c in run.get("command") or []) or NM))
-    else:
-        rows.append(("run", "gpuprof's built-in GPT loop"))
-    rows.append(("device", f"{env.get('device_name') or NM} ({cfg.get('device') or env.get('device') or '?'})"))
-    dims = cfg.get("model_dims") or {}
-    model = str(cfg.get("model") or NM)
-    if dims:
-        model += "  " + " ".join(f"{k}={dims.get(k, NM)}" for k in ("n_layer", "n_head", "n_embd", "vocab_size"))
-    if cfg.get("param_count"):
-        model += f"  {count(cfg['param_count'])} params"
-    rows.append(("model", model))
-    shape = [f"{lab} {cfg[k]}" for k, lab in (("batch_size", "batch"), ("block_size", "block"),
-                                              ("grad_accum", "accum")) if cfg.get(k) is not None]
-    tps = cfg.get("tokens_per_step") or p.summary.get("tokens_per_step")
-    rows.append(("step", " × ".join(shape) + (f" = {tokens(tps)} tokens/step" if tps else "")))
-    prec = cfg.get("precision") or {}
-    if prec.get("compute_dtype"):
-        rows.append(("precision", f"{prec['compute_dtype']} matmuls"))
-    if run.get("data_path"):
-        rows.append(("data", str(run["data_path"]) + (" (generated)" if run.get("data_generated") else "")))
-    if run.get("ended") or run.get("partial"):
-        err = run.get("error") or {}
-        rows.append(("ended", f"{run.get('ended') or 'partial'}"
-                     + (f": {err.get('type', '')} {err.get('message', '')}".rstrip() if err else "")))
-    rows.append(("software", f"torch {env.get('torch') or NM}, Python {env.get('python') or NM}, "
-                 f"gpuprof {p.tool.get('version', NM)}"))
-    return _kv(rows)
+def _header(r: Report) -> str:
+    return _kv(r.what_ran)
 
 
-def _headline(p: Profile) -> str:
-    s = p.summary
-    if not p.steps or not s:
+def _headline(r: Report) -> str:
+    if not r.has_steps:
         return _nm("no complete measured step: nothing to report")
-    tl = "GPU timeline" if s.get("timeline") == "gpu" else "host wall time"
-    tps = _num(s.get("tokens_per_s"))
-    return (f"<p><b>step {_e(seconds(s.get('step_s')))} median</b> ({_e(tl)}; p10 "
-            f"{_e(seconds(s.get('step_s_p10')))}, p90 {_e(seconds(s.get('step_s_p90')))}, "
-            f"{_e(s.get('n_steps', len(p.steps)))} measured steps) &nbsp; <b>"
-            + (_e(f"{tps:,.0f} tokens/s") if tps is not None else NM) + "</b></p>")
+    micro = f" &middot; {_e(r.micro)}" if r.micro else ""
+    out = (f"<p><b>step {_e(r.step)}</b> ({_e(r.step_statistic)}) &middot; <b>{_e(r.throughput)}</b>"
+           f"{micro}</p>")
+    if r.script_log:
+        out += f'<p class="dim">{_e(r.script_log)}</p>'
+    return out
 
 
-def _because(d: dict) -> str:
-    """The evidence in words: the rule's `because` sentence, else its evidence dict worded with
-    units (render.format.evidence_words), as the terminal report shows it."""
-    from gpuprof.render.format import evidence_words
-
-    text = d.get("because") or evidence_words(d.get("evidence") or {})
-    return f'<div class="fixline">because: {_e(text)}</div>' if text else ""
-
-
-def _findings(findings: list) -> str:
-    if not findings:
-        return _nm("no findings (the profile holds none)")
-    out = ['<ol class="fixes">']
-    for f in findings:
-        d = f if isinstance(f, dict) else f.to_dict()
-        kind = d.get("kind") or "fix"
-        if kind in ("info", "verdict", "correction"):
-            saving = kind
-        elif _num(d.get("saving_s")) is None:
-            saving = "saving: cannot estimate"
-        else:
-            saving = f"saves {seconds(d['saving_s'])} per step ({pct(d.get('saving_share'))} of the step)"
-        out.append(f"<li><b>{_e(d.get('title') or d.get('id'))}</b> &mdash; {_e(saving)}")
-        if d.get("fix"):
-            out.append(f'<div class="fixline">fix: {_e(d["fix"])}</div>')
-        if d.get("note"):
-            out.append(f'<div class="fixline dim">note: {_e(d["note"])}</div>')
-        out.append(_because(d) + "</li>")
-    return "".join(out) + "</ol>"
+def _finding(v: FindingView, label: str = "") -> str:
+    head = f"<b>{_e(v.title)}</b>"
+    out = [f"<li>{head}"]
+    for name, text, cls in (("saves", v.saves, ""), ("change", v.change, ""), ("because", v.because, ""),
+                            ("note", v.note, " dim")):
+        if text:
+            extra = f"; confidence {v.confidence}" if name == "saves" and v.confidence else ""
+            out.append(f'<div class="fixline{cls}">{name}: {_e(text + extra)}</div>')
+    return "".join(out) + "</li>"
 
 
-def _corrected(p: Profile) -> str:
-    from gpuprof.analysis.corrected import CorrectedConfig
-    from gpuprof.recommend.config import flags, format_config
+def _findings(r: Report) -> str:
+    if not r.has_steps:
+        return ""
+    verdict = (f"<p><b>Verdict:</b> {_e(r.verdict.title)}</p>" if r.verdict is not None
+               else f"<p><b>Verdict:</b> {_e(r.verdict_text)}</p>")
+    parts = [verdict]
+    if r.verdict is not None:
+        parts.append('<ul class="fixes">' + _finding(r.verdict) + "</ul>")
+    for title, views, tag in (("Irregular steps (not in the typical step)", r.irregular, "ul"),
+                              ("Fixes, ranked by the time they save per step", r.fixes, "ol"),
+                              ("Corrections (a wrong figure, not time)", r.corrections, "ul"),
+                              ("Also found", r.infos, "ul")):
+        if views:
+            parts.append(f"<h3>{_e(title)}</h3><{tag} class=\"fixes\">" + "".join(map(_finding, views)) + f"</{tag}>")
+        elif tag == "ol":
+            parts.append(_nm("Fixes: none found in this run"))
+    return "".join(parts)
 
-    cc = p.summary.get("corrected_config") or {}
-    if not cc.get("overrides"):
+
+def _corrected(r: Report) -> str:
+    if r.corrected is None:
         return _nm("no finding of this run is a config fix: nothing to correct")
-    c = CorrectedConfig(cc["overrides"], cc.get("sources") or {}, cc.get("overridden") or [], cc.get("current") or {})
-    return (f"<pre>{_e(format_config(c.overrides, c.header()))}</pre>"
-            f"<p>flags: <code>{_e(flags(c.overrides))}</code></p>")
+    conflicts = "".join(f'<p class="nm">{_e(c)}</p>' for c in r.corrected.conflicts)
+    return (f"<pre>{_e(r.corrected.file_text)}</pre><p>flags: <code>{_e(r.corrected.flags)}</code></p>" + conflicts)
 
 
-def _phases(p: Profile) -> str:
-    s = p.summary
-    phases = s.get("phases") or {}
-    if not phases:
+def _phases(r: Report) -> str:
+    if not r.phase_rows:
         return _nm()
-    on_gpu = s.get("timeline") == "gpu"
-    order = [ph for ph in PHASES if ph in phases] + [ph for ph in phases if ph not in PHASES]
     x, rects = 0.0, []
-    for ph in order:
-        w = max(0.0, _num(phases[ph].get("share")) or 0.0) * 1000
-        rects.append(f'<rect x="{x:.2f}" y="0" width="{w:.2f}" height="34" fill="{PHASE_COLORS.get(ph, "#555")}">'
-                     f"<title>{_e(ph)}: {_e(pct(phases[ph].get('share')))}</title></rect>")
+    for row in r.phase_rows:
+        w = max(0.0, row.share) * 1000
+        rects.append(f'<rect x="{x:.2f}" y="0" width="{w:.2f}" height="34" fill="{PHASE_COLORS.get(row.phase, "#555")}">'
+                     f"<title>{_e(row.phase)}: {_e(row.share_text)}</title></rect>")
         x += w
-    title = f"Where a step's time goes ({'GPU timeline' if on_gpu else 'host wall time'}, mean of {s.get('n_steps', 0)} steps)"
     head = "<tr><th>phase</th><th class=n>per step</th><th class=n>share</th>" + (
-        "<th class=n>host time</th><th class=n>GPU idle exposed</th>" if on_gpu else "") + "</tr>"
+        "<th class=n>host time</th><th class=n>GPU idle exposed</th>" if r.on_gpu else "") + "</tr>"
     rows = []
-    for ph in order:
-        e = phases[ph]
-        sw = f'<span class="sw" style="background:{PHASE_COLORS.get(ph, "#555")}"></span>'
-        row = f"<tr><td>{sw}{_e(ph)}</td><td class=n>{_e(seconds(e.get('seconds')))}</td><td class=n>{_e(pct(e.get('share')))}</td>"
-        if on_gpu:
-            idle = seconds(e.get("idle_exposed_s")) if ph in ("data", "other") else "-"
-            row += f"<td class=n>{_e(seconds(e.get('host_seconds')))}</td><td class=n>{_e(idle)}</td>"
-        rows.append(row + "</tr>")
-    return (f'<p class="dim">{_e(title)}</p><svg viewBox="0 0 1000 34" role="img" aria-label="phase shares">'
-            f"<title>{_e(title)}</title>{''.join(rects)}</svg><table>{head}{''.join(rows)}</table>")
+    for row in r.phase_rows:
+        sw = f'<span class="sw" style="background:{PHASE_COLORS.get(row.phase, "#555")}"></span>'
+        cells = f"<tr><td>{sw}{_e(row.phase)}</td><td class=n>{_e(row.seconds)}</td><td class=n>{_e(row.share_text)}</td>"
+        if r.on_gpu:
+            cells += f"<td class=n>{_e(row.host)}</td><td class=n>{_e(row.idle)}</td>"
+        rows.append(cells + "</tr>")
+    total = (f"<tr><th>total</th><th class=n>{_e(r.phase_total[0])}</th><th class=n>{_e(r.phase_total[1])}</th>"
+             + ("<th></th><th></th>" if r.on_gpu else "") + "</tr>")
+    caption = f'<p class="dim">{_e(r.phase_caption)}</p>' if r.phase_caption else ""
+    note = f'<p class="dim">{_e(r.typical_note)}</p>' if r.typical_note else ""
+    return (f'<p class="dim">{_e(r.phase_title)}</p><svg viewBox="0 0 1000 34" role="img" aria-label="phase shares">'
+            f"<title>{_e(r.phase_title)}</title>{''.join(rects)}</svg><table>{head}{''.join(rows)}{total}</table>"
+            + caption + note)
 
 
 def _step_time(st, on_gpu: bool):
@@ -251,7 +203,7 @@ def _step_time(st, on_gpu: bool):
 def _steps(p: Profile) -> str:
     if not p.steps:
         return _nm()
-    on_gpu = p.summary.get("timeline") == "gpu"
+    on_gpu = p.stats.timeline == "gpu"
     warm, meas = p.warmup_steps, p.steps
     series = [("measured steps", [s.index for s in meas], [_step_time(s, on_gpu) for s in meas], "#30638e")]
     if warm:
@@ -285,7 +237,7 @@ def _gpu(p: Profile) -> str:
         name = g.get("name") or "GPU"
         out.append(_line_chart(f"{name}: utilization (NVML)", _series(tl, [("gpu_util_pct", "GPU busy %"), ("mem_util_pct", "memory busy %")]),
                                lambda v: f"{v:.0f}%", y_max=100.0, bands=_windows(p)))
-        out.append(_line_chart(f"{name}: memory used (NVML)", _series(tl, [("mem_used_bytes", "used")]), _bytes,
+        out.append(_line_chart(f"{name}: memory used (NVML)", _series(tl, [("mem_used_bytes", "used")]), nbytes,
                                y_max=g.get("memory_total_bytes"), bands=_windows(p)))
     return "".join(out) or _nm(f"GPU utilization and memory: {NM}")
 
@@ -305,53 +257,58 @@ def _host(p: Profile) -> str:
               "one sampling interval, drawn at the interval's midpoint.</p>")
 
 
-def _ranks(p: Profile, ranks: list) -> str:
+def _ranks(p: Profile, r: Report, ranks: list) -> str:
+    out = ""
+    v = r.ranks
+    if v is not None:
+        head = "".join(f"<th class=n>{_e(h)}</th>" for h in v.header)
+        rows = "".join("<tr>" + "".join(f"<td class=n>{_e(c)}</td>" for c in row) + "</tr>" for row in v.rows)
+        out += (f"<p><b>{_e(v.title)}</b></p><table><tr>{head}</tr>{rows}</table><p class=\"dim\">{_e(v.caption)}</p>"
+                + "".join(f"<p>{_e(line)}</p>" for line in v.lines)
+                + "".join(f'<p class="nm">{_e(line)}</p>' for line in v.problems))
+    # Where each rank ran and how it ended (the entries' own strings; the figures are the table's above).
+    where = []
+    for e in sorted(ranks, key=lambda e: e.get("rank", 0)):
+        local = e.get("local_rank")
+        cls = "" if e.get("status") == "ok" else ' class="bad"'
+        where.append(f"<tr><td class=n>{_e(e.get('rank'))}</td><td>{_e(e.get('host') or NM)}</td>"
+                     f"<td class=n>{_e(NM if local is None else local)}</td>"
+                     f"<td{cls}>{_e(e.get('status') or '?')}</td></tr>")
+    out += ("<table><tr><th class=n>rank</th><th>host</th><th class=n>local rank</th><th>status</th></tr>"
+            + "".join(where) + "</table>")
+    series = []
+    for e in sorted(ranks, key=lambda e: e.get("rank", 0)):
+        rp = rank_profile(e) if e.get("profile") is not None else None
+        if rp is None or not rp.steps:
+            continue
+        on_gpu = rp.stats.timeline == "gpu"
+        series.append((f"rank {e.get('rank')}", [s.index for s in rp.steps], [_step_time(s, on_gpu) for s in rp.steps]))
+    return out + _line_chart("Step time per rank (each rank on its own timeline)", series, seconds, x_label="step",
+                             x_fmt=lambda x: f"{x:.0f}")
 
-    rows, series = [], []
-    for r in sorted(ranks, key=lambda r: r.get("rank", 0)):
-        rp = rank_profile(r) if r.get("profile") is not None else None
-        steps = rp.steps if rp else []
-        on_gpu = bool(rp) and rp.summary.get("timeline") == "gpu"
-        times = [_step_time(s, on_gpu) for s in steps]
-        med = statistics.median(times) if times else None
-        err = r.get("error") if isinstance(r.get("error"), dict) else {}
-        cls = "" if r.get("status") == "ok" else ' class="bad"'
-        rows.append(f"<tr><td class=n>{_e(r.get('rank'))}</td><td>{_e(r.get('host') or NM)}</td>"
-                    f"<td class=n>{_e(r.get('local_rank'))}</td><td{cls}>{_e(r.get('status') or '?')}</td>"
-                    f"<td class=n>{len(steps)}</td><td class=n>{_e(seconds(med) if med is not None else NM)}</td>"
-                    f"<td>{_e(' '.join(str(err.get(k, '')) for k in ('type', 'message')).strip())}</td></tr>")
-        if steps:
-            series.append((f"rank {r.get('rank')}", [s.index for s in steps], times))
-    table = ("<table><tr><th class=n>rank</th><th>host</th><th class=n>local</th><th>status</th>"
-             "<th class=n>steps</th><th class=n>median step</th><th>error</th></tr>" + "".join(rows) + "</table>")
-    chart = _line_chart("Step time per rank (each rank on its own timeline)", series, seconds, x_label="step",
-                        x_fmt=lambda x: f"{x:.0f}")
-    return table + chart
 
-
-def _notes(p: Profile) -> str:
-    from gpuprof.render.terminal import not_measured_lines, script_lines
-
-    lines = not_measured_lines(p) + [ln.strip() for ln in script_lines(p)]
+def _notes(r: Report) -> str:
+    lines = r.notes + r.attribution
     return "<ul>" + "".join(f"<li>{_e(ln)}</li>" for ln in lines) + "</ul>" if lines else ""
 
 
-def render_html(profile: Profile, findings: list | None = None) -> str:
-    """The whole report page (findings: Finding objects or dicts; default the profile's own)."""
+def render_html(profile: Profile, analysis) -> str:
+    """The whole report page of (profile, analysis)."""
     p = profile
-    findings = p.findings if findings is None else findings
+    r = build_report(p, analysis)
     ranks = checked_ranks(p)
     title = "gpuprof report" + (" (partial)" if p.run.get("partial") else "")
-    parts = [f"<h1>{_e(title)}</h1>", _header(p), _headline(p),
-             "<h2>Ranked fixes</h2>", _findings(findings),
-             "<h2>Corrected config</h2>", _corrected(p),
-             "<h2>Phase breakdown</h2>", _phases(p),
+    parts = [f"<h1>{_e(title)}</h1>", _header(r), _headline(r),
+             "<h2>Verdict and ranked fixes</h2>", _findings(r),
+             "<h2>Corrected config</h2>", _corrected(r),
+             "<h2>Phase breakdown</h2>", _phases(r),
              "<h2>Step times over the run</h2>", _steps(p),
              "<h2>GPU utilization and memory</h2>", _gpu(p),
              "<h2>Host CPU</h2>", _host(p)]
     if ranks:
-        parts += ["<h2>Ranks</h2>", _ranks(p, ranks)]
-    notes = _notes(p)
+        parts += ["<h2>Ranks</h2>", _ranks(p, r, ranks)]
+    parts += ["<h2>MFU</h2>", f"<p>{_e(r.mfu)}</p>"]
+    notes = _notes(r)
     if notes:
         parts += ["<h2>Not measured, and where the time went in the script</h2>", notes]
     parts.append(f'<p class="dim">gpuprof {_e(p.tool.get("version", ""))}, profile schema '

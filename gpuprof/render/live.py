@@ -47,6 +47,12 @@ class LiveProgress:
         self._live: Live | None = None
         self._last_line = -1e9
 
+    def watch(self, instruments: list) -> None:
+        """Show the NVML sampler's latest sample, when the run carries one (a GPU run)."""
+        nvml = next((i for i in instruments if getattr(i, "name", None) == "nvml"), None)
+        if nvml is not None and hasattr(nvml, "latest"):
+            self.gpu_sample = nvml.latest
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def __enter__(self) -> "LiveProgress":
@@ -82,7 +88,7 @@ class LiveProgress:
         if self._live is not None:
             self._live.update(self._render())
         else:
-            self.console.print(f"gpuprof: after the run: {line}", highlight=False)
+            self.console.print(f"gpuprof: after the run: {line}", highlight=False, markup=False)
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -95,7 +101,7 @@ class LiveProgress:
         now = self._clock()
         if self._done == self.warmup or final or now - self._last_line >= PLAIN_EVERY_S:
             self._last_line = now
-            self.console.print(f"gpuprof: {self._where()}{self._figures_line()}", highlight=False)
+            self.console.print(f"gpuprof: {self._where()}{self._figures_line()}", highlight=False, markup=False)
 
     def _where(self) -> str:
         if self._done <= self.warmup:
@@ -162,12 +168,3 @@ def _stdout_is_terminal() -> bool:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):
         return False
-
-
-def live_progress(err: Console, what: str, warmup: int, steps: int | None, as_json: bool,
-                  instruments: list = ()) -> LiveProgress:
-    """The live display of a run: a panel on a terminal, plain lines on stderr otherwise, nothing
-    under --json. On a GPU it shows the NVML sampler's latest sample."""
-    nvml = next((i for i in instruments if getattr(i, "name", None) == "nvml"), None)
-    return LiveProgress(err, what=what, warmup=warmup, steps=steps, enabled=not as_json,
-                        gpu_sample=nvml.latest if nvml is not None and hasattr(nvml, "latest") else None)

@@ -19,7 +19,8 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from gpuprof.profile import HOST_ONLY_PHASES, PHASES, Profile, StepRecord
+from gpuprof.profile import Profile, StepRecord
+from gpuprof.stats import HOST_ONLY_PHASES, PHASES
 from gpuprof.units import seconds
 
 # Within one micro-step, in the order the loop runs them. The built-in loop fetches the next
@@ -35,12 +36,14 @@ MIN_BAR = 10
 
 
 def typical_step(profile: Profile) -> tuple[StepRecord, int] | None:
-    """The median step on the summary's timeline (the lower middle one for an even count), and
-    its rank in time order (1-based)."""
-    steps = profile.steps
-    if not steps:
+    """The median of the typical steps (gpuprof.stats: irregular ones left out) on the stats'
+    timeline, the lower middle one for an even count, and its rank in time order (1-based)."""
+    stats = profile.stats
+    if stats is None:
         return None
-    on_gpu = profile.summary.get("timeline") == "gpu"
+    on_gpu = stats.timeline == "gpu"
+    typical = set(stats.typical)
+    steps = [s for s in profile.steps if s.index in typical] or profile.steps
 
     def t(s: StepRecord) -> float:
         return s.gpu_s if on_gpu and s.gpu_s is not None else s.wall_s
@@ -132,7 +135,7 @@ def step_timeline(profile: Profile) -> Group | None:
         return None
     step, rank = picked
     mode = "builtin" if profile.run.get("mode", "builtin") == "builtin" else "script"
-    micro = step.micro_steps or profile.summary.get("micro_steps") or 1
+    micro = step.micro_steps or profile.stats.micro_steps or 1
     measured = step.measured_spans()  # the host's phase spans in the order they ran
     host = [(p, a, a + d) for p, a, d in measured] if measured else layout(step.phases, micro, mode)
     gpu_measured = step.measured_spans(gpu=True)  # the GPU timeline's spans, from the CUDA events
@@ -161,12 +164,14 @@ def step_timeline(profile: Profile) -> Group | None:
         t.add_row(Text("GPU", style="bold"), FillBar(gpu_row, "green"))
     t.add_row(Text(""), _Axis(total))
     order = ", ".join(p for p in MICRO_ORDER[mode] if step.phases.get(p))
-    which = "the median step" if len(profile.steps) % 2 else "the lower of the two middle steps"
+    n = len(profile.stats.typical) or len(profile.steps)
+    which = "the median step" if n % 2 else "the lower of the two middle steps"
+    among = f"#{rank} of {n} typical steps by time" if profile.stats.irregular else f"#{rank} of {n} by time"
     if measured:
-        caption = (f"One step, {which} (#{rank} of {len(profile.steps)} by time), on one time axis: "
+        caption = (f"One step, {which} ({among}), on one time axis: "
                    "the host's phase spans as measured, in the order they ran. ")
     else:
-        caption = (f"One step, {which} (#{rank} of {len(profile.steps)} by time), on one time axis. "
+        caption = (f"One step, {which} ({among}), on one time axis. "
                    + ("The order is the loop's, not measured" if mode == "builtin" else
                       "The order is assumed (a script's loop is not known), not measured")
                    + f": per micro-step {order}"

@@ -25,8 +25,10 @@ from __future__ import annotations
 import json
 import math
 
-from gpuprof.errors import GpuprofError
-from gpuprof.profile import PHASES, Profile, StepRecord
+from gpuprof.profile import Profile, StepRecord, checked_ranks, rank_profile
+from gpuprof.report.words import saving_text
+from gpuprof.stats import PHASES
+from gpuprof.units import seconds
 
 # Layout order of a step's phases (the loop's own order per micro-step is forward, data, h2d,
 # backward, then optimizer; the aggregate per step cannot say which came when).
@@ -49,17 +51,9 @@ HOST_COUNTERS = [("host CPU %", [("cpu_pct", "machine"), ("cpu_pct_max_core", "b
                  ("host major faults/s", [("major_faults_s", "major faults")])]
 
 
-def _us(seconds: float) -> float:
+def _us(s: float) -> float:
     """Seconds → trace microseconds, kept to the nanosecond (the timer's own resolution)."""
-    return round(seconds * 1e6, 3)
-
-
-def checked_ranks(profile: Profile) -> list[dict]:
-    """The per-rank entries of a merged profile ([] for a single process), checked enough to
-    place them: a malformed one is a one-line GpuprofError, not a traceback."""
-    from gpuprof.profile import validate_ranks
-
-    return validate_ranks(getattr(profile, "ranks", None) or [], "profile")
+    return round(s * 1e6, 3)
 
 
 def _meta(pid: int, tid: int, name: str, args: dict) -> dict:
@@ -196,15 +190,13 @@ def _finding_events(pid: int, ts: float, findings: list, scope: str) -> list[dic
     out = [_meta(pid, TID_FINDINGS, "thread_name", {"name": THREAD_NAMES[TID_FINDINGS]}),
            _meta(pid, TID_FINDINGS, "thread_sort_index", {"sort_index": TID_FINDINGS})] if findings else []
     for i, f in enumerate(findings, 1):
-        d = f if isinstance(f, dict) else f.to_dict()
-        saving = d.get("saving_s")
-        label = (f"#{i} {d.get('id')}: saves {saving * 1e3:.3g} ms/step" if saving is not None
-                 else f"#{i} {d.get('id')} ({d.get('kind') or 'finding'})")
+        label = (f"#{i} {f.id}: saves {seconds(f.saving_s)}/step" if f.saving_s is not None
+                 else f"#{i} {f.id} ({f.kind or 'finding'})")
         out.append({"name": label, "cat": "finding", "ph": "i", "s": scope, "ts": ts, "pid": pid,
                     "tid": TID_FINDINGS,
-                    "args": {"rank": i, "id": d.get("id"), "title": d.get("title"), "kind": d.get("kind"),
-                             "saving_s": saving, "saving_share": d.get("saving_share"),
-                             "fix": d.get("fix"), "note": d.get("note")}})
+                    "args": {"rank": i, "id": f.id, "title": f.title, "kind": f.kind,
+                             "saving_s": f.saving_s, "saving_share": f.saving_share,
+                             "saves": saving_text(f), "fix": f.fix, "note": f.note}})
     return out
 
 
@@ -242,10 +234,10 @@ def _run_name(prof: Profile) -> str:
     return f"gpuprof: built-in loop ({prof.run.get('config', {}).get('model') or '?'})"
 
 
-def render_trace(profile: Profile, findings: list | None = None) -> dict:
-    """The trace-event document of a profile (findings: Finding objects or dicts, default the
-    profile's own). Timestamps in microseconds on each process's timer clock."""
-    findings = profile.findings if findings is None else findings
+def render_trace(profile: Profile, analysis) -> dict:
+    """The trace-event document of a profile and its analysis (its findings as instant events).
+    Timestamps in microseconds on each process's timer clock."""
+    findings = list(analysis.findings) if analysis is not None else []
     notes: dict = {
         "tool": f"{profile.tool.get('name', 'gpuprof')} {profile.tool.get('version', '')}".strip(),
         "clock": "microseconds since each process's PhaseTimer was created (StepRecord.start_s)",
@@ -290,13 +282,6 @@ def render_trace(profile: Profile, findings: list | None = None) -> dict:
             "otherData": {k: str(v) for k, v in notes.items()}}
 
 
-def rank_profile(r: dict) -> Profile:
-    try:
-        return Profile.from_dict(r["profile"])
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise GpuprofError(f"rank {r.get('rank')}: malformed per-rank profile ({exc!r})") from None
-
-
 def _ordered(events: list[dict]) -> list[dict]:
     """Metadata first, then per (pid, tid) in time order (viewers sort anyway; readers of the
     file and the tests see every track monotonic)."""
@@ -305,9 +290,9 @@ def _ordered(events: list[dict]) -> list[dict]:
     return meta + rest
 
 
-def trace_json(profile: Profile, findings: list | None = None) -> str:
+def trace_json(profile: Profile, analysis) -> str:
     """render_trace as compact JSON text (one event per line keeps it diffable and small)."""
-    doc = render_trace(profile, findings)
+    doc = render_trace(profile, analysis)
     lines = ",\n".join(json.dumps(e, separators=(",", ":"), ensure_ascii=False) for e in doc["traceEvents"])
     return ('{"traceEvents":[\n' + lines + '\n],"displayTimeUnit":"ms","otherData":'
             + json.dumps(doc["otherData"], indent=1, ensure_ascii=False) + "}\n")

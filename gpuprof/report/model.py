@@ -1,0 +1,234 @@
+"""The report of one run, decided once from (Profile, Analysis): the headline, the verdict, the
+irregular steps, the ranked fixes (saves / change / because / note), the corrected config, the
+phase table (which adds up to the headline step), the MFU line, the notes, what ran and, for a
+data-parallel run, every rank. The terminal (gpuprof.render.terminal) and the HTML page
+(gpuprof.render.html) lay it out; neither words a figure of its own.
+
+How the typical step and the slow ones are shown (said on the page, words.TYPICAL_NOTE): the
+headline step is the typical step (gpuprof.stats), labelled with how it was obtained; the phase
+table's rows add up to it, with a total row that repeats it; savings are shares of it; irregular
+steps get a section of their own with what they cost the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuprof.analysis.findings import Finding
+from gpuprof.analysis.pipeline import Analysis
+from gpuprof.profile import Profile
+from gpuprof.report import words
+from gpuprof.stats import HOST_ONLY_PHASES, PHASES
+from gpuprof.units import bytes_per_s, nbytes, pct, seconds
+
+
+@dataclass(frozen=True)
+class FindingView:
+    """One finding as the report shows it: every line already in words."""
+
+    id: str
+    kind: str
+    title: str
+    saves: str | None  # words.saving_text: None for what saves no per-step time of its own
+    saves_time: bool  # a positive saving (shown as good news)
+    confidence: str
+    change: str
+    because: str
+    note: str
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    phase: str
+    seconds: str
+    share: float
+    share_text: str
+    host: str | None = None  # GPU timeline only
+    idle: str | None = None  # GPU timeline only: GPU idle a host-only phase exposed
+
+
+@dataclass(frozen=True)
+class CorrectedView:
+    lines: list[tuple[str, str, str]]  # (key = value, was, from finding)
+    flags: str
+    file_text: str
+    conflicts: list[str]
+
+
+@dataclass(frozen=True)
+class RanksView:
+    """A merged run's ranks: a table (rows of strings) and sentences."""
+
+    title: str
+    header: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+    caption: str
+    lines: list[str]
+    problems: list[str]  # failed or absent ranks, comm not measured
+
+
+@dataclass(frozen=True)
+class Report:
+    title: str
+    run_line: str
+    has_steps: bool
+    step: str = ""  # the headline step, e.g. "45.2 ms"
+    step_statistic: str = ""  # how it was obtained
+    throughput: str = ""
+    micro: str | None = None
+    typical_note: str | None = None
+    script_log: str | None = None
+    verdict: FindingView | None = None
+    verdict_text: str = ""  # when no finding is the verdict: the sentence that stands for it
+    irregular: list[FindingView] = field(default_factory=list)
+    fixes: list[FindingView] = field(default_factory=list)
+    corrections: list[FindingView] = field(default_factory=list)
+    infos: list[FindingView] = field(default_factory=list)
+    corrected: CorrectedView | None = None
+    phase_title: str = ""
+    phase_rows: list[PhaseRow] = field(default_factory=list)
+    phase_total: tuple[str, str] = ("", "")  # the total row: the headline step, 100%
+    phase_caption: str | None = None
+    on_gpu: bool = False
+    mfu: str = ""
+    notes: list[str] = field(default_factory=list)
+    what_ran: list[tuple[str, str]] = field(default_factory=list)
+    attribution: list[str] = field(default_factory=list)
+    ranks: RanksView | None = None
+
+
+def finding_view(f: Finding) -> FindingView:
+    return FindingView(id=f.id, kind=f.kind, title=f.title or f.id, saves=words.saving_text(f),
+                       saves_time=bool(f.kind == "fix" and f.saving_s), confidence=f.confidence or "",
+                       change=f.fix or "", because=words.because_text(f), note=f.note or "")
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Findings grouped as the report shows them: the verdict (a `verdict` finding, else a
+    sentence naming the top fix), the irregular steps, the fixes in rank order, corrections of
+    wrong figures, and what else was found."""
+
+    verdict: FindingView | None
+    verdict_text: str
+    irregular: list[FindingView]
+    fixes: list[FindingView]
+    corrections: list[FindingView]
+    infos: list[FindingView]
+
+
+def group_findings(findings) -> Findings:
+    views = [finding_view(f) for f in findings]
+    verdicts = [v for v in views if v.kind == "verdict"]
+    fixes = [v for v in views if v.kind == "fix"]
+    verdict_text = ""
+    if not verdicts:
+        if fixes:
+            top = fixes[0]
+            saving = f" saves {top.saves}" if top.saves_time else " is the largest"
+            verdict_text = f"{top.title}. Fix 1 below{saving}."
+        else:
+            verdict_text = "no finding: nothing in this run stands out"
+    return Findings(verdicts[0] if verdicts else None, verdict_text,
+                    [v for v in views if v.kind == "irregular"], fixes,
+                    [v for v in views if v.kind == "correction"],
+                    [v for v in views if v.kind not in ("verdict", "fix", "correction", "irregular")] + verdicts[1:])
+
+
+def build_report(profile: Profile, analysis: Analysis) -> Report:
+    title = "gpuprof diagnosis" + (" (partial)" if profile.run.get("partial") else "")
+    stats = analysis.stats
+    common = dict(title=title, run_line=words.run_line(profile), what_ran=words.what_ran(profile, stats),
+                  notes=words.not_measured_lines(profile, analysis), ranks=_ranks(analysis.distributed))
+    if stats is None:
+        return Report(has_steps=False, **common)
+    g = group_findings(analysis.findings)
+    rows = []
+    for name in [p for p in PHASES if p in stats.phases] + [p for p in stats.phases if p not in PHASES]:
+        e = stats.phases[name]
+        gpu = stats.timeline == "gpu"
+        rows.append(PhaseRow(name, seconds(e.seconds), e.share, pct(e.share),
+                             host=seconds(e.host_seconds) if gpu else None,
+                             idle=(seconds(e.idle_exposed_s) if name in HOST_ONLY_PHASES else "-") if gpu else None))
+    basis = (f"the mean of {len(stats.typical)} typical steps" if stats.irregular
+             else f"the mean of {stats.n_steps} measured steps")
+    return Report(
+        has_steps=True, step=seconds(stats.step_s), step_statistic=words.step_statistic(stats),
+        throughput=words.throughput_text(profile, stats), micro=words.micro_text(stats),
+        typical_note=words.TYPICAL_NOTE if stats.irregular else None,
+        script_log=words.script_log_line(profile, stats),
+        verdict=g.verdict, verdict_text=g.verdict_text, irregular=g.irregular, fixes=g.fixes,
+        corrections=g.corrections, infos=g.infos,
+        corrected=_corrected(analysis),
+        phase_title=f"Where a typical step's time goes: each phase per step, {basis} ({words.timeline_name(stats)})",
+        phase_rows=rows, phase_total=(seconds(stats.step_s), pct(1.0)),
+        phase_caption=("GPU idle: time the GPU sat idle while the host ran a host-only phase"
+                       if stats.timeline == "gpu" else None),
+        on_gpu=stats.timeline == "gpu", mfu=words.mfu_text(analysis.mfu),
+        attribution=words.attribution_lines(profile), **common)
+
+
+def _corrected(analysis: Analysis) -> CorrectedView | None:
+    from gpuprof.recommend.config import flags, format_config
+
+    cc = analysis.corrected
+    if not cc.overrides:
+        return None
+    lines = [(format_config({k: v}).strip(), f"was {cc.current[k]!r}" if k in cc.current else "", cc.sources[k])
+             for k, v in cc.overrides.items()]
+    conflicts = [f"{fid} also wanted {key} = {value!r} (a higher-ranked fix wins)" for fid, key, value in cc.overridden]
+    return CorrectedView(lines, flags(cc.overrides), format_config(cc.overrides, cc.header()), conflicts)
+
+
+def _ranks(d: dict | None) -> RanksView | None:
+    """The ranks of a merged data-parallel run (gpuprof.analysis.distributed) in words."""
+    if not d:
+        return None
+    waiting = {w["rank"]: w["waiting_s"] for w in (d.get("communication") or {}).get("waiting", [])}
+    slow = (d.get("slowest") or {}).get("rank")
+    rows = []
+    for r in d.get("ranks", []):
+        mark = " *" if r["rank"] == slow else (" !" if r.get("status") != "ok" else "")
+        if r.get("step_s") is None:
+            rows.append((f"{r['rank']}{mark}", *["—"] * 7))
+            continue
+        own, ph, comm = r.get("own_phases") or {}, r.get("phases") or {}, r.get("comm") or {}
+        rows.append((f"{r['rank']}{mark}", seconds(r["step_s"]), seconds(own.get("data", ph.get("data"))),
+                     seconds(own.get("forward", ph.get("forward"))), seconds(own.get("backward", ph.get("backward"))),
+                     seconds(comm.get("exposed_s")) if comm else "—",
+                     seconds(waiting.get(r["rank"])) if r["rank"] in waiting else "—",
+                     seconds(r.get("busy_s")) if r.get("busy_s") is not None else "—"))
+    caption = ("* slowest rank, ! failed. step: each rank's typical step; the others are medians over the "
+               "measured steps: bwd = backward without the all-reduce wait; all-reduce = its exposed time "
+               "(after the rank's own backward compute); waits = exposed beyond the rank that waited least "
+               "(waiting for a slower rank); busy = step − all-reduce")
+    lines = []
+    if d.get("slowest"):
+        s = d["slowest"]
+        lines.append(f"slowest: rank {s['rank']}, {seconds(s['extra_s'])} busier per step than the median other "
+                     f"rank ({pct(s.get('extra_share'))} of the step), most in {s.get('phase') or 'no single phase'}")
+    c = d.get("communication")
+    if c:
+        link = c.get("link") or {}
+        nominal, bw = link.get("nominal_Bps"), c.get("busbw_Bps")
+        bw_text = f"bus bandwidth {bytes_per_s(bw)}" if bw else "bus bandwidth not measured"
+        if bw and nominal:
+            bw_text += f" = {pct(bw / nominal)} of {bytes_per_s(nominal)} ({link.get('name')})"
+        else:
+            bw_text += f" (link: {link.get('name', 'not measured')}; no nominal figure)"
+        lines.append(f"all-reduce ({c.get('backend')}, {c.get('clock')} clock): {c.get('rounds_per_step'):g} per "
+                     f"step, {nbytes(c.get('bytes_per_round'))} each, in flight {seconds(c.get('in_flight_s'))}, "
+                     f"exposed {seconds(c.get('exposed_s'))} on rank {c['rank']}"
+                     + (f" ({pct(c['overlap_share'])} overlapped)" if c.get("overlap_share") is not None else "")
+                     + f"; {bw_text}")
+    problems = [f"rank {r['rank']} {r.get('status')}: {r.get('error') or 'no profile'}"
+                for r in d.get("ranks", []) if r.get("status") != "ok"]
+    if d.get("absent_ranks"):
+        problems.append(f"ranks not in this profile: {', '.join(map(str, d['absent_ranks']))} (other nodes: "
+                        f"join their files with `gpuprof merge`)")
+    missing = next((r for r in d.get("ranks", []) if r.get("comm_not_measured")), None)
+    if missing is not None:
+        problems.append(f"rank {missing['rank']}: all-reduce not measured: {missing['comm_not_measured']}")
+    return RanksView(f"data parallel: {d.get('world_size')} ranks",
+                     ("rank", "step", "data", "fwd", "bwd", "all-reduce", "waits", "busy"), rows, caption,
+                     lines, problems)

@@ -1,0 +1,224 @@
+"""Every sentence the report says about a run, worded once: the terminal, the HTML page and
+`compare` print these strings and never word a figure themselves. Figures in words come from
+gpuprof.units; this module turns a Profile and its Analysis into the sentences."""
+
+from __future__ import annotations
+
+from gpuprof.analysis.findings import Finding
+from gpuprof.profile import Profile
+from gpuprof.stats import PHASES, StepStats
+from gpuprof.units import NM, count, evidence_words, flops_rate, pct, seconds, tokens
+
+NOT_ESTIMATED = "not estimated (the note says why)"
+TYPICAL_NOTE = ("The typical step is the mean of the measured steps that are not irregular (far slower "
+                "than the median: a pause); the phase table adds up to it, and every fix's saving is a "
+                "share of it. What the irregular steps cost is said on its own.")
+
+
+def timeline_name(stats: StepStats | None) -> str:
+    return "GPU timeline" if stats is not None and stats.timeline == "gpu" else "host wall time"
+
+
+# ------------------------------------------------------------------------------------ findings
+def saving_text(f: Finding) -> str | None:
+    """What a finding saves per step, in words (None for a verdict, an irregular-steps finding or
+    information: they save no per-step time of their own)."""
+    if f.kind == "correction":
+        return "no time: it corrects a figure"
+    if f.kind != "fix":
+        return None
+    if f.saving_s is None:
+        return NOT_ESTIMATED
+    if f.saving_s <= 1e-9 and f.overlaps:  # its whole interval is another fix's saving
+        return f"nothing more: its time is already counted in {', '.join(f.overlaps)}"
+    return f"{seconds(f.saving_s)} per step ({pct(f.saving_share)} of the typical step)"
+
+
+def because_text(f: Finding) -> str:
+    """The evidence in words: the rule's own sentence, else the evidence dict worded generically."""
+    return f.because or evidence_words(f.evidence or {})
+
+
+# -------------------------------------------------------------------------------- the headline
+def run_line(profile: Profile) -> str:
+    """What ran, in one line: the model and the device."""
+    cfg = profile.config
+    env = profile.environment
+    model = cfg.get("model") or ("a script" if profile.run.get("mode") == "script" else "a model")
+    if cfg.get("param_count"):
+        model += f" ({count(cfg['param_count'])} parameters)"
+    return f"{model} on {env.get('device_name') or cfg.get('device') or NM}"
+
+
+def step_statistic(stats: StepStats) -> str:
+    """How the headline step was obtained, and the spread of all steps."""
+    spread = (f"median {seconds(stats.median_s)}, p10 {seconds(stats.p10_s)}, p90 {seconds(stats.p90_s)}, "
+              f"spread {pct(stats.spread, 0)}")
+    n = stats.n_steps
+    if stats.irregular:
+        k = len(stats.irregular)
+        return (f"typical: the mean of {len(stats.typical)} of {n} measured steps, {timeline_name(stats)}; "
+                f"{k} irregular step{'s' if k != 1 else ''} left out; all steps: {spread}")
+    return f"mean of {n} measured step{'s' if n != 1 else ''}, {timeline_name(stats)}; {spread}"
+
+
+def throughput_text(profile: Profile, stats: StepStats) -> str:
+    """Tokens per second at the typical step: the job's for a merged data-parallel run, and over
+    the whole run when irregular steps slowed it."""
+    world = int(profile.run.get("world_size") or 1) if profile.ranks else 1
+    text = f"{stats.tokens_per_s * world:,.0f} tokens/s"
+    if world > 1:
+        me = profile.run.get("rank")
+        slow = " (the slowest)" if "slowest" in str(profile.run.get("view") or "") else ""
+        text += f" for the job ({world} ranks); the step and phases are rank {me}'s{slow}"
+    if stats.irregular:
+        text += f" ({stats.run_tokens_per_s * world:,.0f} over the whole run)"
+    return text
+
+
+def micro_text(stats: StepStats) -> str | None:
+    n = stats.micro_steps
+    return f"{n} micro-step{'s' if n != 1 else ''} per step" if n else None
+
+
+# ------------------------------------------------------------------------------------ MFU
+def mfu_text(mfu: dict | None) -> str:
+    """MFU in one line: against the datasheet peak and/or the measured ceiling, and the rate."""
+    m = mfu or {}
+    dtype = m.get("dtype") or ""
+    device = m.get("gpu_name") or m.get("device_name") or "this device"
+    parts = []
+    if m.get("mfu") is not None:
+        parts.append(f"{pct(m['mfu'])} of the {dtype} datasheet peak of {device} ({flops_rate(m.get('peak_tflops'))})")
+    if m.get("mfu_vs_ceiling") is not None:
+        parts.append(f"{pct(m['mfu_vs_ceiling'])} of the {m.get('ceiling_dtype') or dtype} matmul ceiling measured "
+                     f"here ({flops_rate(m.get('ceiling_tflops'))})")
+    if not parts:
+        why = "; ".join(m.get("warnings") or [])
+        parts.append(NM + (f" ({why})" if why else ""))
+    elif m.get("mfu") is None and not m.get("peak_tflops"):
+        parts.append(f"no datasheet peak for {device}")
+    if m.get("achieved_tflops") is not None:
+        parts.append(f"achieved {flops_rate(m['achieved_tflops'])}")
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------------------ what ran
+def precision_line(prec: dict) -> str:
+    """What the matmuls computed in, and the observations it rests on."""
+    ac = prec.get("autocast_dtype")
+    seen = [f"autocast {ac}" if ac else "no autocast", f"weights {prec.get('param_dtype') or NM}"]
+    if prec.get("tf32_source") and not str(prec["tf32_source"]).startswith("not applicable"):
+        tf32 = prec.get("tf32_matmul")
+        seen.append("TF32 " + (NM if tf32 is None else "on" if tf32 else "off"))
+    line = f"{prec['compute_dtype']} matmuls ({', '.join(seen)})"
+    if prec.get("tf32_note"):
+        line += f"; {prec['tf32_note']}"
+    return line
+
+
+def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]:
+    """(label, text) rows: whose view, the script, device, model, step shape, settings,
+    precision, data, how it ended, software."""
+    run, cfg, env = profile.run, profile.config, profile.environment
+    rows = [("view", run["view"])] if run.get("view") else []
+    if run.get("mode") == "script":
+        rows.append(("script", " ".join(str(c) for c in run.get("command") or []) or NM))
+    else:
+        rows.append(("run", "gpuprof's built-in GPT loop"))
+    rows.append(("device", f"{env.get('device_name') or NM} ({cfg.get('device') or env.get('device') or '?'})"))
+    dims = cfg.get("model_dims") or {}
+    model = str(cfg.get("model") or NM)
+    if dims:
+        model += "  " + " ".join(f"{k}={dims.get(k, NM)}" for k in ("n_layer", "n_head", "n_embd", "vocab_size"))
+    if cfg.get("param_count"):
+        model += f"  {count(cfg['param_count'])} params"
+    rows.append(("model", model))
+    shape = [f"{lab} {cfg[k]}" for k, lab in (("batch_size", "batch"), ("block_size", "block"),
+                                              ("grad_accum", "accum")) if cfg.get(k) is not None]
+    tps = cfg.get("tokens_per_step") or (stats.tokens_per_step if stats else None)
+    rows.append(("step", " × ".join(shape) + (f" = {tokens(tps)} tokens/step" if tps else "")))
+    settings = [f"{k}={cfg[k]}" for k in ("dtype", "compile", "pin_memory") if k in cfg]
+    if settings:
+        rows.append(("settings", "  ".join(settings)))
+    prec = cfg.get("precision") or {}
+    if prec.get("compute_dtype"):
+        rows.append(("precision", precision_line(prec)))
+    if run.get("data_path"):
+        rows.append(("data", str(run["data_path"]) + (" (generated)" if run.get("data_generated") else "")))
+    if run.get("ended") in ("failed", "interrupted", "stopped") or run.get("partial"):
+        err = run.get("error") or {}
+        rows.append(("ended", f"{run.get('ended') or 'partial'}"
+                     + (f": {err.get('type', '')} {err.get('message', '')}".rstrip() if err else "")))
+    rows.append(("software", f"torch {env.get('torch') or NM}, Python {env.get('python') or NM}, "
+                             f"gpuprof {profile.tool.get('version', NM)}"))
+    return rows
+
+
+# --------------------------------------------------------------------------------- the notes
+def not_measured_lines(profile: Profile, analysis) -> list[str]:
+    """What could not be measured in this run, and why (a failed probe, unreadable CUDA events),
+    and what the bounds check had to leave out."""
+    lines = []
+    timer = profile.measurements.get("timer") or {}
+    if timer.get("reasons"):
+        which = timer.get("steps_unresolved") or []
+        scope = f"{len(which)} step(s)" if which else "this run"
+        lines.append(f"GPU timeline not measured for {scope} (host wall time used): {'; '.join(timer['reasons'])}")
+    for name, section in profile.measurements.items():
+        if isinstance(section, dict) and section.get("not_measured"):
+            lines.append(f"{name}: not measured: {section['not_measured']}")
+    return lines
+
+
+def attribution_lines(profile: Profile) -> list[str]:
+    """Script mode: where each phase's host time went in the user's code (stack sampler), e.g.
+    "data: 93% of samples in get_batch (train.py:117), hottest line 121"."""
+    section = profile.measurements.get("script") or {}
+    top = section.get("top_functions") or {}
+    lines = []
+    order = {p: i for i, p in enumerate(PHASES)}
+    for phase, entries in sorted(top.items(), key=lambda kv: order.get(kv[0], len(order))):
+        if not entries:
+            continue
+        e = entries[0]
+        func = "module level" if e["function"] == "<module>" else e["function"]
+        lines.append(f"{phase}: {e['share']:.0%} of samples in {func} ({e['file']}:{e['line']}), "
+                     f"hottest line {e['hot_line']}")
+    s = section.get("sampler")
+    if lines and s:
+        lines.insert(0, f"user code by phase (stack samples every {s['interval_s'] * 1e3:.0f} ms: "
+                        f"{s['samples']} samples, {s['misses']} missed):")
+    note = (section.get("hooks") or {}).get("h2d_note")
+    if note:
+        lines.append(f"h2d: {note}")
+    return lines
+
+
+def script_log_line(profile: Profile, stats: StepStats | None) -> str | None:
+    """Script mode: the script's own step time (any log format gpuprof.steplog reads) beside
+    gpuprof's typical step."""
+    rep = (profile.measurements.get("script") or {}).get("reported") or {}
+    if not rep.get("lines"):
+        return None
+    fmt = rep.get("format") or "nanogpt"  # profiles before other formats were read: nanoGPT only
+    ms = rep.get("step_ms_median")
+    what = {"nanogpt": "time", "build-nanogpt": "dt", "llm.c": "step time"}.get(fmt, "step time")
+    parts = [f"{fmt} format, {rep['lines']} {'log' if fmt == 'hf-trainer' else 'step'} lines"]
+    if ms is None:
+        parts.append(f"no per-step time: {rep['note']}" if rep.get("note") else "no step time")
+    elif (rep.get("step_ms_source") or "").startswith("train_steps_per_second"):
+        parts.append(f"{ms:.2f} ms per step from train_steps_per_second (a whole-run average)")
+    else:
+        parts.append(f"median {what} {ms:.2f} ms")
+    tps = rep.get("tokens_per_s_median")
+    if tps is not None:
+        parts.append(f"{count(tps)} tok/s")
+    if rep.get("mfu_pct_median") is not None:
+        parts.append(f"mfu {rep['mfu_pct_median']:.2f}%")
+    text = "the script's own log: " + ", ".join(parts)
+    ours = stats.step_s if stats else None
+    if ours:
+        ratio = ours * 1e3 / ms if ms else None
+        text += f"; gpuprof's typical step {ours * 1e3:.2f} ms" + (f" ({ratio:.2f}×)" if ratio else "")
+    return text
