@@ -19,14 +19,14 @@ SLOWER_EXIT_CODE = 1  # --fail-if-slower: AFTER is slower than allowed
 
 
 def load_analysed(path: Path, *, gpu: Optional[str], peak_tflops: Optional[float]):
-    """A saved profile; one saved without findings (never analysed) is analysed here, as
-    `gpuprof analyze` would, so BEFORE has predictions to check."""
-    from gpuprof.analysis.pipeline import analyze_profile
+    """A saved profile and its analysis: the one saved in the file (what the run predicted), or,
+    for a file saved without one, an analysis made here, as `gpuprof analyze` would."""
+    from gpuprof.analysis.pipeline import Analysis, analyze
 
-    prof = profile_io.load(path)
-    if not prof.findings and prof.summary:
-        analyze_profile(prof, gpu=gpu, peak_tflops=peak_tflops)
-    return prof
+    prof, stored = profile_io.read(path)
+    if stored is not None and gpu is None and peak_tflops is None:
+        return prof, Analysis.from_dict(stored, prof)
+    return prof, analyze(prof, gpu=gpu, peak_tflops=peak_tflops)
 
 
 def gate(slower_pct: Optional[float], limit: Optional[float], basis: str) -> Optional[dict]:
@@ -63,8 +63,8 @@ def compare(
 
     if fail_if_slower is not None and not (math.isfinite(fail_if_slower) and fail_if_slower >= 0):
         raise GpuprofError(f"--fail-if-slower must be a percentage of zero or more, got {fail_if_slower}")
-    profiles = [load_analysed(p, gpu=gpu, peak_tflops=peak_tflops) for p in (before, after)]
-    result = compare_profiles(*profiles, before_name=str(before), after_name=str(after))
+    (pb, ab), (pa, aa) = (load_analysed(p, gpu=gpu, peak_tflops=peak_tflops) for p in (before, after))
+    result = compare_profiles(pb, ab, pa, aa, before_name=str(before), after_name=str(after))
     verdict = gate(result.slower_pct, fail_if_slower, result.basis)
     if as_json:
         sys.stdout.write(comparison_json(result, verdict) + "\n")

@@ -1,4 +1,5 @@
-"""`gpuprof diagnose` and `gpuprof analyze`."""
+"""`gpuprof diagnose [SCRIPT ARGS...]`: parse the options, run the target (gpuprof.session),
+analyse it (gpuprof.analysis.pipeline), print and write the result (cli.output)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,15 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from gpuprof import profile as profile_io
+from gpuprof import session
+from gpuprof.analysis.pipeline import AnalysisOptions, analyze
 from gpuprof.cli.app import app, guarded
-from gpuprof.cli.options import peak_options
+from gpuprof.cli.options import load_disk_report, peak_options
 from gpuprof.cli.output import FORCE_HELP, emit, exit_for, plan_outputs
-from gpuprof.errors import GpuprofError
-
-# Per-device defaults for the built-in loop: small enough that the default run finishes in
-# well under a minute on a 2-core CPU; nanoGPT's GPT-2 settings on a GPU.
-CPU_DEFAULTS = dict(model="tiny", batch_size=8, block_size=256, grad_accum=4, dtype="fp32")
-CUDA_DEFAULTS = dict(model="gpt2", batch_size=16, block_size=1024, grad_accum=4, dtype="bf16")
+from gpuprof.cli.verify import run_verify
+from gpuprof.errors import GpuprofError, ScriptFailed
+from gpuprof.render.live import LiveProgress
+from gpuprof.session import Measure
 
 
 @app.command(
@@ -94,204 +94,120 @@ def diagnose(
     where asked and went to the fallback file named on stderr; 130 Ctrl-C
     (what was measured is written).
     """
-    import torch
-
-    from gpuprof.analysis.pipeline import analyze_profile
-    from gpuprof.measure.instruments import diagnose_instruments
-    from gpuprof.preflight import preflight_run
-    from gpuprof.render.live import live_progress
-
     err = Console(stderr=True)
     peak_options(peak_tflops, reported_mfu)
-    disk = _load_disk_report(disk_report)  # before any run: a bad file fails fast
-    if steps <= 0:
-        raise GpuprofError(f"--steps must be positive, got {steps}")
-    if warmup < 0:
-        raise GpuprofError(f"--warmup must be zero or positive, got {warmup}")
-    if post_budget is not None and not post_budget >= 0:
-        raise GpuprofError(f"--post-budget must be zero or positive seconds, got {post_budget}")
+    disk = load_disk_report(disk_report)  # before any run: a bad file fails fast
+    measure = Measure(steps=steps, warmup=warmup, stop=stop, samplers=samplers, post_budget=post_budget).validate()
     # Every output path before anything runs: a bad one costs a second, not the measurement.
     plan = plan_outputs({"--out": out, "--write": write, "--trace": trace, "--html": html}, force=force,
                         inputs=[("script", script), ("--data", data), ("--disk-report", disk_report)])
-    if verify and as_json:
-        raise GpuprofError("--verify prints a comparison report: use it without --json "
-                           "(or save both runs with --out and use `gpuprof compare --json`)")
-    if verify and nproc_per_node is not None:
-        raise GpuprofError("--verify is not available for data-parallel runs yet: diagnose twice and "
-                           "use `gpuprof compare`")
+    options = AnalysisOptions(gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu, disk=disk)
     launcher = dict(nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
                     rdzv_endpoint=rdzv_endpoint, rdzv_backend=rdzv_backend, rdzv_id=rdzv_id,
                     rdzv_conf=rdzv_conf, master_addr=master_addr, master_port=master_port,
                     max_restarts=max_restarts, monitor_interval=monitor_interval, local_addr=local_addr)
-    if nproc_per_node is None and (standalone or any(v is not None for v in launcher.values())):
-        raise GpuprofError("torchrun options need --nproc-per-node N (the ranks to launch on this node)")
     distributed = nproc_per_node is not None
-    if distributed and script is not None:
-        from gpuprof.cli.distributed_mode import diagnose_distributed
-
-        diagnose_distributed(script=script, script_args=list(script_args or []), launcher=launcher,
-                             standalone=standalone, builtin=None, steps=steps, warmup=warmup, stop=stop,
-                             samplers=samplers, post_budget=post_budget, rank_timeout=rank_timeout,
-                             as_json=as_json, gpu=gpu, peak_tflops=peak_tflops, reported_mfu=reported_mfu,
-                             disk=disk, plan=plan, details=details, err=err)
-        return
-    if script is not None:
-        from gpuprof.cli.script_mode import diagnose_script
-
-        diagnose_script(script, list(script_args or []), steps=steps, warmup=warmup, stop=stop,
-                        as_json=as_json, gpu=gpu, peak_tflops=peak_tflops,
-                        reported_mfu=reported_mfu, samplers=samplers, err=err,
-                        disk=disk, plan=plan, details=details, post_budget=post_budget, verify=verify)
-        return
-
-    from gpuprof.runners.builtin import LoopConfig, bf16_native, default_device, run_builtin
-
-    dev = device or default_device()
-    defaults = CUDA_DEFAULTS if dev.startswith("cuda") else CPU_DEFAULTS
-    if dev.startswith("cuda") and torch.cuda.is_available() and not bf16_native(dev):
-        defaults = dict(defaults, dtype="fp16")
-    cfg = LoopConfig(
-        model=model or defaults["model"], n_layer=n_layer, n_head=n_head, n_embd=n_embd,
-        vocab_size=vocab_size, batch_size=batch_size or defaults["batch_size"],
-        block_size=block_size or defaults["block_size"],
-        grad_accum=grad_accum or defaults["grad_accum"], dtype=(dtype or defaults["dtype"]).lower(),
-        compile=compile, tf32=tf32, device=dev, pin_memory=pin_memory, data=str(data) if data else None,
-        steps=steps, warmup=warmup,
-    )
-    for key, val in (("batch-size", batch_size), ("block-size", block_size), ("grad-accum", grad_accum)):
-        if val is not None and val <= 0:
-            raise GpuprofError(f"--{key} must be positive, got {val}")
-    cfg.validate()
-    # Memory (refused when it cannot fit) and step time (refused at minutes unless
-    # --allow-slow), before the loop and its progress bar start.
-    warning = preflight_run(cfg, allow_slow=allow_slow, gpu=gpu, peak_tflops=peak_tflops)
-    if warning is not None:
-        typer.echo(f"gpuprof: warning: {warning}", err=True)
+    if not distributed and (standalone or any(v is not None for v in launcher.values())):
+        raise GpuprofError("torchrun options need --nproc-per-node N (the ranks to launch on this node)")
+    if verify and as_json:
+        raise GpuprofError("--verify prints a comparison report: use it without --json "
+                           "(or save both runs with --out and use `gpuprof compare --json`)")
+    if verify and distributed:
+        raise GpuprofError("--verify is not available for data-parallel runs yet: diagnose twice and "
+                           "use `gpuprof compare`")
+    cfg = None
+    if script is None:
+        cfg = session.builtin_config(measure, device=device, model=model, dtype=dtype, n_layer=n_layer,
+                                     n_head=n_head, n_embd=n_embd, vocab_size=vocab_size, batch_size=batch_size,
+                                     block_size=block_size, grad_accum=grad_accum, compile=compile, tf32=tf32,
+                                     pin_memory=pin_memory, data=str(data) if data else None)
     if distributed:
-        from dataclasses import asdict
+        session.prepare_launch(launcher, standalone, script=script, builtin=cfg, rank_timeout=rank_timeout)
+    if cfg is not None:
+        # Memory (refused when it cannot fit) and step time (refused at minutes unless
+        # --allow-slow), before the loop and its progress bar start.
+        _preflight(cfg, allow_slow, gpu, peak_tflops)
+    args = list(script_args or [])
+    if distributed:
+        what = script or f"the built-in loop ({cfg.model}, DDP)"
+        err.print(f"gpuprof: launching {what} on {nproc_per_node} process(es) per node, {nnodes or 1} node(s), "
+                  f"through torch.distributed.run; {warmup} warmup + {steps} measured steps per rank",
+                  highlight=False, markup=False)
+        result = session.run_distributed(launcher, standalone, measure, script=script, script_args=args,
+                                         builtin=cfg, rank_timeout=rank_timeout, as_json=as_json)
+    elif script is not None:
+        from gpuprof.runners.script import check_script
 
-        from gpuprof.cli.distributed_mode import check_world_divides, diagnose_distributed
-
-        check_world_divides(cfg.grad_accum, nproc_per_node, nnodes)
-        diagnose_distributed(script=None, script_args=[], launcher=launcher, standalone=standalone,
-                             builtin=asdict(cfg), steps=steps, warmup=warmup, stop=stop, samplers=samplers,
-                             post_budget=post_budget, rank_timeout=rank_timeout, as_json=as_json,
-                             gpu=gpu, peak_tflops=peak_tflops, reported_mfu=reported_mfu, disk=disk,
-                             plan=plan, details=details, err=err)
-        return
-    instruments = diagnose_instruments(dev, cfg.data, samplers)
-    with live_progress(err, f"{cfg.model} on {dev}", cfg.warmup, cfg.steps, as_json, instruments) as live:
-        profile = run_builtin(cfg, instruments=instruments, on_step_record=live.on_step,
-                              post_budget_s=post_budget, on_progress=live.on_post)
-    findings = analyze_profile(profile, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
-                               disk=disk)
-    saved = emit(profile, findings, plan, as_json=as_json, details=details)
-    if profile.run.get("ended") == "interrupted":  # Ctrl-C: what was measured is above; exit 130
+        check_script(script)  # a path that is not a script: one line, before saying it is profiled
+        if not as_json:  # --json: stdout is the profile; stderr carries only the script's own output
+            err.print(f"gpuprof: profiling {script}: {warmup} warmup + {steps} measured optimizer steps, then "
+                      f"the script is stopped (--no-stop lets it finish)" if stop
+                      else f"gpuprof: profiling {script} until it finishes", highlight=False, markup=False)
+        with LiveProgress(err, what=script, warmup=warmup, steps=steps if stop else None, enabled=not as_json) as live:
+            # With --json, stdout carries the profile only: the script's stdout goes to stderr. Read
+            # here, inside the live display: its redirection prints the script's lines above the panel.
+            result = session.run_script(script, args, measure, live, stdout=sys.stderr if as_json else sys.stdout)
+    else:
+        with LiveProgress(err, what=f"{cfg.model} on {cfg.device}", warmup=warmup, steps=steps,
+                          enabled=not as_json) as live:
+            result = session.run_builtin(cfg, measure, live)
+    analysis = analyze(result.profile, options)
+    saved = emit(result.profile, analysis, plan, as_json=as_json, details=details, opened=result.opened)
+    if result.ended == "failed":
+        where = saved[0].path if plan.path("--out") is not None and saved else None  # --out is written first
+        raise ScriptFailed(result.error + (f"; partial profile written to {where}" if where else ""))
+    if result.ended == "interrupted":  # Ctrl-C: what was measured is above; exit 130
         raise KeyboardInterrupt
     if verify:
-        from gpuprof.cli.verify import loop_config_with, verify as run_verify
-
-        def rerun(overrides):
-            cfg2 = loop_config_with(cfg, overrides)
-            cfg2.validate()
-            # The fixed run passes the same checks as the first: memory, and an hour-long run.
-            warn2 = preflight_run(cfg2, allow_slow=allow_slow, gpu=gpu, peak_tflops=peak_tflops)
-            if warn2 is not None:
-                typer.echo(f"gpuprof: warning: {warn2}", err=True)
-            inst2 = diagnose_instruments(dev, cfg2.data, samplers)
-            with live_progress(err, f"{cfg2.model} on {dev}, fixed", cfg2.warmup, cfg2.steps, False, inst2) as live:
-                prof2 = run_builtin(cfg2, instruments=inst2, on_step_record=live.on_step,
-                                    post_budget_s=post_budget, on_progress=live.on_post)
-            analyze_profile(prof2, gpu=gpu, peak_tflops=peak_tflops, disk=disk)
-            return prof2
-
-        run_verify(profile, findings, rerun, Console(), err, "the built-in loop")
+        run_verify(result.profile, analysis, options, err,
+                   rerun_builtin(cfg, measure, allow_slow, gpu, peak_tflops, err) if cfg is not None
+                   else rerun_script(script, args, result.profile, measure, err),
+                   "the built-in loop" if cfg is not None else script)
     exit_for(saved)
 
 
-def _load_disk_report(path: Optional[Path]) -> Optional[dict]:
-    """A bench-disk JSON result, validated enough for the storage rule to read it."""
-    import json
+def _preflight(cfg, allow_slow: bool, gpu: Optional[str], peak_tflops: Optional[float]) -> None:
+    from gpuprof.preflight import preflight_run
 
-    from gpuprof.files import read_user_text
-
-    if path is None:
-        return None
-    try:
-        data = json.loads(read_user_text(path))
-    except json.JSONDecodeError as exc:
-        raise GpuprofError(f"{path}: not a bench-disk JSON result ({exc.__class__.__name__})") from None
-    if not isinstance(data, dict) or "random" not in data or "loader" not in data:
-        raise GpuprofError(f"{path}: not a bench-disk JSON result (no random/loader sections)")
-    return data
+    warning = preflight_run(cfg, allow_slow=allow_slow, gpu=gpu, peak_tflops=peak_tflops)
+    if warning is not None:
+        typer.echo(f"gpuprof: warning: {warning}", err=True)
 
 
-@app.command("analyze")
-@guarded
-def analyze(
-    file: Optional[Path] = typer.Argument(None, help="A saved profile (gpuprof diagnose --out)."),
-    log: Optional[Path] = typer.Option(None, help="A nanoGPT training log to analyse without running anything."),
-    gpu: Optional[str] = typer.Option(None, help="GPU name or key for the peak, e.g. h200."),
-    peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s (overrides the table)."),
-    reported_mfu: Optional[float] = typer.Option(None, help="An MFU % the script printed."),
-    batch_size: Optional[int] = typer.Option(None, help="Log mode: the run's batch_size."),
-    block_size: Optional[int] = typer.Option(None, help="Log mode: the run's block_size."),
-    grad_accum: Optional[int] = typer.Option(None, help="Log mode: gradient_accumulation_steps."),
-    n_layer: Optional[int] = typer.Option(None, help="Log mode: model layers."),
-    n_head: Optional[int] = typer.Option(None, help="Log mode: model heads."),
-    n_embd: Optional[int] = typer.Option(None, help="Log mode: model width."),
-    vocab_size: Optional[int] = typer.Option(None, help="Log mode: vocabulary size."),
-    world_size: Optional[int] = typer.Option(None, help="Log mode: data-parallel ranks."),
-    disk_report: Optional[Path] = typer.Option(None, help="A `gpuprof bench-disk --json` result for the data's storage."),
-    write: Optional[Path] = typer.Option(None, help="Write the corrected config (nanoGPT `key = value` format) here."),
-    force: bool = typer.Option(False, help=FORCE_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the report."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Also write a Chrome trace-event JSON here."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
-    details: bool = typer.Option(False, "--details", help="Show everything: the MFU table, samplers, attribution."),
-):
-    """Re-render a saved profile (nothing is rerun), or analyse a nanoGPT log (--log)."""
-    peak_options(peak_tflops, reported_mfu)
-    from gpuprof.analysis.pipeline import analyze_profile
-
-    if log is not None:
-        for name, value in (("batch-size", batch_size), ("block-size", block_size), ("grad-accum", grad_accum),
-                            ("n-layer", n_layer), ("n-head", n_head), ("n-embd", n_embd),
-                            ("vocab-size", vocab_size), ("world-size", world_size)):
-            if value is not None and value <= 0:
-                raise GpuprofError(f"--{name} must be positive, got {value}")
-        _analyze_log(log, gpu, peak_tflops, dict(
-            batch_size=batch_size, block_size=block_size, gradient_accumulation_steps=grad_accum,
-            n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,
-            world_size=world_size), as_json)
-        return
-    if file is None:
-        raise GpuprofError("give a profile file (gpuprof analyze run.gpuprof.json) or --log train.log")
-    plan = plan_outputs({"--write": write, "--trace": trace, "--html": html}, force=force,
-                        inputs=[("profile", file), ("--disk-report", disk_report)])
-    prof = profile_io.load(file)
-    findings = analyze_profile(prof, gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu,
-                               disk=_load_disk_report(disk_report))
-    exit_for(emit(prof, findings, plan, as_json=as_json, details=details))
+def rerun_builtin(cfg, measure, allow_slow, gpu, peak_tflops, err):
+    """--verify for the built-in loop: the same run with the fix's options."""
+    def rerun(overrides):
+        cfg2 = session.loop_config_with(cfg, overrides)
+        _preflight(cfg2, allow_slow, gpu, peak_tflops)  # the same checks as the first run
+        with LiveProgress(err, what=f"{cfg2.model} on {cfg2.device}, fixed", warmup=cfg2.warmup,
+                          steps=cfg2.steps) as live:
+            return session.run_builtin(cfg2, measure, live).profile
+    return rerun
 
 
-def _analyze_log(log: Path, gpu, peak_tflops, config: dict, as_json: bool) -> None:
-    import json
+def rerun_script(script, args, profile, measure, err):
+    """--verify for a script: the same command with the fix's `--key=value` overrides appended
+    (nanoGPT's configurator convention), for the keys the script defines."""
+    defined = profile.config.get("script_globals") or {}
 
-    from gpuprof.analysis.engine import rank
-    from gpuprof.analysis.logs import analyze_log
-    from gpuprof.analysis.rules.logs import log_findings
-    from gpuprof.render.mfu import log_analysis_panel
-    from gpuprof.render.terminal import findings_table
-
-    result = analyze_log(log, gpu=gpu, peak_tflops=peak_tflops,
-                         config={k: v for k, v in config.items() if v is not None})
-    findings = rank(log_findings(result))
-    result["findings"] = [f.to_dict() for f in findings]
-    if as_json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-    else:
-        console = Console()
-        console.print(log_analysis_panel(result))
-        if findings:
-            console.print(findings_table(findings))
+    def rerun(overrides):
+        args2, usable = session.script_args_with(args, overrides, defined)
+        if usable != overrides:
+            missing = ", ".join(k for k in overrides if k not in usable)
+            err.print(f"gpuprof: --verify: cannot apply {missing}: the script defines no such setting "
+                      f"(apply the fix by hand, diagnose again, and use `gpuprof compare`)", highlight=False, markup=False)
+            return None
+        with LiveProgress(err, what=f"{script} (fixed)", warmup=measure.warmup,
+                          steps=measure.steps if measure.stop else None) as live:
+            try:
+                again = session.run_script(script, args2, measure, live)
+            except GpuprofError as exc:
+                err.print(f"gpuprof: --verify: the re-run with {' '.join(args2[len(args):])} failed: {exc}",
+                          highlight=False, markup=False)
+                return None
+        if again.ended == "failed":
+            err.print(f"gpuprof: --verify: the re-run with {' '.join(args2[len(args):])} failed: {again.error}",
+                      highlight=False, markup=False)
+            return None
+        return again.profile
+    return rerun

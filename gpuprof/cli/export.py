@@ -13,14 +13,14 @@ from gpuprof.cli.output import FORCE_HELP, exit_for, plan_outputs, report_saved,
 from gpuprof.errors import GpuprofError
 
 
-def findings_of(profile) -> list:
-    """The profile's stored findings (what the run that wrote it concluded), or, for a profile
-    saved without them, a fresh analysis (which also fills summary.mfu and the corrected config)."""
-    if profile.findings:
-        return profile.findings
-    from gpuprof.analysis.pipeline import analyze_profile
+def stored_or_fresh(path: Path):
+    """A saved profile and its analysis: the one saved in the file (what the run concluded), or,
+    for a file saved without one (schema 1), a fresh analysis."""
+    from gpuprof import profile as profile_io
+    from gpuprof.analysis.pipeline import Analysis, analyze
 
-    return [f.to_dict() for f in analyze_profile(profile)]
+    prof, stored = profile_io.read(path)
+    return prof, (Analysis.from_dict(stored, prof) if stored is not None else analyze(prof))
 
 
 @app.command("export")
@@ -33,18 +33,16 @@ def export(
 ):
     """Export a saved profile as a trace (--trace) and/or an HTML report (--html).
 
-    Uses the findings stored in the profile; a profile without them is analysed first.
+    Uses the analysis saved in the file; a file without one is analysed first.
     Exit codes: 0 written; 2 bad input (nothing written); 3 a file could
     not be written where asked and went to the fallback file named on stderr.
     """
-    from gpuprof import profile as profile_io
-
     if trace is None and html is None:
         raise GpuprofError("nothing to export: give --trace FILE.json and/or --html FILE.html")
     plan = plan_outputs({"--trace": trace, "--html": html}, force=force, inputs=[("profile", file)])
-    prof = profile_io.load(file)
+    prof, analysis = stored_or_fresh(file)
     try:
-        saved, _ = write_outputs(plan, prof, findings_of(prof))
+        saved, _ = write_outputs(plan, prof, analysis)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-edited or foreign file
         raise GpuprofError(f"{file}: malformed gpuprof profile, cannot export it ({exc!r})") from None
     report_saved(saved)

@@ -29,7 +29,7 @@ def merge(
     """Join per-node (or per-rank) profiles of one data-parallel run into one profile with every
     rank, then report the merged run (slowest rank, communication, the fixes)."""
     peak_options(peak_tflops)
-    from gpuprof.analysis.pipeline import analyze_profile
+    from gpuprof.analysis.pipeline import analyze
     from gpuprof.merge import merge_profiles
 
     if len(files) < 1:
@@ -37,5 +37,4 @@ def merge(
     plan = plan_outputs({"--out": out}, force=force, inputs=[("profile", f) for f in files])
     named = [(str(f), profile_io.load(f)) for f in files]
     merged = merge_profiles(named)
-    findings = analyze_profile(merged, gpu=gpu, peak_tflops=peak_tflops)
-    exit_for(emit(merged, findings, plan, as_json=as_json))
+    exit_for(emit(merged, analyze(merged, gpu=gpu, peak_tflops=peak_tflops), plan, as_json=as_json))

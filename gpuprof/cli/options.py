@@ -4,6 +4,7 @@ and exit 2 (GpuprofError) for a value no run could use, before anything starts."
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Optional
 
 from gpuprof.errors import GpuprofError
@@ -22,3 +23,20 @@ def peak_options(peak_tflops: Optional[float], reported_mfu: Optional[float] = N
     """--peak-tflops (what MFU divides by) and --reported-mfu (a percentage the script printed)."""
     positive("--peak-tflops", peak_tflops)
     positive("--reported-mfu", reported_mfu, zero=True)
+
+
+def load_disk_report(path: Optional[Path]) -> Optional[dict]:
+    """A bench-disk JSON result, validated enough for the storage rule to read it."""
+    import json
+
+    from gpuprof.files import read_user_text
+
+    if path is None:
+        return None
+    try:
+        data = json.loads(read_user_text(path))
+    except json.JSONDecodeError as exc:
+        raise GpuprofError(f"{path}: not a bench-disk JSON result ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict) or "random" not in data or "loader" not in data:
+        raise GpuprofError(f"{path}: not a bench-disk JSON result (no random/loader sections)")
+    return data

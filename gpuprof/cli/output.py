@@ -39,28 +39,27 @@ def plan_outputs(paths: dict[str, Optional[Path]], *, force: bool = False,
     return check_outputs(outs, force=force, inputs=inputs)
 
 
-def write_outputs(plan: OutputPlan, profile, findings, *, opened: Optional[dict] = None) -> tuple[list, list]:
+def write_outputs(plan: OutputPlan, profile, analysis, *, opened: Optional[dict] = None) -> tuple[list, list]:
     """Render and write every planned output: ([(what, files.Saved)], notes). A write that may
     not happen (a file appeared or was opened by the run) or fails goes to a fallback file."""
     saved, notes = [], []
     opened = {**(opened or {}), **profile_inputs(profile)}
     if plan.path("--out") is not None:
-        saved.append(("the profile", plan.save("--out", profile.to_json(), opened=opened)))
+        saved.append(("the profile", plan.save("--out", profile.to_json(analysis.to_dict()), opened=opened)))
     if plan.path("--write") is not None:
-        text = corrected_text(profile)
+        text = corrected_text(analysis)
         if text is None:
             notes.append(f"nothing written to {plan.path('--write')}: no finding of this run is a config fix")
         else:
             saved.append(("the corrected config", plan.save("--write", text, opened=opened)))
-    dicts = [f.to_dict() if hasattr(f, "to_dict") else f for f in findings]
     if plan.path("--trace") is not None:
         from gpuprof.render.trace import trace_json
 
-        saved.append(("the trace", plan.save("--trace", trace_json(profile, dicts), opened=opened)))
+        saved.append(("the trace", plan.save("--trace", trace_json(profile, analysis), opened=opened)))
     if plan.path("--html") is not None:
         from gpuprof.render.html import render_html
 
-        saved.append(("the HTML report", plan.save("--html", render_html(profile, dicts), opened=opened)))
+        saved.append(("the HTML report", plan.save("--html", render_html(profile, analysis), opened=opened)))
     return saved, notes
 
 
@@ -78,26 +77,22 @@ def profile_inputs(profile) -> dict[str, str]:
     return {same_file_key(p): what for what, p in found if isinstance(p, str) and p}
 
 
-def emit(profile, findings, plan: OutputPlan, *, as_json: bool, details: bool = False,
+def emit(profile, analysis, plan: OutputPlan, *, as_json: bool, details: bool = False,
          opened: Optional[dict] = None) -> list[Saved]:
-    """Write the planned outputs, then print JSON (--json) or the terminal report, then one
-    line on stderr for each output that is not where it was asked for."""
+    """Write the planned outputs, then print JSON (--json: the profile with its analysis, as
+    --out writes it) or the terminal report, then one line on stderr for each output that is not
+    where it was asked for."""
     from gpuprof.render.terminal import render_diagnosis
 
-    saved, notes = write_outputs(plan, profile, findings, opened=opened)
+    saved, notes = write_outputs(plan, profile, analysis, opened=opened)
     console = Console()
     if as_json:
-        sys.stdout.write(profile.to_json() + "\n")
+        sys.stdout.write(profile.to_json(analysis.to_dict()) + "\n")
     else:
-        from gpuprof.render.distributed import distributed_panel
-
-        render_diagnosis(profile, findings, console, details=details)
-        panel = distributed_panel(profile)  # a data-parallel run: every rank, in the short report too
-        if panel is not None:
-            console.print(panel)
+        render_diagnosis(profile, analysis, console, details=details)
         for what, s in saved:
             if not s.rescued:
-                console.print(f"{what.removeprefix('the ')} written to {s.path}")
+                console.print(f"{what.removeprefix('the ')} written to {s.path}", markup=False, highlight=False)
     # Last, on stderr, one line each: what the user must not miss after a long report.
     for note in notes:
         typer.echo(f"gpuprof: note: {note}", err=True)
@@ -123,14 +118,10 @@ def exit_for(saved: list[Saved]) -> None:
         raise typer.Exit(RESCUED_EXIT_CODE)
 
 
-def corrected_text(profile) -> Optional[str]:
+def corrected_text(analysis) -> Optional[str]:
     """The corrected config in nanoGPT `key = value` format, or None when no finding is a
     config fix."""
-    from gpuprof.analysis.corrected import CorrectedConfig
     from gpuprof.recommend.config import format_config
 
-    cc = profile.summary.get("corrected_config") or {}
-    if not cc.get("overrides"):
-        return None
-    c = CorrectedConfig(cc["overrides"], cc["sources"], cc.get("overridden", []), cc.get("current", {}))
-    return format_config(c.overrides, c.header())
+    cc = analysis.corrected
+    return format_config(cc.overrides, cc.header()) if cc.overrides else None

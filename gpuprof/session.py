@@ -1,0 +1,282 @@
+"""Running a target under gpuprof — the built-in loop, a training script, or a torchrun job of
+either — into a RunResult: the Profile, how the run ended, and the files it opened. A library:
+no Typer, no report (the CLI analyses and prints); what it shows while a run goes is the live
+display the caller passes in (gpuprof.render.live).
+
+Ends: "finished" or "stopped" (the script was stopped after its steps) are successes;
+"failed" (the script or a rank raised: `error` is one line naming it) and "interrupted"
+(Ctrl-C, SIGTERM) keep the steps already measured. Bad input is a GpuprofError before anything
+runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+from gpuprof.errors import GpuprofError, ScriptFailed, one_line
+from gpuprof.profile import Profile
+
+# Per-device defaults for the built-in loop: small enough that the default run finishes in
+# well under a minute on a 2-core CPU; nanoGPT's GPT-2 settings on a GPU.
+CPU_DEFAULTS = dict(model="tiny", batch_size=8, block_size=256, grad_accum=4, dtype="fp32")
+CUDA_DEFAULTS = dict(model="gpt2", batch_size=16, block_size=1024, grad_accum=4, dtype="bf16")
+DEFAULT_RANK_TIMEOUT_S = 600.0
+
+
+@dataclass
+class RunResult:
+    """How a run ended and what it measured (profile None: not one complete step)."""
+
+    profile: Profile | None
+    ended: str  # finished | stopped | failed | interrupted
+    error: str | None = None  # the failure in one line ("rank 1 failed first at ...: ...")
+    opened: dict = field(default_factory=dict)  # files the run opened: outputs never replace them
+
+
+@dataclass(frozen=True)
+class Measure:
+    """How much to measure: warmup + measured steps, whether a script is stopped after them,
+    the samplers and probes, the seconds the post-run measurements share."""
+
+    steps: int = 10
+    warmup: int = 2
+    stop: bool = True
+    samplers: bool = True
+    post_budget: float | None = None
+
+    def validate(self) -> "Measure":
+        if self.steps <= 0:
+            raise GpuprofError(f"--steps must be positive, got {self.steps}")
+        if self.warmup < 0:
+            raise GpuprofError(f"--warmup must be zero or positive, got {self.warmup}")
+        if self.post_budget is not None and not self.post_budget >= 0:
+            raise GpuprofError(f"--post-budget must be zero or positive seconds, got {self.post_budget}")
+        return self
+
+
+def builtin_config(measure: Measure, *, device: str | None = None, model: str | None = None,
+                   dtype: str | None = None, **options):
+    """The built-in loop's LoopConfig: the device's defaults, then what the user gave (a None
+    option takes the default; any value given, 0 included, is validated by LoopConfig)."""
+    import torch
+
+    from gpuprof.runners.builtin import LoopConfig, bf16_native, default_device
+
+    dev = device or default_device()
+    defaults = CUDA_DEFAULTS if dev.startswith("cuda") else CPU_DEFAULTS
+    if dev.startswith("cuda") and torch.cuda.is_available() and not bf16_native(dev):
+        defaults = dict(defaults, dtype="fp16")
+    given = {k: v for k, v in options.items() if v is not None}
+    sizes = {k: given.pop(k, defaults[k]) for k in ("batch_size", "block_size", "grad_accum")}
+    cfg = LoopConfig(model=model or defaults["model"], dtype=(dtype or defaults["dtype"]).lower(), device=dev,
+                     steps=measure.steps, warmup=measure.warmup, **sizes, **given)
+    cfg.validate()
+    return cfg
+
+
+def _instruments(samplers: bool):
+    from gpuprof.measure.instruments import diagnose_instruments
+
+    return lambda dev, data: diagnose_instruments(dev, data, samplers)
+
+
+def run_builtin(cfg, measure: Measure, display=None) -> RunResult:
+    """The built-in GPT loop in this process. `display`: a render.live.LiveProgress (or None)."""
+    from gpuprof.runners.builtin import run_builtin as loop
+
+    instruments = _instruments(measure.samplers)(cfg.device, cfg.data)
+    if display is not None and hasattr(display, "watch"):
+        display.watch(instruments)
+    profile = loop(cfg, instruments=instruments, post_budget_s=measure.post_budget,
+                   on_step_record=getattr(display, "on_step", None), on_progress=getattr(display, "on_post", None))
+    ended = "interrupted" if profile.run.get("ended") == "interrupted" else "finished"
+    return RunResult(profile, ended)
+
+
+def run_script(script: str, args: list[str], measure: Measure, display=None, *, stdout=None) -> RunResult:
+    """A training script, unmodified, in this process under the hooks; the files it opened are
+    recorded (gpuprof.measure.opened). GpuprofError when it is not a runnable script or never
+    completes a training step without failing or being stopped."""
+    from gpuprof.measure.opened import OpenedFiles
+    from gpuprof.runners.script import check_script, run_script as run
+
+    check_script(script)
+    made: list = []
+
+    def instruments(dev, data):
+        made[:] = _instruments(measure.samplers)(dev, data)
+        if display is not None and hasattr(display, "watch"):
+            display.watch(made)
+        return made
+
+    with OpenedFiles() as opened:
+        result = run(script, args, steps=measure.steps, warmup=measure.warmup, stop=measure.stop,
+                     instruments_factory=instruments, stdout=stdout or sys.stdout,
+                     post_budget_s=measure.post_budget, on_progress=getattr(display, "on_post", None),
+                     on_step_record=getattr(display, "on_step", None))
+    if result.profile is None:
+        raise _no_profile_error(script, result)
+    steps = len(result.profile.steps) + len(result.profile.warmup_steps)
+    error = (f"{result.error_line} (the script failed after {steps} complete steps)"
+             if result.ended == "failed" else None)
+    return RunResult(result.profile, result.ended, error, opened.protected())
+
+
+def _no_profile_error(script: str, result) -> GpuprofError:
+    c = result.counts
+    seen = (f"saw {c.get('forward', 0)} training forwards, {c.get('eval_forward', 0)} no_grad forwards, "
+            f"{c.get('backward', 0)} backward calls, {c.get('optimizer_step', 0)} optimizer steps")
+    if result.ended == "failed":
+        return ScriptFailed(f"{result.error_line} (before the first complete training step: nothing measured)")
+    if result.ended == "interrupted":
+        return GpuprofError(f"interrupted before the first complete training step ({seen})")
+    return GpuprofError(
+        f"{script} ended without a complete training step: gpuprof marks a step at each "
+        f"torch.optim.Optimizer.step() (optimizer step hooks) after an nn.Module forward; it {seen}")
+
+
+# ------------------------------------------------------------------------------ data parallel
+def check_world_divides(grad_accum: int, nproc: int, nnodes: Optional[str]) -> None:
+    """The built-in loop divides grad_accum by the world size (nanoGPT): refuse it before launching
+    when a fixed world size does not divide it."""
+    try:
+        lo, _, hi = str(nnodes or "1").partition(":")
+        nodes = int(lo) if not hi or lo == hi else None
+    except ValueError:
+        raise GpuprofError(f"--nnodes must be N or MIN:MAX, got {nnodes!r}") from None
+    if nodes is not None and grad_accum % (nproc * nodes):
+        raise GpuprofError(f"--grad-accum {grad_accum} is not a multiple of the world size {nproc * nodes} "
+                           f"(each rank runs grad_accum / world_size micro-steps, as nanoGPT)")
+
+
+def prepare_launch(launcher: dict, standalone: bool, *, script: str | None, builtin=None,
+                   rank_timeout: float | None = None) -> None:
+    """Everything a data-parallel launch is refused for, before anything starts: the launcher
+    options (torchrun's own validation), the rank timeout, the script, what the node can run."""
+    from gpuprof.runners.launch import check_capacity, check_launcher
+
+    nproc = launcher.get("nproc_per_node")
+    if nproc is None or nproc < 1:
+        raise GpuprofError(f"--nproc-per-node must be a positive number of processes, got {nproc}")
+    if rank_timeout is not None and not rank_timeout > 0:
+        raise GpuprofError(f"--rank-timeout must be positive seconds, got {rank_timeout}")
+    if script is not None:
+        from gpuprof.runners.script import check_script
+
+        check_script(script)
+    else:
+        check_world_divides(builtin.grad_accum, nproc, launcher.get("nnodes"))
+    check_launcher(launcher, standalone)
+    check_capacity(nproc, **_rank_needs(builtin))
+
+
+def _rank_needs(builtin) -> dict:
+    """What one rank of this node needs (runners.launch.check_capacity): a GPU of its own when it
+    runs on CUDA (the built-in loop's device; a script's whenever CUDA is here), and for a CPU rank
+    of the built-in loop the memory model's estimate of its model, batch and optimizer state."""
+    import torch
+
+    if builtin is None:
+        return {"cuda": torch.cuda.is_available()}
+    if str(builtin.device).startswith("cuda"):
+        return {"cuda": True}
+    from gpuprof.preflight import check_memory
+
+    est = check_memory(builtin, capacity=(2**62, "unbounded")).estimate
+    return {"cuda": False, "rank_bytes": int(est.total_bytes),
+            "rank_bytes_source": "for the model, its batch and its optimizer state (memory model)"}
+
+
+def run_distributed(launcher: dict, standalone: bool, measure: Measure, *, script: str | None = None,
+                    script_args: list[str] = (), builtin=None, rank_timeout: float | None = None,
+                    as_json: bool = False) -> RunResult:
+    """A torchrun launch of the script or the built-in loop (in DDP) on every local rank, this
+    node's ranks merged (gpuprof.merge). `error`: the rank that failed first, where every rank
+    was. Call prepare_launch first."""
+    from gpuprof.merge import merge_entries
+    from gpuprof.runners.launch import first_failure, launch
+
+    spec = {"steps": measure.steps, "warmup": measure.warmup, "stop": measure.stop, "samplers": measure.samplers,
+            "post_budget": measure.post_budget, "rank_timeout": rank_timeout or DEFAULT_RANK_TIMEOUT_S,
+            "json": as_json}
+    if script is not None:
+        spec.update(mode="script", script=script, args=list(script_args))
+    else:
+        spec.update(mode="builtin", builtin=asdict(builtin))
+    result = launch(spec, launcher, standalone=standalone)
+    if not result.entries:
+        raise ScriptFailed(result.problem or "no rank of this node reported (torchrun's messages are above)")
+    try:
+        merged = merge_entries(result.entries)
+    except GpuprofError as exc:  # no rank has a step: each rank's error, exit 1 as a failed script
+        raise ScriptFailed(str(exc)) from None
+    if result.interrupted:  # gpuprof was stopped: a rank that failed after that lost its peers to the stop
+        return RunResult(merged, "interrupted", opened=result.opened)
+    first = first_failure(result.entries)
+    if first is not None:
+        failed = [e for e in result.entries if e["status"] in ("failed", "missing")]
+        err = first.get("error") or {}
+        where = f" at {err['file']}:{err['line']}" if err.get("file") else ""
+        others = f"; {len(failed) - 1} other rank(s) failed after it" if len(failed) > 1 else ""
+        return RunResult(merged, "failed",
+                         f"rank {first['rank']} failed first{where}: {err.get('type', 'error')}: "
+                         f"{one_line(err.get('message'))}{others}{_stuck(result.entries)} "
+                         f"(what every rank measured is merged)", opened=result.opened)
+    ended = "interrupted" if any(e["status"] == "interrupted" for e in result.entries) else "finished"
+    return RunResult(merged, ended, opened=result.opened)
+
+
+def _stuck(entries: list[dict]) -> str:
+    """Where each rank was in its unfinished step when the run ended (the phase that took its
+    time): a collective timeout fails the rank that waited, not the one that hung, so the facts
+    of every rank are given, not a guess."""
+    where = []
+    for e in entries:
+        at = ((e.get("profile") or {}).get("run") or {}).get("ended_in")
+        if at:
+            where.append(f"rank {e['rank']} {at['longest']} {at['longest_s']:.1f} s")
+    if len(where) < 2:
+        return ""
+    return "; in the unfinished step: " + ", ".join(where)
+
+
+# ------------------------------------------------------------------------------------ verify
+# nanoGPT config key -> (built-in loop option, value mapping)
+LOOP_KEYS = {"batch_size": ("batch_size", int), "gradient_accumulation_steps": ("grad_accum", int),
+             "block_size": ("block_size", int), "dtype": ("dtype", None),
+             "compile": ("compile", bool), "pin_memory": ("pin_memory", bool)}
+
+
+def top_config_fix(analysis):
+    """The highest-ranked fix with a saving and nanoGPT config overrides: what --verify applies."""
+    return next((f for f in analysis.findings
+                 if f.kind == "fix" and f.config_overrides and (f.saving_s or 0) > 0), None)
+
+
+def loop_config_with(cfg, overrides: dict):
+    """The built-in loop's config with the overrides applied; GpuprofError for a key it has not."""
+    import dataclasses
+
+    from gpuprof.hardware import normalize_dtype
+
+    changes = {}
+    for key, value in overrides.items():
+        if key not in LOOP_KEYS:
+            raise GpuprofError(f"--verify: the built-in loop has no option for `{key}`")
+        name, conv = LOOP_KEYS[key]
+        changes[name] = normalize_dtype(str(value)) if key == "dtype" else conv(value)
+    fixed = dataclasses.replace(cfg, **changes)
+    fixed.validate()
+    return fixed
+
+
+def script_args_with(args: list[str], overrides: dict, defined: dict) -> tuple[list[str], dict]:
+    """The script's arguments with `--key=value` appended for the keys the script defines
+    (nanoGPT's configurator convention: later overrides win)."""
+    usable = {k: v for k, v in overrides.items() if k in defined}
+    return [*args, *(f"--{k}={v}" for k, v in usable.items())], usable
+
+
+Rerun = Callable[[dict], Optional[Profile]]
