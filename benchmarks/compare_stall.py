@@ -8,7 +8,7 @@ hits both alike). Both profiles are analysed as `gpuprof diagnose` does, and com
 gpuprof.analysis.compare:
     predicted = BEFORE's data-loading-exposed saving_s (the exposed data time per step)
     achieved  = the drop of the phase it claims: data seconds per step, BEFORE − AFTER (means)
-and, for context, the drop of the median step. The bar (issue 13): achieved within 15% of
+and, for context, the drop of the typical step. The bar (issue 13): achieved within 15% of
 predicted (ratio 0.85-1.15).
 
 Removing the stall is not the finding's fix (a background prefetch), which would also hide the
@@ -38,15 +38,14 @@ MODEL = dict(model="tiny", n_layer=4, n_head=4, n_embd=128, batch_size=8, block_
 
 
 def run(stall_s: float, device: str):
-    """One analysed run of the built-in loop, with `stall_s` of sleep per get_batch call."""
-    from gpuprof.analysis.pipeline import analyze_profile
+    """One run of the built-in loop, with `stall_s` of sleep per get_batch call: (profile, analysis)."""
+    from gpuprof.analysis.pipeline import analyze
     from gpuprof.runners.builtin import LoopConfig, LoopFaults, run_builtin
     from gpuprof.runners.data import LoaderFaults
 
     faults = LoopFaults(loader=LoaderFaults(batch_delay_s=stall_s)) if stall_s else None
     prof = run_builtin(LoopConfig(**MODEL, device=device), faults=faults)
-    analyze_profile(prof)
-    return prof
+    return prof, analyze(prof)
 
 
 def one_round(i: int, stall_s: float, device: str) -> dict:
@@ -55,17 +54,17 @@ def one_round(i: int, stall_s: float, device: str) -> dict:
 
     order = ("before", "after") if i % 2 == 0 else ("after", "before")
     runs = {name: run(stall_s if name == "before" else 0.0, device) for name in order}
-    before, after = runs["before"], runs["after"]
-    bad = violations(before) + violations(after)
+    (before, ba), (after, aa) = runs["before"], runs["after"]
+    bad = violations(before, ba) + violations(after, aa)
     if bad:
         raise SystemExit(f"round {i + 1}: impossible figures in a profile: {bad[:3]}")
-    c = compare(before, after, before_name="stall", after_name="no stall")
+    c = compare(before, ba, after, aa, before_name="stall", after_name="no stall")
     o = next((x for x in c.outcomes if x.id == "data-loading-exposed"), None)
     if o is None:
         raise SystemExit(f"round {i + 1}: BEFORE has no data-loading-exposed finding "
-                         f"({[f['id'] for f in before.findings]})")
+                         f"({[f.id for f in ba.findings]})")
     return {"round": i + 1, "order": order, "comparison": c, "outcome": o, "before": before, "after": after,
-            "data_after": after.summary["phases"]["data"]["seconds"]}
+            "analyses": (ba, aa), "data_after": after.stats.phases["data"].seconds}
 
 
 def main() -> int:
@@ -110,8 +109,9 @@ def main() -> int:
             from gpuprof.profile import save
 
             args.out.mkdir(parents=True, exist_ok=True)
-            save(r["before"], args.out / f"before-{i + 1}.json")
-            save(r["after"], args.out / f"after-{i + 1}.json")
+            ba, aa = r["analyses"]
+            save(r["before"], args.out / f"before-{i + 1}.json", ba.to_dict())
+            save(r["after"], args.out / f"after-{i + 1}.json", aa.to_dict())
         if args.report:
             from rich.console import Console
 

@@ -44,7 +44,16 @@ def run(args: list[str], steps: int, data_dir: str) -> tuple[dict, float]:
 
 
 def finding(prof: dict, fid: str) -> dict | None:
-    return next((f for f in prof["findings"] if f["id"] == fid), None)
+    """A finding of the analysis saved with the merged profile."""
+    return next((f for f in prof["analysis"]["findings"] if f["id"] == fid), None)
+
+
+def rank_micro_steps(prof: dict, rank: int) -> int:
+    """A rank's micro-steps per step, from its own profile's steps (gpuprof.stats)."""
+    from gpuprof.profile import Profile
+
+    entry = next(e for e in prof["ranks"] if e["rank"] == rank)
+    return Profile.from_dict(entry["profile"]).stats.micro_steps
 
 
 def main() -> None:
@@ -66,10 +75,9 @@ def _bench(a, data_dir: str) -> None:
     for delay in [0.0, *a.delays]:
         prof, wall = run(["--delay_rank=1", f"--delay_s={delay}"] if delay else [], a.steps, data_dir)
         f = finding(prof, "straggler-rank")
-        slow = (prof["measurements"]["distributed"].get("slowest") or {})
-        micro = next(e for e in prof["ranks"] if e["rank"] == 1)["profile"]["summary"]["micro_steps"]
-        injected = delay * micro
-        step = slow.get("step_s") or prof["summary"]["step_s"]
+        slow = (prof["analysis"]["distributed"].get("slowest") or {})
+        injected = delay * rank_micro_steps(prof, 1)
+        step = slow.get("step_s") or prof["analysis"]["steps"]["step_s"]
         extra = slow.get("extra_s")
         found = f"rank {f['evidence']['rank']} {f['evidence']['phase']}" if f else "no finding"
         diff = (extra - injected) / step * 100 if extra is not None and step else float("nan")
@@ -82,7 +90,7 @@ def _bench(a, data_dir: str) -> None:
               + ", ".join(f"{k} {v * 1e3:+.1f}" for k, v in (slow.get("by_phase_s") or {}).items() if abs(v) > 2e-4))
     prof, wall = run(["--sync_every_micro=True"], a.steps, data_dir)
     f = finding(prof, "ddp-sync-every-micro-step")
-    comm = prof["measurements"]["distributed"]["communication"]
+    comm = prof["analysis"]["distributed"]["communication"]
     print(f"sync every micro-step: finding {'found' if f else 'NOT found'}; rounds/step "
           f"{comm['rounds_per_step']:g} for {comm['micro_steps']:g} micro-steps; predicted saving "
           f"{(f or {}).get('saving_s', 0) * 1e3:.1f} ms = extra rounds' exposed "

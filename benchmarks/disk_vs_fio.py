@@ -1,6 +1,6 @@
 """Does `gpuprof bench-disk` agree with fio? Run both on the same file and print the ratios.
 
-    python benchmarks/disk_vs_fio.py [--dir .] [--size 1G] [--runtime 3] [--rounds 3]
+    python benchmarks/disk_vs_fio.py [--dir .] [--size BYTES (default 1 GiB)] [--runtime 3] [--rounds 3]
 
 Needs fio (`apt-get install -y fio`). Writes one test file (--size) in --dir and removes it.
 Rounds alternate fio and bench-disk, in ABBA order (fio first in odd rounds, bench-disk

@@ -240,8 +240,8 @@ def check_nanogpt_data_delay(ctx: Ctx) -> Check:
     if not _ran(c, proc, prof):
         return c
     truth = data_share_truth(proc.output, [s.get("index") for s in prof.get("steps") or []])
-    c.figures = {k: lookup(prof, k) for k in ("summary.timeline", "summary.step_s", "summary.phases.data.seconds",
-                                              "summary.phases.data.share", "measurements.timer.gpu_timeline")}
+    c.figures = {k: lookup(prof, k) for k in ("analysis.steps.timeline", "analysis.steps.step_s", "analysis.steps.phases.data.seconds",
+                                              "analysis.steps.phases.data.share", "measurements.timer.gpu_timeline")}
     for k in ("truth", "lines", "slept_ms_per_iter", "time_ms_per_iter"):
         c.figures[f"injected: {k}"] = truth.get(k) if truth else Missing("no iter line with `slept`")
     c.figures["findings"] = ", ".join(finding_ids(prof)) or "none"
@@ -263,8 +263,8 @@ def check_fp32_tf32(ctx: Ctx) -> Check:
     gpu = spec.name if spec else "unknown GPU"
     c.figures = {"expected peak (gpuprof.hardware)": f"{used} {tf32_peak} TFLOP/s ({gpu})"}
     c.figures.update({k: lookup(prof, k) for k in (
-        "run.config.dtype", "run.config.precision", "summary.mfu.dtype", "summary.mfu.peak_tflops",
-        "summary.mfu.mfu", "summary.mfu.warnings", "measurements.probe.dtype", "measurements.probe.tflops",
+        "run.config.dtype", "run.config.precision", "analysis.mfu.dtype", "analysis.mfu.peak_tflops",
+        "analysis.mfu.mfu", "analysis.mfu.warnings", "measurements.probe.dtype", "measurements.probe.tflops",
         "measurements.probe.tf32_during_probe")})
     c.figures["findings"] = ", ".join(finding_ids(prof)) or "none"
     ok, why = judge_tf32(prof, tf32_peak)
@@ -303,12 +303,12 @@ def check_h2d_pageable(ctx: Ctx) -> Check:
             c.reason = f"{label} run: {c.reason}"
             return c
         runs[label] = prof
-        for k in ("summary.step_s", "summary.phases.h2d.share", "summary.phases.h2d.seconds",
+        for k in ("analysis.steps.step_s", "analysis.steps.phases.h2d.share", "analysis.steps.phases.h2d.seconds",
                   "measurements.script.hooks.counts", "measurements.syncs.per_step",
                   "measurements.syncs.in_copies_per_step", "measurements.copies"):
             c.figures[f"{label}: {k}"] = lookup(prof, k)
         c.figures[f"{label}: findings"] = ", ".join(finding_ids(prof)) or "none"
-        h2d = [f for f in prof.get("findings") or [] if isinstance(f, dict) and f.get("id") == "h2d-pageable"]
+        h2d = [f for f in findings(prof) if f.get("id") == "h2d-pageable"]
         if h2d:
             c.figures[f"{label}: h2d-pageable saving_s / evidence"] = {"saving_s": h2d[0].get("saving_s"),
                                                                         "evidence": h2d[0].get("evidence")}

@@ -121,8 +121,14 @@ def _value(p, path: str, problems: list[str]):
     return v
 
 
+def findings(p) -> list[dict]:
+    """The findings of the analysis saved with the profile (schema 2: under `analysis`)."""
+    analysis = p.get("analysis") if isinstance(p.get("analysis"), dict) else {}
+    return [f for f in (analysis.get("findings") or []) if isinstance(f, dict)]
+
+
 def finding_ids(p) -> list[str]:
-    return [f.get("id") for f in (p.get("findings") or []) if isinstance(f, dict)]
+    return [f.get("id") for f in findings(p)]
 
 
 def run_figures(p) -> dict:
@@ -130,17 +136,17 @@ def run_figures(p) -> dict:
     fig = {k: lookup(p, k) for k in (
         "environment.device_name", "run.config.model", "run.config.batch_size", "run.config.block_size",
         "run.config.grad_accum", "run.config.dtype", "run.config.compile", "run.config.precision",
-        "summary.step_s", "summary.timeline", "summary.spread", "summary.tokens_per_s")}
-    phases = lookup(p, "summary.phases")
+        "analysis.steps.step_s", "analysis.steps.timeline", "analysis.steps.spread", "analysis.steps.tokens_per_s")}
+    phases = lookup(p, "analysis.steps.phases")
     if isinstance(phases, dict):
         for ph in [x for x in PHASES if x in phases] + sorted(set(phases) - set(PHASES)):
-            fig[f"summary.phases.{ph}.seconds"] = lookup(p, f"summary.phases.{ph}.seconds")
-            fig[f"summary.phases.{ph}.share"] = lookup(p, f"summary.phases.{ph}.share")
+            fig[f"analysis.steps.phases.{ph}.seconds"] = lookup(p, f"analysis.steps.phases.{ph}.seconds")
+            fig[f"analysis.steps.phases.{ph}.share"] = lookup(p, f"analysis.steps.phases.{ph}.share")
     else:
-        fig["summary.phases"] = phases
-    for k in ("summary.mfu.mfu", "summary.mfu.dtype", "summary.mfu.peak_tflops", "summary.mfu.peak_source",
-              "summary.mfu.achieved_tflops", "summary.mfu.mfu_vs_ceiling", "summary.mfu.flops_per_step",
-              "summary.mfu.flops_agreement", "measurements.probe.tflops", "measurements.probe.dtype",
+        fig["analysis.steps.phases"] = phases
+    for k in ("analysis.mfu.mfu", "analysis.mfu.dtype", "analysis.mfu.peak_tflops", "analysis.mfu.peak_source",
+              "analysis.mfu.achieved_tflops", "analysis.mfu.mfu_vs_ceiling", "analysis.mfu.flops_per_step",
+              "analysis.mfu.flops_agreement", "measurements.probe.tflops", "measurements.probe.dtype",
               "measurements.probe.size", "measurements.timer.gpu_timeline", "measurements.timer.events_recorded",
               "measurements.timer.events_created_in_steps",
               "measurements.timer.steps_unresolved", "measurements.timer.reasons",
@@ -155,7 +161,7 @@ def judge_gpu_run(p) -> tuple[bool, str]:
     """A diagnose run on CUDA: GPU timeline, every event resolved, MFU in (0, 1], the bf16
     ceiling 50-100% of the datasheet peak, and the probe measured the MFU's dtype."""
     problems: list[str] = impossible_figures(p)
-    tl = _value(p, "summary.timeline", problems)
+    tl = _value(p, "analysis.steps.timeline", problems)
     if tl is not None and tl != "gpu":
         problems.append(f"timeline is {tl!r}, not 'gpu'")
     gt = _value(p, "measurements.timer.gpu_timeline", problems)
@@ -165,17 +171,17 @@ def judge_gpu_run(p) -> tuple[bool, str]:
     if unresolved:
         n = len(unresolved) if isinstance(unresolved, list) else unresolved
         problems.append(f"{n:g} steps with unresolved CUDA events")
-    step = _num(p, "summary.step_s", problems)
-    mfu = _num(p, "summary.mfu.mfu", problems)
+    step = _num(p, "analysis.steps.step_s", problems)
+    mfu = _num(p, "analysis.mfu.mfu", problems)
     if mfu is not None and not 0 < mfu <= 1:
         problems.append(f"MFU {mfu:.3f} is outside (0, 1]")
-    peak = _num(p, "summary.mfu.peak_tflops", problems)
+    peak = _num(p, "analysis.mfu.peak_tflops", problems)
     ceiling = _num(p, "measurements.probe.tflops", problems)
     share = ceiling / peak if ceiling is not None and peak else None
     if share is not None and not PROBE_SHARE[0] <= share <= PROBE_SHARE[1]:
         problems.append(f"ceiling {ceiling:.0f} TFLOP/s is {share:.0%} of the {peak:g} TFLOP/s peak "
                         f"(expected {PROBE_SHARE[0]:.0%}-{PROBE_SHARE[1]:.0%})")
-    mdt = _value(p, "summary.mfu.dtype", problems)
+    mdt = _value(p, "analysis.mfu.dtype", problems)
     pdt = _value(p, "measurements.probe.dtype", problems)
     if mdt is not None and pdt is not None and mdt != pdt:
         problems.append(f"the probe measured {pdt}, the MFU uses {mdt}")
@@ -186,12 +192,17 @@ def judge_gpu_run(p) -> tuple[bool, str]:
 
 
 def impossible_figures(p) -> list[str]:
-    """gpuprof's own physical-bounds checker on a profile dict: every impossible figure in it."""
+    """gpuprof's own physical-bounds checker on a profile dict and the analysis saved with it:
+    every impossible figure in them."""
     try:
         from gpuprof.analysis.bounds import violations
+        from gpuprof.analysis.pipeline import Analysis
         from gpuprof.profile import from_data
 
-        return [f"impossible figure: {v}" for v in violations(from_data(p))]
+        prof = from_data(p)
+        stored = p.get("analysis")
+        analysis = Analysis.from_dict(stored, prof) if isinstance(stored, dict) else None
+        return [f"impossible figure: {v}" for v in violations(prof, analysis)]
     except Exception as exc:  # noqa: BLE001 - a profile the checker cannot read is itself a problem
         return [f"bounds check failed: {exc.__class__.__name__}: {exc}"]
 
@@ -199,18 +210,18 @@ def impossible_figures(p) -> list[str]:
 def judge_cpu_run(p) -> tuple[bool, str]:
     """The smoke run's built-in loop on a CPU: host timeline, a step time, shares adding to 1."""
     problems: list[str] = impossible_figures(p)
-    tl = _value(p, "summary.timeline", problems)
+    tl = _value(p, "analysis.steps.timeline", problems)
     if tl is not None and tl != "host":
         problems.append(f"timeline is {tl!r}, not 'host' on a CPU")
-    step = _num(p, "summary.step_s", problems)
+    step = _num(p, "analysis.steps.step_s", problems)
     if step is not None and step <= 0:
         problems.append(f"step_s {step}")
-    phases = _value(p, "summary.phases", problems)
+    phases = _value(p, "analysis.steps.phases", problems)
     total = sum(v.get("share", 0.0) for v in phases.values()) if isinstance(phases, dict) else None
     if total is not None and abs(total - 1) > 0.01:
         problems.append(f"phase shares add up to {total:.3f}")
-    if not isinstance(lookup(p, "summary.mfu"), dict):
-        problems.append("key missing: summary.mfu")
+    if not isinstance(lookup(p, "analysis.mfu"), dict):
+        problems.append("key missing: analysis.mfu")
     if problems:
         return False, "; ".join(problems)
     return True, (f"cpu smoke: step {step * 1e3:.1f} ms (host timeline), shares sum to {total:.3f}; "
@@ -238,7 +249,7 @@ def data_share_truth(output: str, step_indices) -> dict | None:
 
 def judge_data_share(p, truth: dict | None, tolerance: float = DATA_SHARE_TOLERANCE) -> tuple[bool, str]:
     problems: list[str] = []
-    share = _num(p, "summary.phases.data.share", problems)
+    share = _num(p, "analysis.steps.phases.data.share", problems)
     if truth is None or truth.get("truth") is None:
         problems.append("no `iter N: ... slept S ms` line from a measured step: no truth to compare")
     if problems:
@@ -255,10 +266,10 @@ def judge_tf32(p, tf32_peak: float | None) -> tuple[bool, str]:
     tf32 = _value(p, "run.config.precision.tf32_matmul", problems)
     if tf32 is not None and tf32 is not True:
         problems.append(f"run.config.precision.tf32_matmul is {tf32!r}, the fixture allows TF32")
-    mdt = _value(p, "summary.mfu.dtype", problems)
+    mdt = _value(p, "analysis.mfu.dtype", problems)
     if mdt is not None and mdt != "tf32":
         problems.append(f"MFU dtype is {mdt!r}, not 'tf32'")
-    peak = _num(p, "summary.mfu.peak_tflops", problems)
+    peak = _num(p, "analysis.mfu.peak_tflops", problems)
     if tf32_peak is None:
         problems.append("this GPU has no TF32 peak in gpuprof.hardware: nothing to compare")
     elif peak is not None and abs(peak - tf32_peak) > 1e-6:

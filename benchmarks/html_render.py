@@ -204,10 +204,11 @@ def _summarise(events: list[dict], url: str, height: int, shot: str | None) -> d
 
 
 def _profile_for_demo():
-    """A small built-in loop run with the host sampler, analysed (what `gpuprof diagnose` makes)."""
+    """A small built-in loop run with the host sampler, and its analysis (what `gpuprof diagnose`
+    makes): (profile, analysis)."""
     import torch
 
-    from gpuprof.analysis.pipeline import analyze_profile
+    from gpuprof.analysis.pipeline import analyze
     from gpuprof.measure.instruments import default_instruments
     from gpuprof.runners.builtin import LoopConfig, run_builtin
 
@@ -217,8 +218,7 @@ def _profile_for_demo():
     inst = default_instruments("cpu", None, samplers=True, interval_s=0.05, microbatch=False,
                                flops=False, probe=False)
     prof = run_builtin(cfg, instruments=inst, post_budget_s=0)
-    analyze_profile(prof)
-    return prof
+    return prof, analyze(prof)
 
 
 def main(argv=None) -> int:
@@ -238,20 +238,17 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     try:
-        if args.profile:
-            from gpuprof.analysis.pipeline import analyze_profile
-            from gpuprof.profile import load
+        if args.profile:  # the analysis saved in the file, as `gpuprof export` renders it
+            from gpuprof.cli.export import stored_or_fresh
 
-            prof = load(args.profile)
-            findings = prof.findings or [f.to_dict() for f in analyze_profile(prof)]
+            prof, analysis = stored_or_fresh(Path(args.profile))
         else:
-            prof = _profile_for_demo()
-            findings = prof.findings
+            prof, analysis = _profile_for_demo()
     except GpuprofError as exc:
         print(f"html_render: {exc}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    page = render_html(prof, findings)
+    page = render_html(prof, analysis)
     render_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory(prefix="gpuprof-html-") as tmp:
         path = Path(args.keep_html) if args.keep_html else Path(tmp) / "report.html"

@@ -40,24 +40,28 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _every_profile_is_physical(request, monkeypatch):
-    """Every profile a test produces passes the one physical-bounds checker (gpuprof.analysis.bounds):
-    no MFU above 100%, no share outside 0-1, no CPU above the cores, no savings above the step.
-    GPUPROF_TEST_STRICT_BOUNDS=1 also makes the pipeline refuse to repair a producer's figure."""
-    from gpuprof.analysis.bounds import violations
+    """Every profile and every analysis a test produces passes the one physical-bounds checker
+    (gpuprof.analysis.bounds): no MFU above 100%, no share outside 0-1, no CPU above the cores, no
+    savings above the step. GPUPROF_TEST_STRICT_BOUNDS=1 also makes the analysis refuse a
+    producer's impossible figure instead of reporting it as unrepaired."""
+    from gpuprof.analysis.bounds import analysis_violations, measured_violations
+    from gpuprof.analysis.pipeline import Analysis
     from gpuprof.profile import Profile
 
     if request.node.get_closest_marker("adversarial"):
         yield
         return
     monkeypatch.setenv("GPUPROF_TEST_STRICT_BOUNDS", "1")
-    made = []
-    original = Profile.__init__
+    made, judged = [], []
+    for cls, into in ((Profile, made), (Analysis, judged)):
+        original = cls.__init__
 
-    def init(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        made.append(self)
+        def init(self, *args, _original=original, _into=into, **kwargs):
+            _original(self, *args, **kwargs)
+            _into.append(self)
 
-    monkeypatch.setattr(Profile, "__init__", init)
+        monkeypatch.setattr(cls, "__init__", init)
     yield
-    bad = [(p.run.get("mode"), v) for p in made if p.steps and p.summary for v in violations(p)]
-    assert not bad, f"impossible figures in a profile this test produced: {bad[:5]}"
+    bad = [(p.run.get("mode"), v) for p in made if p.steps for v in measured_violations(p)]
+    bad += [("analysis", v) for a in judged for v in analysis_violations(a.stats, a.mfu, a.findings)]
+    assert not bad, f"impossible figures in a profile or analysis this test produced: {bad[:5]}"

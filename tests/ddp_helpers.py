@@ -29,7 +29,15 @@ def gpuprof(*args, timeout=180, cwd=None, **popen) -> subprocess.CompletedProces
 
 
 def finding(profile: dict, fid: str) -> dict | None:
-    return next((f for f in profile["findings"] if f["id"] == fid), None)
+    """A finding of a saved profile's analysis (a --out file: {..., "analysis": {"findings": [...]}})."""
+    return next((f for f in profile["analysis"]["findings"] if f["id"] == fid), None)
+
+
+def rank_stats(entry: dict):
+    """A rank entry's step statistics (its profile is measurements only: they are derived)."""
+    from gpuprof.profile import Profile
+
+    return Profile.from_dict(entry["profile"]).stats
 
 
 def load(path) -> dict:

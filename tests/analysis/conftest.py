@@ -2,8 +2,7 @@
 
 import pytest
 
-from gpuprof.profile import StepRecord
-from gpuprof.profile import Profile, summarize
+from gpuprof.profile import Profile, StepRecord
 
 
 def make_profile(phases: dict, *, n_steps: int = 4, device: str = "cpu", gpu_phases: dict | None = None,
@@ -26,7 +25,7 @@ def make_profile(phases: dict, *, n_steps: int = 4, device: str = "cpu", gpu_pha
     env.update(environment or {})
     warm = [StepRecord(100 + i, w, {"forward": w}) for i, w in enumerate(warmup or [])]
     return Profile(run={"mode": "builtin", "config": cfg}, steps=steps, warmup_steps=warm,
-                   environment=env, summary=summarize(steps), measurements=dict(measurements or {}))
+                   environment=env, measurements=dict(measurements or {}))
 
 
 @pytest.fixture

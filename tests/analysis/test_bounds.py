@@ -1,5 +1,6 @@
-"""The physical-bounds checker: impossible figures are found and repaired (MFU, ceilings, CPU,
-savings), and every rule and renderer, run over randomized and adversarial profiles, leaves none."""
+"""The physical-bounds checker: impossible figures are found and repaired (MFU, ceilings, savings)
+without touching the Profile, CPU figures are kept in bounds by their producer (the host
+sampler), and every rule and renderer, run over randomized and adversarial profiles, leaves none."""
 
 import io
 import random
@@ -9,8 +10,9 @@ import pytest
 from rich.console import Console
 
 from gpuprof.analysis.bounds import enforce, violations
-from gpuprof.analysis.pipeline import analyze_profile
-from gpuprof.profile import Profile, StepRecord, summarize
+from gpuprof.analysis.pipeline import analyze
+from gpuprof.measure.host import _within_cores
+from gpuprof.profile import Profile, StepRecord
 
 
 # These profiles are adversarial on purpose: the repair is what is tested, not a producer bug.
@@ -29,7 +31,7 @@ def _profile(phases, *, gpu_phases=None, device="cpu", name="CPU", config=None, 
     cfg = {"device": device, "tokens_per_step": 8192, "grad_accum": 4, "batch_size": 8, "block_size": 256,
            "model_dims": {"n_layer": 2, "n_head": 4, "n_embd": 128, "vocab_size": 4096, "block_size": 256}}
     cfg.update(config or {})
-    return Profile(run={"mode": "builtin", "config": cfg}, steps=steps, summary=summarize(steps),
+    return Profile(run={"mode": "builtin", "config": cfg}, steps=steps,
                    environment={"device": device, "device_name": name}, measurements=measurements or {})
 
 
@@ -38,49 +40,57 @@ def test_an_mfu_vs_ceiling_above_100_percent_becomes_not_measured():
     p = _profile({"forward": 0.3, "backward": 2.4, "optimizer": 0.05},
                  config={"precision": {"compute_dtype": "bf16"}},
                  measurements={"probe": {"tflops": 0.0013, "dtype": "bf16", "method": "wall"}})
-    analyze_profile(p)
-    m = p.summary["mfu"]
-    assert m["mfu_vs_ceiling"] is None and violations(p) == []
+    before = p.to_dict()
+    a = analyze(p)
+    m = a.mfu
+    assert m["mfu_vs_ceiling"] is None and violations(p, a) == []
     assert any("mfu vs ceiling not measured" in w for w in m["warnings"])
-    assert p.summary["bounds"] == [r for r in p.summary["bounds"] if r.startswith("summary.mfu.mfu_vs_ceiling")]
+    assert a.repairs and all(r.startswith("mfu.mfu_vs_ceiling") for r in a.repairs)
+    assert p.to_dict() == before  # the repair is the analysis's: the profile is unchanged
 
 
 def test_the_model_shape_rate_is_the_ceiling_when_it_is_higher():
     p = _profile({"forward": 0.3, "backward": 0.6}, config={"precision": {"compute_dtype": "fp32"}},
                  measurements={"probe": {"tflops": 0.010, "dtype": "fp32",
                                          "precisions": {"tflops": {"fp32": 0.050, "bf16": 0.004}}}})
-    analyze_profile(p)
-    m = p.summary["mfu"]
+    m = analyze(p).mfu
     assert m["ceiling_tflops"] == 0.050 and "model's own matmul shapes" in m["ceiling_method"]
 
 
-def test_process_cpu_above_the_cores_is_dropped():
+def test_process_cpu_above_the_cores_is_dropped_by_the_sampler():
     host = {"available": True, "cpu_count": 2,
             "summary": {"proc_cpu_pct": {"mean": 180.0, "max": 741.0, "p50": 170.0, "p90": 190.0, "n": 9}},
             "phases": {"outside": {"samples": 1, "proc_cpu_pct": 627.0}, "forward": {"samples": 8, "proc_cpu_pct": 170.0}}}
-    p = _profile({"forward": 1.0}, measurements={"host": host})
+    p = _profile({"forward": 1.0}, measurements={"host": dict(host)})
     assert len(violations(p)) == 2
-    repairs = enforce(p)
+    report = _within_cores(host)  # what the host sampler does to its own report before storing it
     assert host["summary"]["proc_cpu_pct"]["max"] is None and host["phases"]["outside"]["proc_cpu_pct"] is None
-    assert host["phases"]["forward"]["proc_cpu_pct"] == 170.0 and len(repairs) == 2 and violations(p) == []
+    assert host["phases"]["forward"]["proc_cpu_pct"] == 170.0 and len(report["dropped_above_bound"]) == 2
+    assert violations(_profile({"forward": 1.0}, measurements={"host": report})) == []
 
 
-def test_strict_mode_refuses_to_repair_a_producers_cpu_figure(monkeypatch):
-    monkeypatch.setenv("GPUPROF_TEST_STRICT_BOUNDS", "1")
+def test_the_analysis_never_edits_a_measured_figure_and_strict_mode_refuses_it(monkeypatch):
     host = {"cpu_count": 2, "summary": {"proc_cpu_pct": {"max": 741.0}}}
+    p = _profile({"forward": 1.0}, measurements={"host": host})
+    _, _, repairs = enforce(p, p.stats, None, [])
+    assert repairs == ["unrepaired: measurements.host.summary.proc_cpu_pct.max = 741% is above 200%"]
+    assert host["summary"]["proc_cpu_pct"]["max"] == 741.0
+    monkeypatch.setenv("GPUPROF_TEST_STRICT_BOUNDS", "1")
     with pytest.raises(AssertionError, match="proc_cpu_pct"):
-        enforce(_profile({"forward": 1.0}, measurements={"host": host}))
+        enforce(p, p.stats, None, [])
 
 
 def test_savings_never_add_up_to_more_than_the_step():
+    from gpuprof.analysis.bounds import analysis_violations
     from gpuprof.analysis.findings import Finding
 
     p = _profile({"forward": 0.5, "data": 0.5})
     fs = [Finding("a", "a", 0.8, 0.8, {}), Finding("b", "b", 0.7, 0.7, {}), Finding("c", "c", None, None, {})]
-    assert any("add up to" in v for v in violations(p, fs))
-    enforce(p, fs)
-    assert [f.saving_s for f in fs] == [0.8, pytest.approx(0.2), None] and violations(p, fs) == []
-    assert "capped" in fs[1].note
+    assert any("add up to" in v for v in analysis_violations(p.stats, None, fs))
+    _, fixed, _ = enforce(p, p.stats, None, fs)
+    assert [f.saving_s for f in fixed] == [0.8, pytest.approx(0.2), None]
+    assert analysis_violations(p.stats, None, fixed) == []
+    assert "capped" in fixed[1].note and fs[1].saving_s == 0.7  # new findings; the given ones are kept
 
 
 # ------------------------------------------------------------------ randomized and adversarial
@@ -127,6 +137,7 @@ def _random_profile(rng: random.Random) -> Profile:
                  n=rng.choice([1, 3]))
     for s in p.steps:
         s.extra = {"h2d_pageable": rng.choice([0, 8]), "h2d_pageable_bytes": rng.random() * 1e9}
+    _within_cores(p.measurements["host"])  # the sampler keeps its own figures in bounds
     return p
 
 
@@ -136,19 +147,17 @@ ALLOWED_OVER_100 = ("report", "print", "impossib", "claim", "script", "x its", "
 
 @pytest.mark.parametrize("seed", range(60))
 def test_no_rule_or_renderer_leaves_an_impossible_figure(seed):
-    from gpuprof.render.mfu import mfu_panel, samplers_panel
     from gpuprof.render.terminal import render_diagnosis
 
     rng = random.Random(seed)
     p = _random_profile(rng)
-    findings = analyze_profile(p, reported_mfu_pct=rng.choice([None, 164.3]))
-    assert violations(p) == []
-    assert all(f.saving_s is None or f.saving_s >= 0 for f in findings)
-    panels = [mfu_panel(p.summary["mfu"]), samplers_panel(p.measurements)]
+    a = analyze(p, reported_mfu_pct=rng.choice([None, 164.3]))
+    assert violations(p, a) == []
+    assert all(f.saving_s is None or f.saving_s >= 0 for f in a.findings)
     for width in (80, 120):  # the report renders at terminal widths without raising
-        render_diagnosis(p, findings, Console(file=io.StringIO(), width=width, color_system=None), panels)
+        render_diagnosis(p, a, Console(file=io.StringIO(), width=width, color_system=None), details=True)
     out = io.StringIO()  # one line per sentence: a percentage is judged with its own words
-    render_diagnosis(p, findings, Console(file=out, width=2000, color_system=None), panels)
+    render_diagnosis(p, a, Console(file=out, width=2000, color_system=None), details=True)
     text = out.getvalue()
     assert "None" not in text and "nan" not in text.lower().replace("nanogpt", "")
     for line in text.splitlines():

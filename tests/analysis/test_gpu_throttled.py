@@ -20,7 +20,7 @@ def _findings(profile_factory, throttle_share, clock=None):
     phases = {p: {"sm_clock_share": clock} for p in PHASES} if clock is not None else {}
     nvml = {"available": True, "throttle_share": throttle_share, "phases": phases}
     p = profile_factory(PHASES, device="cuda", measurements={"nvml": nvml})
-    return machine.gpu_throttled(Context(profile=p))
+    return machine.gpu_throttled(Context(profile=p, stats=p.stats))
 
 
 def test_power_cap_and_clock_below_boost_alone_do_not_fire(profile_factory):
@@ -79,7 +79,7 @@ def _sampled(profile_factory, mask):
     fwd = out["phases"]["forward"]
     assert fwd["samples"] == 4 and fwd["sm_clock_share"] == pytest.approx(0.5)
     p = profile_factory(PHASES, device="cuda", measurements={"nvml": out})
-    return machine.gpu_throttled(Context(profile=p))
+    return machine.gpu_throttled(Context(profile=p, stats=p.stats))
 
 
 def test_sampled_power_cap_does_not_fire_and_thermal_does(profile_factory):

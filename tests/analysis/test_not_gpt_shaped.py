@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from gpuprof.analysis.mfu import compute_mfu
-from gpuprof.analysis.pipeline import analyze_profile
+from gpuprof.analysis.pipeline import analyze
 from gpuprof.dims import missing_gpt_dims
 from gpuprof.profile import from_data
 
@@ -33,8 +33,9 @@ def test_partial_dims_and_no_count_mean_mfu_not_measured():
     mfu = compute_mfu(prof)
     assert mfu["mfu"] is None and mfu["flops_per_step"] is None
     assert any("not GPT-shaped" in w and "no n_layer, n_embd" in w for w in mfu["warnings"])
-    findings = analyze_profile(prof)
-    assert findings and findings[0].id == "data-loading-exposed"  # the rest of the analysis stands
+    a = analyze(prof)
+    assert a.mfu["mfu"] is None and a.mfu["flops_per_step"] is None
+    assert a.findings and a.findings[0].id == "data-loading-exposed"  # the rest of the analysis stands
 
 
 def test_bigram_script_end_to_end(tmp_path):

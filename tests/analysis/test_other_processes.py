@@ -33,7 +33,7 @@ def _script_loader(profile_factory, host: dict, device: str = "cpu"):
 # ------------------------------------------------------------------ cpu-saturated
 def test_others_holding_the_cores_are_named_with_their_share_not_the_models_compute(profile_factory):
     p = profile_factory({"forward": 0.4, "backward": 0.6}, measurements=_host(2, busy=1.9, own=0.5, proc=0.5))
-    (f,) = machine.cpu_saturated(Context(profile=p))
+    (f,) = machine.cpu_saturated(Context(profile=p, stats=p.stats))
     assert f.id == "cpu-saturated"
     assert "other processes held 1.4 of 2 cores (70%)" in f.title and "this run used 0.5" in f.title
     assert "model's compute" not in f.title + f.fix + f.note
@@ -48,7 +48,7 @@ def test_others_holding_the_cores_are_named_with_their_share_not_the_models_comp
 
 def test_this_run_holding_the_cores_on_a_cpu_run_keeps_the_compute_message(profile_factory):
     p = profile_factory({"forward": 0.4, "backward": 0.6}, measurements=_host(2, busy=1.96, own=1.9, proc=1.9))
-    (f,) = machine.cpu_saturated(Context(profile=p))
+    (f,) = machine.cpu_saturated(Context(profile=p, stats=p.stats))
     assert "this run used 1.9 of 2 cores" in f.title and "other processes" not in f.title
     assert "the model's compute uses every core" in f.fix and f.kind == "info"
     assert f.evidence["others_share"] == pytest.approx(0.03)
@@ -56,7 +56,7 @@ def test_this_run_holding_the_cores_on_a_cpu_run_keeps_the_compute_message(profi
 
 def test_this_run_leading_but_others_notable_are_still_named(profile_factory):
     p = profile_factory({"forward": 0.4, "backward": 0.6}, measurements=_host(4, busy=3.9, own=2.8, proc=2.8))
-    (f,) = machine.cpu_saturated(Context(profile=p))
+    (f,) = machine.cpu_saturated(Context(profile=p, stats=p.stats))
     assert "this run used 2.8 of 4 cores; other processes held 1.1 (28%)" in f.title
     assert "model's compute" in f.fix and "other processes held 1.1 of the 4 cores" in f.note
 
@@ -65,21 +65,21 @@ def test_others_on_a_gpu_run_are_named_too(profile_factory):
     p = profile_factory({"forward": 0.4, "backward": 0.6}, device="cuda",
                         gpu_phases={"forward": 0.4, "backward": 0.6},
                         measurements=_host(8, busy=7.8, own=1.2, proc=1.0))
-    (f,) = machine.cpu_saturated(Context(profile=p))
+    (f,) = machine.cpu_saturated(Context(profile=p, stats=p.stats))
     assert "other processes held 6.6 of 8 cores (82%)" in f.title and "kernel launches" in f.note
     assert f.kind == "fix"
 
 
 def test_an_idle_machine_has_no_cpu_finding(profile_factory):
     p = profile_factory({"forward": 1.0}, measurements=_host(2, busy=1.0, own=0.2, proc=0.2))
-    assert machine.cpu_saturated(Context(profile=p)) == []
+    assert machine.cpu_saturated(Context(profile=p, stats=p.stats)) == []
 
 
 # ------------------------------------------------------------------ data-loading-exposed
 def test_worker_advice_is_capped_by_the_cores_free_to_this_run(profile_factory):
     # 8 cores, others 3.0, this process 2.5 (plus 0.5 of existing workers): 2.5 free -> 2 workers.
     p = _script_loader(profile_factory, _host(8, busy=6.0, own=3.0, proc=2.5), device="cuda")
-    (f,) = phases.data_loading_exposed(Context(profile=p))
+    (f,) = phases.data_loading_exposed(Context(profile=p, stats=p.stats))
     assert "num_workers=2," in f.fix and "2.5 of 8 cores were free" in f.fix
     ev = f.evidence
     assert ev["free_cores"] == pytest.approx(2.5) and ev["workers_suggested"] == 2
@@ -90,7 +90,7 @@ def test_worker_advice_is_capped_by_the_cores_free_to_this_run(profile_factory):
 def test_no_worker_is_suggested_without_a_free_core_and_the_reason_is_given(profile_factory):
     # The machine: others held 1.4 of 2 cores, this process 0.9: nothing is free.
     p = _script_loader(profile_factory, _host(2, busy=2.0, own=0.6, proc=0.6, others=1.4))
-    (f,) = phases.data_loading_exposed(Context(profile=p))
+    (f,) = phases.data_loading_exposed(Context(profile=p, stats=p.stats))
     assert "num_workers" not in f.fix and f.evidence["workers_suggested"] == 0
     assert "none was free: of 2 cores, other processes held 1.4 and this process 0.6" in f.fix
     assert "other processes held 1.4 of 2 cores" in f.note and f.confidence == "low"
@@ -98,16 +98,16 @@ def test_no_worker_is_suggested_without_a_free_core_and_the_reason_is_given(prof
 
 def test_a_large_free_machine_gets_at_most_one_worker_per_free_core_and_a_start_cap(profile_factory):
     p = _script_loader(profile_factory, _host(64, busy=1.5, own=1.2, proc=1.2), device="cuda")
-    (f,) = phases.data_loading_exposed(Context(profile=p))
+    (f,) = phases.data_loading_exposed(Context(profile=p, stats=p.stats))
     assert f.evidence["workers_suggested"] == phases.MAX_WORKERS_SUGGESTED <= f.evidence["free_cores"]
     small = _script_loader(profile_factory, _host(2, busy=1.2, own=0.8, proc=0.8), device="cuda")
-    (g,) = phases.data_loading_exposed(Context(profile=small))
+    (g,) = phases.data_loading_exposed(Context(profile=small, stats=small.stats))
     assert g.evidence["free_cores"] == pytest.approx(0.8) and "num_workers" not in g.fix  # 0.8 < 1 core
 
 
 def test_builtin_loop_prefetch_note_says_when_no_core_is_free(profile_factory):
     p = profile_factory({"data": 0.4, "forward": 0.2, "backward": 0.4},
                         measurements=_host(2, busy=2.0, own=1.0, proc=1.0))
-    (f,) = phases.data_loading_exposed(Context(profile=p))
+    (f,) = phases.data_loading_exposed(Context(profile=p, stats=p.stats))
     assert "background thread" in f.fix
     assert "a background loader needs a free core, and none was" in f.note

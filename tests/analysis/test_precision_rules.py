@@ -14,7 +14,7 @@ def _ctx(profile_factory, rates, current, switch=None, flops=None, phases=None, 
                             "tflops": rates, **({"switch": switch} if switch else {})}}
     p = profile_factory(phases, device=device, measurements={"probe": probe},
                         config={"precision": {"compute_dtype": current, "param_dtype": param}})
-    return Context(profile=p, mfu={"flops_per_step": flops} if flops else {})
+    return Context(profile=p, stats=p.stats, mfu={"flops_per_step": flops} if flops else {})
 
 
 def test_measured_switch_gives_the_saving(profile_factory):
@@ -59,7 +59,8 @@ def test_no_markedly_faster_precision_no_finding(profile_factory):
 
 def test_backward_forward_ratio_outside_1_to_4(profile_factory):
     def ratio(fwd, bwd):
-        return precision.backward_forward_ratio(Context(profile=profile_factory({"forward": fwd, "backward": bwd})))
+        p = profile_factory({"forward": fwd, "backward": bwd})
+        return precision.backward_forward_ratio(Context(profile=p, stats=p.stats))
 
     assert ratio(1.0, 2.0) == []
     (high,) = ratio(1.0, 8.5)
@@ -72,7 +73,7 @@ def test_backward_forward_ratio_outside_1_to_4(profile_factory):
 def test_bf16_on_this_cpu_ranks_the_precision_fix_first():
     import torch
 
-    from gpuprof.analysis.pipeline import analyze_profile
+    from gpuprof.analysis.pipeline import analyze
     from gpuprof.measure.flops import FlopsInstrument
     from gpuprof.measure.probe import CeilingProbe
     from gpuprof.runners.builtin import LoopConfig, run_builtin
@@ -82,7 +83,7 @@ def test_bf16_on_this_cpu_ranks_the_precision_fix_first():
     cfg = LoopConfig(model="tiny", n_layer=1, n_embd=64, n_head=2, batch_size=4, block_size=64,
                      grad_accum=2, steps=2, warmup=1, dtype="bf16", device="cpu")
     prof = run_builtin(cfg, instruments=[CeilingProbe(), FlopsInstrument()], post_budget_s=6)
-    findings = analyze_profile(prof)
+    findings = analyze(prof).findings
     top = findings[0]
     assert top.id == "precision-slow", [f.id for f in findings]
     assert top.evidence["faster_dtype"] == "fp32" and top.evidence["ratio"] > 3

@@ -3,7 +3,7 @@ its saving is the arithmetic of the evidence."""
 
 import pytest
 
-from gpuprof.analysis.engine import Context, Finding, analyze, rank
+from gpuprof.analysis.engine import Context, Finding, rank, run_rules
 from gpuprof.analysis.rules import batching, gpu, machine, phases
 from gpuprof.hardware import find_gpu
 
@@ -11,7 +11,7 @@ H200 = find_gpu("NVIDIA H200")
 
 
 def ctx_of(p, **kw):
-    return Context(profile=p, **kw)
+    return Context(profile=p, stats=p.stats, **kw)
 
 
 # ------------------------------------------------------------------ data-loading-exposed
@@ -229,7 +229,7 @@ def test_ranking_and_overlap_capping(profile_factory):
     other = Finding("x", "c", 0.2, 0.2, {}, claims={"forward": 0.2})
     verdict = Finding("compute-bound", "d", None, None, {}, kind="verdict")
     info = Finding("dominant-phase", "e", None, None, {}, kind="info")
-    ranked = rank([info, verdict, small, other, big], p.summary)
+    ranked = rank([info, verdict, small, other, big], p.stats)
     assert [f.id for f in ranked] == ["storage-too-slow", "x", "data-loading-exposed", "compute-bound", "dominant-phase"]
     capped = ranked[2]
     assert capped.saving_s == pytest.approx(0.1) and capped.overlaps == ["storage-too-slow"]
@@ -239,7 +239,7 @@ def test_ranking_and_overlap_capping(profile_factory):
 
 def test_analyze_returns_ranked_findings_for_a_data_bound_profile(profile_factory):
     p = profile_factory({"data": 0.6, "forward": 0.2, "backward": 0.2})
-    findings = analyze(Context(profile=p))
+    findings = run_rules(Context(profile=p, stats=p.stats))
     assert findings[0].id == "data-loading-exposed"
     assert findings[-1].kind == "info"
 

@@ -114,30 +114,41 @@ def test_data_share_truth_is_slept_over_iteration_time_of_measured_steps():
 
 def test_data_share_verdict():
     truth = gc.data_share_truth(FIXTURE_OUTPUT, [1, 2])
-    p = {"summary": {"phases": {"data": {"share": truth["truth"] + 0.04}}}}
+    p = {"analysis": {"steps": {"phases": {"data": {"share": truth["truth"] + 0.04}}}}}
     ok, why = gc.judge_data_share(p, truth)
     assert ok and "+4.0 points" in why
-    p["summary"]["phases"]["data"]["share"] = truth["truth"] - 0.06
+    p["analysis"]["steps"]["phases"]["data"]["share"] = truth["truth"] - 0.06
     assert gc.judge_data_share(p, truth)[0] is False
-    ok, why = gc.judge_data_share({"summary": {"phases": {}}}, truth)
-    assert not ok and "key missing: summary.phases.data.share" in why
+    ok, why = gc.judge_data_share({"analysis": {"steps": {"phases": {}}}}, truth)
+    assert not ok and "key missing: analysis.steps.phases.data.share" in why
     assert gc.judge_data_share(p, None)[0] is False
 
 
 # ----------------------------------------------------------------------- verdicts on profiles
+def finding(fid: str, **fields) -> dict:
+    """A finding as gpuprof saves it (gpuprof.analysis.findings.Finding.to_dict)."""
+    from gpuprof.analysis.findings import Finding
+
+    base = dict(title=fid, saving_s=None, saving_share=None, evidence={})
+    return Finding(id=fid, **{**base, **fields}).to_dict()
+
+
 def h200_profile(**over) -> dict:
-    """A plausible `gpuprof diagnose` profile of GPT-2 124M on an H200 (bf16)."""
+    """A plausible `gpuprof diagnose` profile of GPT-2 124M on an H200 (bf16), saved with its
+    analysis (schema 2: the step statistics, MFU and findings under `analysis`)."""
     p = {
-        "schema_version": 1, "tool": {"name": "gpuprof"}, "steps": [],
+        "schema_version": 2, "tool": {"name": "gpuprof"}, "steps": [],
         "environment": {"device_name": "NVIDIA H200"},
         "run": {"config": {"model": "gpt2", "batch_size": 16, "block_size": 1024, "grad_accum": 4, "dtype": "bf16",
                            "compile": False, "precision": {"autocast_dtype": "bf16", "param_dtype": "float32",
                                                            "tf32_matmul": True, "compute_dtype": "bf16"}}},
-        "summary": {"step_s": 0.21, "timeline": "gpu", "spread": 0.02, "tokens_per_s": 312000.0,
-                    "phases": {"data": {"seconds": 0.002, "share": 0.01}, "forward": {"seconds": 0.07, "share": 0.33},
-                               "backward": {"seconds": 0.13, "share": 0.62},
-                               "optimizer": {"seconds": 0.008, "share": 0.04}},
-                    "mfu": {"mfu": 0.27, "dtype": "bf16", "peak_tflops": 989.5, "achieved_tflops": 267.0}},
+        "analysis": {
+            "steps": {"step_s": 0.21, "timeline": "gpu", "spread": 0.02, "tokens_per_s": 312000.0,
+                      "phases": {"data": {"seconds": 0.002, "share": 0.01}, "forward": {"seconds": 0.07, "share": 0.33},
+                                 "backward": {"seconds": 0.13, "share": 0.62},
+                                 "optimizer": {"seconds": 0.008, "share": 0.04}}},
+            "mfu": {"mfu": 0.27, "dtype": "bf16", "peak_tflops": 989.5, "achieved_tflops": 267.0},
+            "findings": [finding("compute-bound", kind="verdict")]},
         "measurements": {
             "probe": {"tflops": 742.0, "dtype": "bf16", "size": 8192},
             "timer": {"gpu_timeline": True, "events_recorded": 260, "events_created_in_steps": 0,
@@ -150,7 +161,6 @@ def h200_profile(**over) -> dict:
                      "gpus": [{"name": "NVIDIA H200", "uuid": "GPU-" + H200_UUID.upper(), "via": "torch uuid"}],
                      "summary": {k: {"mean": 1.0, "min": 1.0, "max": 1.0, "n": 42} for k in gc.NVML_FIELDS}},
         },
-        "findings": [{"id": "compute-bound"}],
     }
     for path, value in over.items():
         *parents, last = path.split("__")
@@ -170,10 +180,11 @@ def test_gpu_run_verdict_passes_a_healthy_h200_profile():
     assert "MFU 27.0%" in why and "ceiling 742 TFLOP/s = 75% of peak" in why
 
 
+@pytest.mark.adversarial  # some of these profiles hold an impossible MFU on purpose
 @pytest.mark.parametrize("over, says", [
-    ({"summary__timeline": "host"}, "timeline is 'host'"),
-    ({"summary__mfu__mfu": 1.3}, "outside (0, 1]"),
-    ({"summary__mfu__mfu": None}, "summary.mfu.mfu is null"),
+    ({"analysis__steps__timeline": "host"}, "timeline is 'host'"),
+    ({"analysis__mfu__mfu": 1.3}, "outside (0, 1]"),
+    ({"analysis__mfu__mfu": None}, "analysis.mfu.mfu is null"),
     ({"measurements__probe__tflops": 300.0}, "30% of the 989.5 TFLOP/s peak"),
     ({"measurements__probe__dtype": "fp32"}, "the probe measured fp32, the MFU uses bf16"),
     ({"measurements__probe": {"not_measured": "CUDA out of memory"}},
@@ -190,11 +201,11 @@ def test_tf32_verdict_uses_the_hardware_tables_tf32_peak():
     from gpuprof.hardware import find_gpu, peak_for
 
     assert peak_for(find_gpu("NVIDIA H200"), "fp32", tf32_allowed=True) == ("tf32", 494.5)
-    good = h200_profile(summary__mfu={"mfu": 0.01, "dtype": "tf32", "peak_tflops": 494.5},
+    good = h200_profile(analysis__mfu={"mfu": 0.01, "dtype": "tf32", "peak_tflops": 494.5},
                         measurements__probe={"tflops": 380.0, "dtype": "tf32"})
     ok, why = gc.judge_tf32(good, 494.5)
     assert ok and "TF32 peak 494.5" in why, why
-    fp32 = h200_profile(summary__mfu={"mfu": 0.05, "dtype": "fp32", "peak_tflops": 67.0},
+    fp32 = h200_profile(analysis__mfu={"mfu": 0.05, "dtype": "fp32", "peak_tflops": 67.0},
                         measurements__probe={"tflops": 51.0, "dtype": "fp32"})
     ok, why = gc.judge_tf32(fp32, 494.5)
     assert not ok and "MFU dtype is 'fp32'" in why and "not the TF32 peak 494.5" in why
@@ -219,14 +230,14 @@ def test_sync_verdict_wants_exact_counts_over_measured_steps():
 
 
 def test_h2d_verdict():
-    pageable = {"findings": [{"id": "h2d-pageable"}],
+    pageable = {"analysis": {"findings": [{"id": "h2d-pageable"}]},
                 "measurements": {"script": {"hooks": {"counts": {"h2d_copies": 28, "h2d_pageable": 28}}}}}
-    pinned = {"findings": [{"id": "compute-bound"}]}
+    pinned = {"analysis": {"findings": [{"id": "compute-bound"}]}}
     assert gc.judge_h2d(pageable, pinned)[0]
     assert "fired on the pinned run" in gc.judge_h2d(pageable, pageable)[1]
     assert "did not fire on the pageable run" in gc.judge_h2d(pinned, pinned)[1]
     both = copy.deepcopy(pageable)
-    both["findings"].append({"id": "sync-in-step"})
+    both["analysis"]["findings"].append({"id": "sync-in-step"})
     assert "sync-in-step fired" in gc.judge_h2d(both, pinned)[1]
 
 
@@ -300,10 +311,11 @@ class CannedCtx(gc.Ctx):
 
 def _canned_profiles():
     data = h200_profile(steps=[{"index": 1}, {"index": 2}, {"index": 3}])
-    data["summary"]["phases"]["data"]["share"] = (80 + 82) / (100 + 120) + 0.01
-    tf32 = h200_profile(summary__mfu={"mfu": 0.01, "dtype": "tf32", "peak_tflops": 494.5},
+    data["analysis"]["steps"]["phases"]["data"]["share"] = (80 + 82) / (100 + 120) + 0.01
+    tf32 = h200_profile(analysis__mfu={"mfu": 0.01, "dtype": "tf32", "peak_tflops": 494.5},
                         measurements__probe={"tflops": 380.0, "dtype": "tf32"})
-    pageable = h200_profile(findings=[{"id": "h2d-pageable", "saving_s": 0.004, "evidence": {"copies": 20}}])
+    pageable = h200_profile(analysis__findings=[finding("h2d-pageable", saving_s=0.004, saving_share=0.004 / 0.21,
+                                                        evidence={"copies": 20})])
     return {"default": h200_profile(), "compiled": h200_profile(), "data-delay": data, "fp32": tf32,
             "syncs": h200_profile(), "pageable": pageable, "pinned": h200_profile()}
 
@@ -328,7 +340,7 @@ def test_every_check_passes_on_canned_healthy_gpu_runs(tmp_path):
     meta = {"title": "NVIDIA H200", "command": "`x`", "budget_s": 480}
     text = gc.render_report(meta, checks, 300.0)
     assert "- result: 9 PASS, 0 FAIL, 0 SKIP in 300.0 s" in text
-    assert "| summary.mfu.mfu | 0.27 |" in text and "| injected: truth |" in text
+    assert "| analysis.mfu.mfu | 0.27 |" in text and "| injected: truth |" in text
 
 
 def test_checks_fail_with_reasons_and_tails_when_gpuprof_breaks(tmp_path):
@@ -399,6 +411,11 @@ def test_h2d_copies_script_copies_every_micro_step(monkeypatch, pinned):
     assert out.strip().startswith("h2d_copies: 2 steps, 4 copies of 0 MiB per step")
 
 
+@pytest.mark.adversarial  # impossible figures on purpose
 def test_an_impossible_figure_fails_the_gpu_verdict():
-    ok, why = gc.judge_gpu_run(h200_profile(summary__mfu__mfu_vs_ceiling=2.24))
-    assert not ok and "impossible figure: summary.mfu.mfu_vs_ceiling" in why
+    ok, why = gc.judge_gpu_run(h200_profile(analysis__mfu__mfu_vs_ceiling=2.24))
+    assert not ok and "impossible figure: " in why and "mfu.mfu_vs_ceiling = 2.24 is outside (0, 1]" in why
+    # A measured figure out of bounds fails it too: a phase share of the profile's own steps.
+    bad = h200_profile(steps=[{"index": 1, "wall_s": 0.2, "phases": {"forward": 0.3}}])
+    ok, why = gc.judge_gpu_run(bad)
+    assert not ok and "impossible figure: step 1: phases add up to 0.3 s, the step is 0.2 s" in why

@@ -2,7 +2,7 @@
 
 import pytest
 
-from compare_profiles import BASE_PHASES, finding, hand_profile
+from compare_profiles import BASE_PHASES, finding, hand, hand_analysis, hand_profile
 from gpuprof.analysis.compare import compare, config_changes, mfu_reason, verdict
 from gpuprof.errors import GpuprofError
 
@@ -11,18 +11,26 @@ def by_id(c):
     return {o.id: o for o in c.outcomes}
 
 
-def test_step_tokens_and_mfu_use_the_median_step(hand_pair):
+def test_step_tokens_and_mfu_use_the_typical_step(hand_pair):
     c = compare(*hand_pair)
+    before = hand_pair[0]
     assert c.basis == "step" and c.unit == "s/step" and "compared per step" in c.basis_note
-    # summary.step_s is the median (1.00 s), not the mean (1.05 s): the step, the gate and tokens/s agree
-    assert c.step_s.before == pytest.approx(1.00) and c.step_s.after == pytest.approx(0.75)
-    assert c.step_s.change == pytest.approx(-0.25) and c.step_s.change_pct == pytest.approx(-0.25)
-    assert c.slower_pct == pytest.approx(-25.0)
-    assert c.tokens_per_s.before == pytest.approx(4096) and c.tokens_per_s.after == pytest.approx(4096 / 0.75)
-    assert c.mfu.before == 0.40 and c.mfu.after == pytest.approx(0.40 / 0.75)
-    assert c.mfu.change == pytest.approx(0.40 / 0.75 - 0.40)
+    # the step is the typical step (1.05 s: the irregular 2.0 s step left out), neither the median
+    # (1.00 s) nor the mean of all steps (1.24 s): the step, the gate and tokens/s agree
+    assert before.stats.median_s == pytest.approx(1.00) and before.stats.mean_s == pytest.approx(1.24)
+    assert [s.index for s in before.stats.irregular] == [4]
+    assert c.step_s.before == pytest.approx(1.05) and c.step_s.after == pytest.approx(0.75)
+    assert c.step_s.change == pytest.approx(-0.30) and c.step_s.change_pct == pytest.approx(-0.30 / 1.05)
+    assert c.slower_pct == pytest.approx(-30 / 1.05)
+    assert c.tokens_per_s.before == pytest.approx(4096 / 1.05) and c.tokens_per_s.after == pytest.approx(4096 / 0.75)
+    # MFU is each analysis's own figure
+    assert c.mfu.before == pytest.approx(0.40 / 1.05) and c.mfu.after == pytest.approx(0.40 / 0.75)
+    assert c.mfu.change == pytest.approx(0.40 / 0.75 - 0.40 / 1.05)
     assert c.mfu_vs_ceiling.after is None and c.mfu_vs_ceiling.change is None
     assert c.not_measured == {"mfu_vs_ceiling": "AFTER: no matmul ceiling measured in the step's dtype"}
+    # the irregular step is said, with the mean step it would have made
+    assert [n for n in c.notes if "irregular" in n] == [
+        "BEFORE had 1 irregular step(s), left out of its typical step (the mean step with them: 1.24 s)"]
 
 
 def test_mfu_reasons():
@@ -40,7 +48,7 @@ def test_phases_seconds_and_shares(hand_pair):
     assert list(ph) == ["data", "h2d", "forward", "backward", "optimizer", "other"]
     assert ph["data"].time.before == pytest.approx(0.30) and ph["data"].time.after == pytest.approx(0.05)
     assert ph["data"].time.change == pytest.approx(-0.25) and ph["data"].time.change_pct == pytest.approx(-25 / 30)
-    assert ph["forward"].time.before == pytest.approx(0.25)  # the mean of 0.1, 0.2, 0.2, 0.5
+    assert ph["forward"].time.before == pytest.approx(0.25)  # the mean of 0.1, 0.2, 0.2, 0.5 (not the irregular 1.2)
     assert ph["data"].share.before == pytest.approx(0.30 / 1.05) and ph["data"].share.after == pytest.approx(0.05 / 0.75)
     assert ph["h2d"].time.change == 0 and ph["h2d"].time.change_pct is None
 
@@ -57,9 +65,9 @@ def test_predicted_vs_achieved_from_claims_or_the_step(hand_pair):
     mb = o["micro-batch-too-small"]  # claims forward + backward: (0.25 + 0.40) - (0.20 + 0.40)
     assert mb.phases == ["forward", "backward"] and mb.achieved_s == pytest.approx(0.05)
     assert mb.ratio == pytest.approx(0.05 / 0.09) and mb.verdict == "partly"
-    st = o["storage-too-slow"]  # no claims: the median step's drop, 1.00 - 0.75
-    assert st.measured_from == "step" and st.achieved_s == pytest.approx(0.25)
-    assert st.ratio == pytest.approx(2.5) and st.verdict == "exceeded"
+    st = o["storage-too-slow"]  # no claims: the typical step's drop, 1.05 - 0.75
+    assert st.measured_from == "step" and st.achieved_s == pytest.approx(0.30)
+    assert st.ratio == pytest.approx(3.0) and st.verdict == "exceeded"
     dom = o["dominant-phase"]
     assert dom.predicted_s is None and dom.achieved_s is None and dom.verdict == "no prediction"
     assert dom.in_after
@@ -75,11 +83,11 @@ def test_new_findings_and_config_changes(hand_pair):
 def test_capped_claims_still_measure_from_phases():
     """A saving capped below its claims (it shares a phase with a higher-ranked finding) is still
     measured from the claimed phases, and says which finding it shares them with."""
-    b = hand_profile([BASE_PHASES] * 3, findings=[
+    b = hand([BASE_PHASES] * 3, findings=[
         finding("data-loading-exposed", 0.30, {"data": 0.30}),
         finding("storage-too-slow", 0.0, {"data": 0.20}, overlaps=["data-loading-exposed"])])
-    a = hand_profile([dict(BASE_PHASES, data=0.10)] * 3)
-    o = by_id(compare(b, a))
+    a = hand([dict(BASE_PHASES, data=0.10)] * 3)
+    o = by_id(compare(*b, *a))
     assert o["data-loading-exposed"].achieved_s == pytest.approx(0.20)
     assert o["storage-too-slow"].measured_from == "phases"
     assert o["storage-too-slow"].overlaps == ["data-loading-exposed"]
@@ -88,10 +96,10 @@ def test_capped_claims_still_measure_from_phases():
 
 def test_different_tokens_per_step_compare_per_token():
     """AFTER does twice the tokens in a 1.5x longer step: 50% slower per step, 25% faster per token."""
-    b = hand_profile([BASE_PHASES] * 3, tokens=4096, findings=[finding("data-loading-exposed", 0.30, {"data": 0.30})])
+    b = hand([BASE_PHASES] * 3, tokens=4096, findings=[finding("data-loading-exposed", 0.30, {"data": 0.30})])
     doubled = {k: v * 2 for k, v in BASE_PHASES.items()}
-    a = hand_profile([dict(doubled, data=0.10)] * 3, tokens=8192, config={"batch_size": 16})  # 1.50 s
-    c = compare(b, a)
+    a = hand([dict(doubled, data=0.10)] * 3, tokens=8192, config={"batch_size": 16})  # 1.50 s
+    c = compare(*b, *a)
     assert c.basis == "token" and c.unit == "s/1M tokens"
     assert "per token" in c.basis_note and "4,096 → 8,192" in c.basis_note
     assert c.step_s.change_pct == pytest.approx(0.5)  # per step it is slower ...
@@ -106,10 +114,10 @@ def test_different_tokens_per_step_compare_per_token():
 
 
 def test_world_size_device_and_timeline_notes():
-    b = hand_profile([BASE_PHASES] * 3)
-    a = hand_profile([BASE_PHASES] * 3, device_name="CPU (other)")
-    a.ranks = [{"rank": r} for r in range(4)]  # a merged distributed profile: read through getattr
-    c = compare(b, a)
+    b = hand([BASE_PHASES] * 3)
+    a = hand([BASE_PHASES] * 3, device_name="CPU (other)")
+    a[0].ranks = [{"rank": r} for r in range(4)]  # a merged distributed profile: read through getattr
+    c = compare(*b, *a)
     assert c.world_size.before == 1 and c.world_size.after == 4
     assert any("world size changed 1 → 4" in n for n in c.notes)
     assert any("different devices" in n for n in c.notes)
@@ -123,33 +131,26 @@ def test_world_size_device_and_timeline_notes():
 def test_data_parallel_job_twice_as_fast_is_seen():
     """1 process at 1024 tokens per 0.2 s, then 2 ranks at 512 tokens each per 0.1 s: the job is
     twice as fast per token (the review's case), not unchanged."""
-    b = hand_profile([BASE_PHASES] * 3)
-    a = hand_profile([{k: v / 2 for k, v in BASE_PHASES.items()}] * 3)
-    for st in a.steps:
-        st.tokens //= 2
-    from gpuprof.profile import summarize
-
-    a.summary = summarize(a.steps)
-    a.run["world_size"] = 2
-    c = compare(b, a)
+    b = hand([BASE_PHASES] * 3)
+    a = hand([{k: v / 2 for k, v in BASE_PHASES.items()}] * 3, tokens=4096 // 2, world_size=2)
+    c = compare(*b, *a)
     assert c.tokens_per_step.before == c.tokens_per_step.after  # the job's tokens: same work
     assert c.basis == "step" and c.slower_pct == pytest.approx(-50.0)
     assert c.tokens_per_s.after == pytest.approx(2 * c.tokens_per_s.before)
 
 
 def test_change_within_the_spread_is_called_noise():
-    b = hand_profile([dict(BASE_PHASES, forward=f) for f in (0.1, 0.2, 0.3, 0.4)])
-    a = hand_profile([dict(BASE_PHASES, forward=f + 0.01) for f in (0.1, 0.2, 0.3, 0.4)])
-    c = compare(b, a)
+    b = hand([dict(BASE_PHASES, forward=f) for f in (0.1, 0.2, 0.3, 0.4)])
+    a = hand([dict(BASE_PHASES, forward=f + 0.01) for f in (0.1, 0.2, 0.3, 0.4)])
+    c = compare(*b, *a)
     assert any("within run-to-run noise" in n for n in c.notes)
 
 
 def test_no_steps_is_an_error():
-    b = hand_profile([BASE_PHASES] * 2)
-    empty = hand_profile([BASE_PHASES])
-    empty.steps, empty.summary = [], {}
+    b = hand([BASE_PHASES] * 2)
+    empty = hand_profile([])
     with pytest.raises(GpuprofError, match="AFTER: no measured step"):
-        compare(b, empty)
+        compare(*b, empty, hand_analysis(empty))
 
 
 def test_config_changes_flatten_and_skip_unset_defaults():

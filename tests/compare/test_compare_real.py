@@ -3,7 +3,7 @@
 import pytest
 
 from gpuprof.analysis.compare import compare
-from gpuprof.analysis.pipeline import analyze_profile
+from gpuprof.analysis.pipeline import analyze
 from gpuprof.runners.builtin import LoopConfig, LoopFaults, run_builtin
 from gpuprof.runners.data import LoaderFaults
 
@@ -13,23 +13,21 @@ STALL_S = 0.02  # per micro-batch; grad_accum 4 -> 80 ms per step, several times
 
 @pytest.fixture(scope="module")
 def real_pair():
-    """(BEFORE with the stall, AFTER without), both analysed."""
+    """(BEFORE with the stall, its analysis, AFTER without, its analysis)."""
     before = run_builtin(LoopConfig(**TINY), faults=LoopFaults(loader=LoaderFaults(batch_delay_s=STALL_S)))
     after = run_builtin(LoopConfig(**TINY))
-    for prof in (before, after):
-        analyze_profile(prof)
-    return before, after
+    return before, analyze(before), after, analyze(after)
 
 
 def test_stall_finding_predicted_vs_achieved(real_pair):
-    before, after = real_pair
-    c = compare(before, after)
+    before, before_analysis, after, after_analysis = real_pair
+    c = compare(*real_pair)
     o = {x.id: x for x in c.outcomes}["data-loading-exposed"]
-    stall = next(f for f in before.findings if f["id"] == "data-loading-exposed")
-    data_b = before.summary["phases"]["data"]["seconds"]
-    data_a = after.summary["phases"]["data"]["seconds"]
+    stall = before_analysis.finding("data-loading-exposed")
+    data_b = before.stats.seconds("data")
+    data_a = after.stats.seconds("data")
     # predicted is BEFORE's own figure; achieved is the drop of the phase it claims, exactly
-    assert o.predicted_s == stall["saving_s"] == pytest.approx(data_b)
+    assert o.predicted_s == stall.saving_s == pytest.approx(data_b)
     assert o.measured_from == "phases" and o.phases == ["data"]
     assert o.achieved_s == pytest.approx(data_b - data_a)
     assert o.ratio == pytest.approx((data_b - data_a) / data_b)
@@ -37,29 +35,29 @@ def test_stall_finding_predicted_vs_achieved(real_pair):
     # what remains is the real loading, which a prefetch (the finding's fix) would also have hidden
     assert 4 * STALL_S <= data_b and 0.85 < o.ratio <= 1.0
     assert o.verdict == "realised"
-    assert c.step_s.change < -0.5 * 4 * STALL_S  # the step got faster by most of the stall
+    assert c.step_s.change < -0.5 * 4 * STALL_S  # the typical step got faster by most of the stall
+    assert c.step_s.before == pytest.approx(before.stats.step_s) and c.step_s.after == pytest.approx(after.stats.step_s)
     assert c.basis == "step" and c.tokens_per_step.before == c.tokens_per_step.after == 2 * 32 * 4
     assert c.config_changes == [{"key": "faults.loader.batch_delay_s", "before": STALL_S, "after": None,
                                  "missing": "after"}]
 
 
 def test_cli_reports_the_stall_outcome(real_pair, tmp_path):
-    """The saved pair through `gpuprof compare`, BEFORE saved without its analysis (analysed on load)."""
+    """The saved pair through `gpuprof compare`, BEFORE saved without its analysis (analysed on load,
+    as analyze() made it: the analysis is pure), AFTER with its own."""
     from typer.testing import CliRunner
 
     import gpuprof.cli.compare  # noqa: F401 - registers the verb
     from gpuprof.cli import app
-    from gpuprof.profile import Profile, save
+    from gpuprof.profile import save
 
-    before, after = real_pair
-    raw = Profile.from_dict(before.to_dict())
-    raw.findings, raw.summary = [], {k: v for k, v in raw.summary.items() if k not in ("mfu", "bounds", "corrected_config")}
-    save(raw, tmp_path / "before.json")
-    save(after, tmp_path / "after.json")
+    before, _, after, after_analysis = real_pair
+    save(before, tmp_path / "before.json")
+    save(after, tmp_path / "after.json", after_analysis.to_dict())
     res = CliRunner().invoke(app, ["compare", str(tmp_path / "before.json"), str(tmp_path / "after.json")],
                              env={"COLUMNS": "80"})
     assert res.exit_code == 0, res.output
-    expected = compare(before, after)
+    expected = compare(*real_pair)
     o = {x.id: x for x in expected.outcomes}["data-loading-exposed"]
     row = next(line for line in res.stdout.splitlines() if line.startswith("│ data-loading-exposed"))
     assert f"{o.ratio:.2f}" in row and "realised" in row

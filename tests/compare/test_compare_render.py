@@ -6,7 +6,7 @@ import json
 import pytest
 from rich.console import Console
 
-from compare_profiles import BASE_PHASES, finding, hand_profile
+from compare_profiles import BASE_PHASES, finding, hand
 from gpuprof.analysis.compare import compare
 from gpuprof.render.compare import (comparison_json, outcome_line, outcome_table, phase_table,
                                     render_comparison, summary_table)
@@ -14,15 +14,15 @@ from gpuprof.render.compare import (comparison_json, outcome_line, outcome_table
 
 def per_token_pair():
     long_id = "backward-forward-ratio"  # among the longest rule ids
-    b = hand_profile([BASE_PHASES] * 3, findings=[
+    b = hand([BASE_PHASES] * 3, findings=[
         finding("data-loading-exposed", 0.30, {"data": 0.30}), finding(long_id, 0.05, {}),
         finding("compute-bound", None, kind="verdict")],
         mfu={"mfu": 0.123, "mfu_vs_ceiling": 0.456})
-    a = hand_profile([dict({k: v * 2 for k, v in BASE_PHASES.items()}, data=0.001, eval=0.2)] * 3, tokens=8192,
+    a = hand([dict({k: v * 2 for k, v in BASE_PHASES.items()}, data=0.001, eval=0.2)] * 3, tokens=8192,
                      config={"batch_size": 16, "data": "/a/rather/long/path/to/the/new/train.bin"},
                      findings=[finding("eval-in-measured-steps", 0.2, {"eval": 0.2}, step=1.6)])
-    a.ranks = [{"rank": 0}, {"rank": 1}]
-    return b, a
+    a[0].ranks = [{"rank": 0}, {"rank": 1}]
+    return (*b, *a)
 
 
 def rendered(c, width):
@@ -60,14 +60,16 @@ def test_report_says_what_changed(hand_pair):
     text = rendered(compare(*hand_pair), 80)
     prose = " ".join(text.split())  # lines wrapped at 80 columns, joined back
     assert "same tokens per step (4,096): compared per step" in text
-    assert "1.00 s" in text and "750 ms" in text and "-250 ms (-25.0%)" in text
+    assert "step (typical)" in text and "1.05 s" in text and "750 ms" in text and "-300 ms (-28.6%)" in text
     assert "data-loading-exposed" in text and "0.83" in text and "partly" in text
-    assert "storage-too-slow" in text and "2.50" in text and "exceeded" in text
-    assert "achieved = drop of data" in text and "achieved = drop of the step" in text
+    assert "storage-too-slow" in text and "3.00" in text and "exceeded" in text
+    assert "achieved = drop of data" in text and "achieved = drop of the typical step" in text
     assert "New in AFTER" in text and "cpu-saturated" in text
     assert "batch_size: 8 → 16" in text and "grad_accum: 4 → 2" in text
     assert "MFU vs ceiling not measured: AFTER: no matmul ceiling measured in the step's dtype" in prose
-    assert "within run-to-run noise" in prose  # -25% vs BEFORE's own spread: (1.21 - 0.93) / 1.00 = 28%
+    # -28.6% vs BEFORE's own spread over all its steps, the irregular one included: (1.72 - 0.94) / 1.00 = 78%
+    assert "within run-to-run noise" in prose
+    assert "BEFORE had 1 irregular step(s), left out of its typical step (the mean step with them: 1.24 s)" in prose
 
 
 def test_per_token_report_says_so():
@@ -80,8 +82,8 @@ def test_per_token_report_says_so():
 def test_json_form(hand_pair):
     c = compare(*hand_pair)
     d = json.loads(comparison_json(c, {"fail_if_slower_pct": 5.0, "slower_pct": c.slower_pct, "failed": False}))
-    assert d["basis"] == "step" and d["step_s"]["before"] == pytest.approx(1.0)
-    assert d["slower_pct"] == pytest.approx(-25.0) and d["gate"]["failed"] is False
+    assert d["basis"] == "step" and d["step_s"]["before"] == pytest.approx(1.05)
+    assert d["slower_pct"] == pytest.approx(-30 / 1.05) and d["gate"]["failed"] is False
     f = {x["id"]: x for x in d["findings"]}
     assert f["data-loading-exposed"]["achieved_s"] == pytest.approx(0.25)
     assert f["data-loading-exposed"]["ratio"] == pytest.approx(0.25 / 0.30)

@@ -17,10 +17,11 @@ def test_phases_add_up_to_the_step_and_count_everything():
     for step in prof.steps:
         assert abs(sum(step.phases.values()) - step.wall_s) <= 0.01 * step.wall_s
         assert step.micro_steps == 3 and step.tokens == 4 * 64 * 3
-    s = prof.summary
-    assert set(s["phases"]) == {"data", "h2d", "forward", "backward", "optimizer", "other"}
-    assert s["tokens_per_s"] == pytest.approx(4 * 64 * 3 / s["step_s"])
-    assert s["phases"]["forward"]["share"] + s["phases"]["backward"]["share"] > 0.5
+    s = prof.stats
+    assert set(s.phases) == {"data", "h2d", "forward", "backward", "optimizer", "other"}
+    assert s.tokens_per_s == pytest.approx(4 * 64 * 3 / s.step_s)
+    assert s.step_s == pytest.approx(sum(p.seconds for p in s.phases.values()))  # the phases add up to it
+    assert s.phases["forward"].share + s.phases["backward"].share > 0.5
     cfg = prof.run["config"]
     assert cfg["param_count"] > 0 and cfg["tokens_per_step"] == 768 and cfg["model_dims"]["n_layer"] == 1
     assert prof.environment["python"] and prof.environment["torch"]
@@ -29,15 +30,15 @@ def test_phases_add_up_to_the_step_and_count_everything():
 def test_injected_data_delay_appears_as_the_data_share():
     delay = 0.05
     prof = run_builtin(LoopConfig(**SMALL), faults=LoopFaults(loader=LoaderFaults(batch_delay_s=delay)))
-    s = prof.summary
-    truth = SMALL["grad_accum"] * delay / s["step_s"]
+    s = prof.stats
+    truth = SMALL["grad_accum"] * delay / s.step_s
     assert truth > 0.15  # the injection is a large part of the step, even on a loaded machine
-    assert abs(s["phases"]["data"]["share"] - truth) < 0.03
+    assert abs(s.phases["data"].share - truth) < 0.03
 
 
 def test_eval_fault_is_its_own_phase():
     prof = run_builtin(LoopConfig(**SMALL), faults=LoopFaults(eval_every_step=2))
-    assert prof.summary["phases"]["eval"]["seconds"] > 0
+    assert prof.stats.phases["eval"].seconds > 0
 
 
 def test_loader_reads_like_nanogpt(tmp_path):

@@ -20,22 +20,30 @@ def test_diagnose_json_and_analyze_round_trip(tmp_path):
     printed = json.loads(res.stdout)
     saved = json.loads(out.read_text())
     assert printed == saved
-    assert saved["schema_version"] == 1 and saved["tool"]["name"] == "gpuprof"
-    s = saved["summary"]
+    assert saved["schema_version"] == 2 and saved["tool"]["name"] == "gpuprof"
+    assert "summary" not in saved and "findings" not in saved  # the judgement is the analysis, beside it
+    analysis = saved["analysis"]
+    s = analysis["steps"]
     assert s["step_s"] > 0 and s["tokens_per_s"] == pytest.approx(2 * 32 * 2 / s["step_s"])
+    assert s["n_steps"] == 3 and s["step_s"] == pytest.approx(sum(p["seconds"] for p in s["phases"].values()))
     for name in ("data", "h2d", "forward", "backward", "optimizer", "other"):
         assert 0 <= s["phases"][name]["share"] <= 1 and "seconds" in s["phases"][name]
-    assert saved["findings"] and {"id", "title", "saving_s", "saving_share"} <= set(saved["findings"][0])
+    findings = analysis["findings"]
+    assert findings and {"id", "title", "saving_s", "saving_share"} <= set(findings[0])
 
     again = runner.invoke(app, ["analyze", str(out), "--json"])
     assert again.exit_code == 0, again.output
     re_read = json.loads(again.stdout)
-    assert re_read["summary"]["step_s"] == s["step_s"]
+    assert re_read["analysis"]["steps"] == s  # the same steps judged again: the same statistics
+    assert [f["id"] for f in re_read["analysis"]["findings"]] == [f["id"] for f in findings]
     assert re_read["steps"] == saved["steps"]
+    stored = runner.invoke(app, ["analyze", str(out), "--json", "--stored"])
+    assert stored.exit_code == 0, stored.output
+    assert json.loads(stored.stdout)["analysis"]["findings"] == findings  # the saved analysis, as saved
 
     report = runner.invoke(app, ["analyze", str(out)])
     assert report.exit_code == 0
-    assert "Where a step's time goes" in report.stdout and "tokens/s" in report.stdout
+    assert "Where a typical step's time goes" in report.stdout and "tokens/s" in report.stdout
 
 
 def test_diagnose_report(tmp_path):
@@ -174,7 +182,7 @@ def test_the_report_names_the_rescued_file_too(tmp_path, monkeypatch):
     _fails_once(monkeypatch)
     res = runner.invoke(app, ["diagnose", *FAST, "--out", str(tmp_path / "p.json")])
     assert res.exit_code == 3, res.output
-    assert "Where a step's time goes" in res.stdout and "profile written to" not in res.stdout
+    assert "Where a typical step's time goes" in res.stdout and "profile written to" not in res.stdout
     assert "saved it to " + str(next(tmp_path.glob("p.rescued-*.json"))) in res.stderr
 
 
@@ -231,16 +239,16 @@ def test_a_step_of_minutes_is_said_up_front_and_runs(monkeypatch):
     first = res.stderr.splitlines()[0]
     assert first.startswith("gpuprof: warning: one optimizer step is estimated at 4.0 min (2.4e8 FLOPs")
     assert first.endswith("running it, Ctrl-C stops it")
-    assert "Where a step's time goes" in res.stdout
+    assert "Where a typical step's time goes" in res.stdout
 
 
 def test_write_with_no_config_fix_still_prints_the_report(tmp_path, monkeypatch):
     import gpuprof.cli.output as output
 
-    monkeypatch.setattr(output, "corrected_text", lambda profile: None)
+    monkeypatch.setattr(output, "corrected_text", lambda analysis: None)
     target = tmp_path / "corrected.py"
     res = runner.invoke(app, ["diagnose", *FAST, "--write", str(target)])
     assert res.exit_code == 0, res.output
-    assert "Where a step's time goes" in res.stdout and not target.exists()
+    assert "Where a typical step's time goes" in res.stdout and not target.exists()
     assert res.stderr.strip().splitlines()[-1] == (f"gpuprof: note: nothing written to {target}: no finding "
                                                    f"of this run is a config fix")

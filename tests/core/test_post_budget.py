@@ -28,14 +28,11 @@ class Clock:
 
 def _measured(forward_s: float, backward_s: float = 0.0, micro_steps: int = 1, tokens_per_step: int = 1024):
     """The run's measured figures the post-run parts size their work with (phase seconds per
-    step, micro-steps per step), as a profile gives them: its summary (and the same figures as step statistics, `stats`, for a profile that
-    derives them instead)."""
+    step, micro-steps per step), as a profile gives them: its step statistics (`stats`)."""
     seconds = {"forward": forward_s, "backward": backward_s}
-    summary = {"phases": {p: {"seconds": s} for p, s in seconds.items()}, "micro_steps": micro_steps,
-               "tokens_per_step": tokens_per_step}
     stats = types.SimpleNamespace(seconds=lambda phase: seconds.get(phase, 0.0), micro_steps=micro_steps,
                                   tokens_per_step=tokens_per_step)
-    return types.SimpleNamespace(summary=summary, stats=stats)
+    return types.SimpleNamespace(stats=stats)
 
 
 def test_budget_default_shares_and_report():

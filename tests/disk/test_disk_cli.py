@@ -57,7 +57,7 @@ def test_not_a_regular_file():
     (["--readers", "0"], "between 1 and 256"),
     (["--step-s", "2"], "--batch-size"),
     (["--tokens-per-sec", "-1"], "positive"),
-    (["--profile", "absent.json"], "no such profile"),
+    (["--profile", "absent.json"], "no such file"),
 ])
 def test_bad_options(tmp_path, args, msg):
     assert msg in _one_line_error(_invoke(str(tmp_path), *args))
@@ -66,7 +66,9 @@ def test_bad_options(tmp_path, args, msg):
 
 def test_profile_without_the_fields(tmp_path):
     prof = tmp_path / "run.gpuprof.json"
-    prof.write_text(json.dumps({"schema_version": 1, "summary": {}, "run": {"config": {}}}))
+    from gpuprof.profile import Profile
+
+    prof.write_text(Profile(run={"config": {}}, steps=[]).to_json())  # a profile without a block_size
     line = _one_line_error(_invoke(str(tmp_path), "--profile", str(prof)))
     assert "block_size" in line
 

@@ -1,7 +1,5 @@
 """The training loop's demand on storage and the headroom verdict: the arithmetic."""
 
-import json
-
 import pytest
 
 from gpuprof.disk.requirement import Need, assess, resolve_need
@@ -50,41 +48,43 @@ def test_bad_requirement_inputs(kwargs, msg):
         resolve_need(**kwargs)
 
 
-def _profile(tmp_path, summary=None, config=None):
-    data = {"schema_version": 1, "tool": "gpuprof", "run": {"config": config or {}},
-            "summary": summary or {}}
+def _profile(tmp_path, step_s=None, tokens=0, config=None):
+    """A saved gpuprof profile: 3 measured steps of `step_s` seconds and `tokens` tokens each (none
+    when step_s is None), and the run's config."""
+    from gpuprof.profile import Profile, StepRecord, save
+
+    steps = [] if step_s is None else [StepRecord(i, step_s, {"forward": step_s}, tokens=tokens)
+                                       for i in range(3)]
     p = tmp_path / "run.gpuprof.json"
-    p.write_text(json.dumps(data))
+    save(Profile(run={"config": config or {}}, steps=steps), p)
     return str(p)
 
 
 def test_profile_tokens_per_s(tmp_path):
-    p = _profile(tmp_path, {"tokens_per_s": 50_000.0, "step_s": 20.0},
-                 {"block_size": 512, "batch_size": 16, "grad_accum": 4})
+    p = _profile(tmp_path, 20.0, 1_000_000, {"block_size": 512, "batch_size": 16, "grad_accum": 4})
     n = resolve_need(profile=p)
-    assert n.tokens_per_s == 50_000 and n.block_size == 512
+    assert n.tokens_per_s == 50_000 and n.block_size == 512  # at the typical step
     assert n.tokens_per_step == 16 * 512 * 4 and n.step_s == 20.0
     assert n.samples_per_s == pytest.approx(50_000 / 512)
 
 
 def test_profile_computed_from_shape_when_tokens_missing(tmp_path):
-    p = _profile(tmp_path, {"step_s": 2.0}, {"block_size": 1024, "batch_size": 8,
-                                             "grad_accum": 2})
+    p = _profile(tmp_path, 2.0, 0, {"block_size": 1024, "batch_size": 8, "grad_accum": 2})
     assert resolve_need(profile=p).tokens_per_s == pytest.approx(8 * 1024 * 2 / 2.0)
 
 
 def test_command_line_beats_profile(tmp_path):
-    p = _profile(tmp_path, {"tokens_per_s": 50_000.0}, {"block_size": 512})
+    p = _profile(tmp_path, 1.0, 50_000, {"block_size": 512})
+    assert resolve_need(profile=p).tokens_per_s == 50_000
     n = resolve_need(profile=p, tokens_per_sec=10_000, block_size=1024)
     assert (n.tokens_per_s, n.block_size) == (10_000, 1024)
 
 
 def test_profile_missing_fields_are_named(tmp_path):
-    p = _profile(tmp_path, {}, {"block_size": 1024})
-    with pytest.raises(GpuprofError, match="summary.tokens_per_s.*run.config.batch_size.*"
-                                           "summary.step_s"):
+    p = _profile(tmp_path, None, 0, {"block_size": 1024})
+    with pytest.raises(GpuprofError, match="no tokens/s measured.*run.config.batch_size.*a measured step"):
         resolve_need(profile=p)
-    p2 = _profile(tmp_path, {"tokens_per_s": 1000.0}, {})
+    p2 = _profile(tmp_path, 1.0, 1000, {})
     with pytest.raises(GpuprofError, match="run.config.block_size"):
         resolve_need(profile=p2)
 
@@ -92,9 +92,9 @@ def test_profile_missing_fields_are_named(tmp_path):
 def test_profile_not_json_or_missing(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{nope")
-    with pytest.raises(GpuprofError, match="not JSON"):
+    with pytest.raises(GpuprofError, match="not valid JSON"):
         resolve_need(profile=str(bad))
-    with pytest.raises(GpuprofError, match="no such profile"):
+    with pytest.raises(GpuprofError, match="no such file"):
         resolve_need(profile=str(tmp_path / "absent.json"))
     arr = tmp_path / "arr.json"
     arr.write_text("[1, 2]")

@@ -10,12 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuprof.analysis.bounds import violations
-from gpuprof.analysis.pipeline import analyze_profile
+from gpuprof.analysis.pipeline import analyze
 from gpuprof.cli import app
 from gpuprof.errors import GpuprofError
 from gpuprof.measure.comm import CommMeter, CudaClock, HostClock
 from gpuprof.merge import merge_entries, merge_profiles
-from gpuprof.profile import Profile, StepRecord, summarize
+from gpuprof.profile import Profile, StepRecord
 from gpuprof.runners.launch import first_failure, torchrun_args
 
 MS = 1_000_000  # ns
@@ -70,8 +70,7 @@ def _rank_profile(rank, data_s, exposed_s, *, steps=4, other=0.01, rounds=1, mic
         phases = {"data": data_s, "h2d": 0.0, "forward": 0.02, "backward": 0.03 + exposed_s,
                   "optimizer": 0.005, "other": other}
         recs.append(StepRecord(index=i, wall_s=sum(phases.values()), phases=phases, tokens=512, micro_steps=micro))
-    prof = Profile(run={"mode": "script", "rank": rank, "world_size": 2, "config": {}}, steps=recs,
-                   summary=summarize(recs))
+    prof = Profile(run={"mode": "script", "rank": rank, "world_size": 2, "config": {}}, steps=recs)
     prof.measurements["comm"] = {
         "backend": "gloo", "clock": "host", "bytes_per_round": 4e6, "busbw_Bps": 1e9, "algbw_Bps": 1e9,
         "link": {"name": "test", "nominal_Bps": 2e9},
@@ -86,26 +85,34 @@ def test_merge_finds_the_straggler_exactly():
     # Rank 1 loads data 80 ms slower; rank 0 waits those 80 ms in its all-reduce.
     entries = [_rank_profile(0, data_s=0.01, exposed_s=0.09), _rank_profile(1, data_s=0.09, exposed_s=0.01)]
     merged = merge_entries(entries)
-    d = merged.measurements["distributed"]
+    assert "distributed" not in merged.measurements  # the ranks together are the analysis's, not stored
+    analysis = analyze(merged)
+    d = analysis.distributed
     assert d["slowest"]["rank"] == 1 and d["slowest"]["phase"] == "data"
     assert d["slowest"]["extra_s"] == pytest.approx(0.08)
     assert d["slowest"]["phase_extra_s"] == pytest.approx(0.08)
     assert d["communication"]["rank"] == 1 and d["communication"]["exposed_s"] == pytest.approx(0.01)
     assert {w["rank"]: w["waiting_s"] for w in d["communication"]["waiting"]} == pytest.approx({0: 0.08, 1: 0.0})
     assert merged.run["rank"] == 1 and merged.run["view"].startswith("rank 1 (the slowest rank)")
-    findings = {f.id: f for f in analyze_profile(merged)}
+    findings = {f.id: f for f in analysis.findings}
     f = findings["straggler-rank"]
     assert f.evidence["rank"] == 1 and "80.0 ms" in f.title
     assert findings["communication-exposed"].evidence["busbw_Bps"] == 1e9
     assert "ddp-sync-every-micro-step" not in findings
-    assert violations(merged) == []
+    assert violations(merged, analysis) == []
+    assert analyze(merged).to_dict() == analysis.to_dict()  # pure: the merged profile is unchanged
 
 
 def test_sync_every_micro_step_saving_is_the_extra_rounds():
     entries = [_rank_profile(r, data_s=0.01, exposed_s=0.02, rounds=2) for r in (0, 1)]
-    findings = {f.id: f for f in analyze_profile(merge_entries(entries))}
+    analysis = analyze(merge_entries(entries))
+    findings = {f.id: f for f in analysis.findings}
     f = findings["ddp-sync-every-micro-step"]
     assert f.evidence["rounds_per_step"] == 2 and f.saving_s == pytest.approx(0.01)
+    # counts stay ints (a median of ints is stored as one)
+    c = analysis.distributed["communication"]
+    assert type(c["rounds_per_step"]) is int and type(c["micro_steps"]) is int and c["micro_steps"] == 2
+    assert all(type(r["comm"]["rounds_per_step"]) is int for r in analysis.distributed["ranks"])
     # communication-exposed keeps only what stays exposed after that fix: no interval twice.
     assert findings["communication-exposed"].evidence["exposed_s"] == pytest.approx(0.01)
 
@@ -118,7 +125,7 @@ def test_failed_and_missing_ranks_are_named_and_kept():
     missing = {"rank": 2, "local_rank": 0, "node_rank": 1, "host": None, "world_size": 3, "status": "missing",
                "profile": None, "error": {"type": "RankDied", "message": "killed by SIGKILL", "time": 5.0}}
     merged = merge_entries([failed, missing, ok])
-    d = merged.measurements["distributed"]
+    d = analyze(merged).distributed
     assert [r["rank"] for r in d["ranks"]] == [0, 1, 2]
     assert d["failed_ranks"] == [1, 2] and d["world_size"] == 3
     assert "slowest" not in d  # one healthy rank: no straggler to compare
@@ -126,6 +133,31 @@ def test_failed_and_missing_ranks_are_named_and_kept():
     assert first_failure([failed, missing, ok])["rank"] == 2  # it failed first
     with pytest.raises(GpuprofError, match="rank 2: RankDied"):
         merge_entries([missing])
+
+
+def test_failed_ranks_errors_print_as_they_are():
+    """A rank's error is printed as its text: gloo's messages hold "[/path/pair.cc:553]", which is
+    not console markup (it raised rich's MarkupError instead of the report)."""
+    import io
+
+    from rich.console import Console
+
+    from gpuprof.render.terminal import render_diagnosis
+
+    gloo = "[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:20873"
+    entries = []
+    for r in (0, 1):
+        e = _rank_profile(r, data_s=0.01, exposed_s=0.01)
+        error = {"type": "RuntimeError", "message": f"rank {r}: {gloo}", "file": "t.py", "line": 3, "time": 1.0 + r}
+        e["profile"]["run"].update(ended="failed", error=error)
+        e.update(status="failed", error=error)
+        entries.append(e)
+    merged = merge_entries(entries)
+    console = Console(file=io.StringIO(), width=100, color_system=None)
+    render_diagnosis(merged, analyze(merged), console)
+    text = " ".join(console.file.getvalue().replace("│", " ").split())  # the panels' lines, joined back
+    assert "ended failed: RuntimeError rank 0: [/__w/pytorch/third_party/gloo" in text
+    assert "rank 1 failed: RuntimeError at t.py:3: rank 1: [/__w/pytorch/third_party/gloo" in text
 
 
 def test_merge_profiles_refuses_a_rank_twice_and_fills_placeholders():
@@ -210,12 +242,13 @@ def test_link_info_says_why_not_known(monkeypatch):
 def test_bounds_check_the_distributed_figures():
     entries = [_rank_profile(0, data_s=0.01, exposed_s=0.09), _rank_profile(1, data_s=0.09, exposed_s=0.01)]
     merged = merge_entries(entries)
-    assert violations(merged) == []
-    c = merged.measurements["distributed"]["communication"]
+    analysis = analyze(merged)
+    assert violations(merged, analysis) == []
+    c = analysis.distributed["communication"]
     c["exposed_s"], c["in_flight_s"] = 0.05, 0.02  # exposed longer than in flight: impossible
-    merged.measurements["distributed"]["ranks"][0]["busy_s"] = 5.0  # busier than its step
+    analysis.distributed["ranks"][0]["busy_s"] = 5.0  # busier than its step
     merged.ranks[1]["profile"]["measurements"]["comm"]["per_step"][0]["exposed_s"] = -1.0
-    found = violations(merged)
+    found = violations(merged, analysis)
     assert any("exposed 0.05 s is more than the 0.02 s in flight" in v for v in found)
     assert any("rank 0: busy 5 s is outside 0..its step" in v for v in found)
     assert any(v.startswith("rank 1: measurements.comm.per_step[1]: negative") for v in found)

@@ -12,10 +12,12 @@ import time
 import pytest
 
 from gpuprof.analysis.bounds import violations
-from gpuprof.merge import distributed_summary, merge_entries
+from gpuprof.analysis.distributed import distributed_stats
+from gpuprof.analysis.pipeline import Analysis
+from gpuprof.merge import merge_entries
 from gpuprof.profile import Profile
 
-from ddp_helpers import DDP_SCRIPT, FAST, finding, free_port, gpuprof, load
+from ddp_helpers import DDP_SCRIPT, FAST, finding, free_port, gpuprof, load, rank_stats
 
 DELAY_S = 0.05  # rank 1 sleeps this long in every get_batch: 2 per step (accum 4 over 2 ranks)
 
@@ -50,18 +52,19 @@ def test_merged_profile_holds_both_ranks(straggler_run):
         assert comm["backend"] == "gloo" and comm["world_size"] == 2 and comm["clock"] == "host"
         assert comm["measured_steps"] == 4
         assert comm["bytes_per_round"] > 0 and comm["busbw_Bps"] > 0
-    assert violations(Profile.from_dict(prof)) == []
+    merged = Profile.from_dict(prof)
+    assert violations(merged, Analysis.from_dict(prof["analysis"], merged)) == []
+    assert "distributed" not in prof["measurements"]  # the ranks together are the analysis's
     assert "rank 1 is the straggler" in r.stdout and "data parallel: 2 ranks" in r.stdout
 
 
 def test_straggler_found_with_its_size(straggler_run):
     prof, _ = straggler_run
     f = finding(prof, "straggler-rank")
-    assert f is not None, [x["id"] for x in prof["findings"]]
+    assert f is not None, [x["id"] for x in prof["analysis"]["findings"]]
     ev = f["evidence"]
     assert ev["rank"] == 1 and ev["phase"] == "data"
-    slow_rank = next(e for e in prof["ranks"] if e["rank"] == 1)["profile"]
-    micro = slow_rank["summary"]["micro_steps"]
+    micro = rank_stats(next(e for e in prof["ranks"] if e["rank"] == 1)).micro_steps
     injected = DELAY_S * micro  # seconds per step
     # Within 5 points of the step (the bar); sleep overshoots a little on a busy VM.
     assert abs(ev["extra_s"] - injected) / ev["step_s"] <= 0.05, (ev, injected)
@@ -75,15 +78,16 @@ def test_sync_every_micro_step_detected(straggler_run):
     assert f is not None
     assert f["evidence"]["rounds_per_step"] == 2 and f["evidence"]["micro_steps"] == 2
     assert 0 < f["saving_s"] < f["evidence"]["step_s"]
-    comm = prof["measurements"]["distributed"]["communication"]
-    assert comm["rounds_per_step"] == 2
+    comm = prof["analysis"]["distributed"]["communication"]
+    assert comm["rounds_per_step"] == 2 and type(comm["rounds_per_step"]) is int  # a count, saved as one
 
 
 def test_no_sync_toggling_not_flagged(clean_run):
     prof, _ = clean_run
     assert finding(prof, "ddp-sync-every-micro-step") is None
-    comm = prof["measurements"]["distributed"]["communication"]
+    comm = prof["analysis"]["distributed"]["communication"]
     assert comm["rounds_per_step"] == 1 and comm["micro_steps"] == 2
+    assert type(comm["rounds_per_step"]) is int and type(comm["micro_steps"]) is int
     # No injected straggler: whatever rank is busiest, it is not a data-path straggler of 50 ms+.
     f = finding(prof, "straggler-rank")
     assert f is None or f["evidence"]["extra_s"] < DELAY_S
@@ -121,7 +125,7 @@ def test_builtin_loop_data_parallel(tmp_path):
         p = e["profile"]
         assert p["run"]["distributed"]["backend"] == "gloo"
         assert p["run"]["config"]["grad_accum"] == 2  # 4 // world size, as nanoGPT
-        assert p["summary"]["micro_steps"] == 2
+        assert rank_stats(e).micro_steps == 2
         assert p["measurements"]["comm"]["rounds_per_step"] == 1  # no_sync on the first micro-step
     assert finding(prof, "ddp-sync-every-micro-step") is None
 
@@ -141,14 +145,14 @@ def test_two_nodes_merge_equals_all_ranks(tmp_path, data_dir):
         assert p.returncode == 0, err[-3000:]
     nodes = [load(tmp_path / f"node{n}.json") for n in (0, 1)]
     assert [[e["rank"] for e in n["ranks"]] for n in nodes] == [[0], [1]]
-    assert nodes[0]["measurements"]["distributed"]["absent_ranks"] == [1]
+    assert nodes[0]["analysis"]["distributed"]["absent_ranks"] == [1]
     r = gpuprof("merge", tmp_path / "node1.json", tmp_path / "node0.json", "--out", tmp_path / "all.json")
     assert r.returncode == 0, r.stderr
     merged = load(tmp_path / "all.json")
     entries = [e for n in nodes for e in n["ranks"]]
     expected = merge_entries(entries)
     assert merged["ranks"] == expected.ranks
-    assert merged["measurements"]["distributed"] == distributed_summary(entries, 2)
+    assert merged["analysis"]["distributed"] == distributed_stats(entries, 2)
     assert merged["run"]["launch"] == {"nnodes": 2, "nproc_per_node": 1, "world_size": 2}
     assert merged["steps"] == [s.to_dict() for s in expected.steps]
     again = gpuprof("merge", tmp_path / "node0.json", tmp_path / "node0.json")

@@ -17,7 +17,7 @@ def test_interrupt_keeps_the_measured_steps():
     prof = run_builtin(LoopConfig(**TINY), on_step=ctrl_c, post_budget_s=5)
     assert prof.run["ended"] == "interrupted" and prof.run["partial"] is True
     assert len(prof.warmup_steps) == 1 and len(prof.steps) == 3
-    assert prof.summary["n_steps"] == 3
+    assert prof.stats.n_steps == 3
     assert prof.measurements["post_run"]["budget_s"] == 0  # out now: no post-run measurements
 
 

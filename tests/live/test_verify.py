@@ -5,19 +5,33 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from gpuprof.analysis.corrected import CorrectedConfig
+from gpuprof.analysis.findings import Finding
+from gpuprof.analysis.pipeline import Analysis, AnalysisOptions
 from gpuprof.cli import app
-from gpuprof.cli.verify import loop_config_with, script_args_with, top_config_fix
 from gpuprof.errors import GpuprofError
 from gpuprof.runners.builtin import LoopConfig
+from gpuprof.session import loop_config_with, script_args_with, top_config_fix
+
+
+def _finding(fid, kind="fix", saving=None, overrides=None, **kw) -> Finding:
+    return Finding(id=fid, title=kw.pop("title", fid), saving_s=saving, saving_share=kw.pop("saving_share", None),
+                   evidence={}, kind=kind, config_overrides=dict(overrides or {}), **kw)
+
+
+def _analysis(findings, profile=None) -> Analysis:
+    """An analysis that concluded exactly these findings (of `profile`, when given)."""
+    return Analysis(options=AnalysisOptions(), stats=profile.stats if profile is not None else None, mfu=None,
+                    findings=tuple(findings), corrected=CorrectedConfig())
 
 
 def test_top_config_fix_is_the_first_fix_with_overrides_and_a_saving():
-    findings = [{"id": "a", "kind": "verdict", "config_overrides": {"x": 1}, "saving_s": 1.0},
-                {"id": "b", "kind": "fix", "config_overrides": {}, "saving_s": 0.5},
-                {"id": "c", "kind": "fix", "config_overrides": {"batch_size": 8}, "saving_s": 0.0},
-                {"id": "d", "kind": "fix", "config_overrides": {"batch_size": 8}, "saving_s": 0.2}]
-    assert top_config_fix(findings)["id"] == "d"
-    assert top_config_fix(findings[:3]) is None
+    findings = [_finding("a", "verdict", 1.0, {"x": 1}),
+                _finding("b", "fix", 0.5, {}),
+                _finding("c", "fix", 0.0, {"batch_size": 8}),
+                _finding("d", "fix", 0.2, {"batch_size": 8})]
+    assert top_config_fix(_analysis(findings)).id == "d"
+    assert top_config_fix(_analysis(findings[:3])) is None
 
 
 def test_overrides_map_onto_the_loop_and_the_script():
@@ -30,12 +44,11 @@ def test_overrides_map_onto_the_loop_and_the_script():
     assert args == ["cfg.py", "--max_iters=5", "--batch_size=8"] and used == {"batch_size": 8}
 
 
-def _profile(phases: dict, findings=()):
-    from gpuprof.profile import Profile, StepRecord, summarize
+def _profile(phases: dict):
+    from gpuprof.profile import Profile, StepRecord
 
     steps = [StepRecord(i, sum(phases.values()), dict(phases), tokens=256, micro_steps=4) for i in range(3)]
-    return Profile(run={"mode": "builtin", "config": {"batch_size": 1, "grad_accum": 8}}, steps=steps,
-                   summary=summarize(steps), findings=list(findings))
+    return Profile(run={"mode": "builtin", "config": {"batch_size": 1, "grad_accum": 8}}, steps=steps)
 
 
 def test_verify_prints_the_fix_predicted_vs_achieved():
@@ -43,17 +56,16 @@ def test_verify_prints_the_fix_predicted_vs_achieved():
 
     from rich.console import Console
 
-    from gpuprof.cli.verify import verify
+    from gpuprof.cli.verify import run_verify
 
-    fix = {"id": "micro-batch-too-small", "kind": "fix", "title": "micro-batch too small", "saving_s": 0.2,
-           "saving_share": 0.4, "config_overrides": {"batch_size": 8, "gradient_accumulation_steps": 1},
-           "claims": {"forward": 0.1, "backward": 0.1}, "evidence": {}}
-    before = _profile({"data": 0.05, "forward": 0.15, "backward": 0.3}, [fix])
+    fix = _finding("micro-batch-too-small", "fix", 0.2, {"batch_size": 8, "gradient_accumulation_steps": 1},
+                   title="micro-batch too small", saving_share=0.4, claims={"forward": 0.1, "backward": 0.1})
+    before = _profile({"data": 0.05, "forward": 0.15, "backward": 0.3})
     after = _profile({"data": 0.05, "forward": 0.1, "backward": 0.15})  # forward+backward 0.2 s shorter
     asked = []
     out, err = io.StringIO(), io.StringIO()
-    verify(before, before.findings, lambda o: asked.append(o) or after, Console(file=out, width=120),
-           Console(file=err, width=200), "the built-in loop")
+    run_verify(before, _analysis([fix], before), AnalysisOptions(), Console(file=err, width=200),
+               lambda o: asked.append(o) or after, "the built-in loop", console=Console(file=out, width=120))
     assert asked == [{"batch_size": 8, "gradient_accumulation_steps": 1}]
     assert "running the built-in loop again with batch_size=8, gradient_accumulation_steps=1" in err.getvalue()
     line = next(ln for ln in out.getvalue().splitlines() if ln.startswith("--verify: "))
@@ -66,19 +78,22 @@ def test_verify_says_when_there_is_nothing_or_the_rerun_is_refused():
 
     from rich.console import Console
 
-    from gpuprof.cli.verify import verify
+    from gpuprof.cli.verify import run_verify
 
-    err = io.StringIO()
-    verify(_profile({"forward": 0.1}), [], None, Console(file=io.StringIO()), Console(file=err, width=200), "x")
-    assert "nothing to verify" in err.getvalue()
-    fix = {"id": "f", "kind": "fix", "saving_s": 0.1, "config_overrides": {"batch_size": 64}}
+    err, out = io.StringIO(), io.StringIO()
+    prof = _profile({"forward": 0.1})
+    run_verify(prof, _analysis([], prof), AnalysisOptions(), Console(file=err, width=200), None, "x",
+               console=Console(file=out))
+    assert "nothing to verify" in err.getvalue() and out.getvalue() == ""
+    fix = _finding("f", "fix", 0.1, {"batch_size": 64})
 
     def refused(o):
         raise GpuprofError("the run cannot fit: 90 GiB needed")
 
     err = io.StringIO()
-    verify(_profile({"forward": 0.1}), [fix], refused, Console(file=io.StringIO()), Console(file=err, width=200), "x")
-    assert "--verify: not run: the run cannot fit: 90 GiB needed" in err.getvalue()
+    run_verify(prof, _analysis([fix], prof), AnalysisOptions(), Console(file=err, width=200), refused, "x",
+               console=Console(file=out))
+    assert "--verify: not run: the run cannot fit: 90 GiB needed" in err.getvalue() and out.getvalue() == ""
 
 
 def test_verify_end_to_end_on_the_builtin_loop():

@@ -21,7 +21,7 @@ from gpuprof.analysis.rules import machine
 from gpuprof.measure.host import HostSampler
 from gpuprof.measure.sampling import _SamplerThread
 from gpuprof.measure.timer import PhaseTimer
-from gpuprof.profile import Profile, StepRecord, summarize
+from gpuprof.profile import Profile, StepRecord
 
 CoreTimes = namedtuple("scputimes", "user nice system idle iowait irq softirq steal guest guest_nice")
 ProcTimes = namedtuple("pcputimes", "user system children_user children_system")
@@ -256,8 +256,8 @@ def test_others_holding_the_cores_end_to_end_names_them_with_their_share():
     assert host["summary"]["others_cpu_cores"]["mean"] == pytest.approx(1.4, abs=0.03)
     steps = [StepRecord(i, 1.0, {"forward": 0.4, "backward": 0.6}, tokens=4096, micro_steps=1) for i in range(3)]
     prof = Profile(run={"mode": "builtin", "config": {"device": "cpu"}}, steps=steps,
-                   environment={"device": "cpu"}, summary=summarize(steps), measurements={"host": host})
-    (f,) = machine.cpu_saturated(Context(profile=prof))
+                   environment={"device": "cpu"}, measurements={"host": host})
+    (f,) = machine.cpu_saturated(Context(profile=prof, stats=prof.stats))
     assert "other processes held 1.4 of 2 cores (70%)" in f.title and "this run used 0.5" in f.title
     assert "model's compute" not in f.fix and "free the cores" in f.fix
     assert f.evidence["others_share"] == pytest.approx(0.70, abs=0.02)

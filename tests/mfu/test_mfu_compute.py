@@ -3,7 +3,7 @@
 import pytest
 
 from gpuprof.analysis.mfu import compute_mfu
-from gpuprof.profile import Profile
+from gpuprof.profile import Profile, StepRecord
 
 F_XL = 1.0751832e16  # FLOPs per step: GPT-2 1558M-ish × 1,048,576 tokens (FACTS.md)
 
@@ -20,8 +20,16 @@ def _profile(device_name="NVIDIA H200", device="cuda", step_s=21.0, flops=F_XL, 
         meas["probe"] = probe
     if script is not None:
         meas["script"] = {"reported": script}
-    return Profile(run={"config": cfg}, steps=[], environment={"device": device, "device_name": device_name},
-                   summary={"step_s": step_s, "timeline": "gpu"}, measurements=meas)
+    # Measured steps of step_s seconds (three alike, or the list given): on CUDA on the GPU timeline
+    # (each step's CUDA span), else host wall time.
+    gpu = str(device).startswith("cuda")
+    steps = []
+    for i, t in enumerate(step_s if isinstance(step_s, list) else [step_s] * 3):
+        phases = {"forward": 0.25 * t, "backward": 0.75 * t}
+        steps.append(StepRecord(i, t, dict(phases), tokens=cfg.get("tokens_per_step") or 0, micro_steps=1,
+                                gpu_s=t if gpu else None, gpu_phases=dict(phases) if gpu else None))
+    return Profile(run={"config": cfg}, steps=steps, environment={"device": device, "device_name": device_name},
+                   measurements=meas)
 
 
 def _causes(m):
@@ -49,6 +57,19 @@ def test_floor_and_expected_step_times():
     assert m["expected_step_s"]["40%"] == pytest.approx(m["floor_s"] / 0.4)
     assert m["expected_step_s"]["60%"] == pytest.approx(m["floor_s"] / 0.6)
     assert m["step_over_floor"] == pytest.approx(21 / m["floor_s"])
+
+
+def test_mfu_is_over_the_typical_step_on_the_gpu_timeline():
+    m = compute_mfu(_profile())
+    assert m["step_s"] == pytest.approx(21.0) and m["timeline"] == "gpu"
+    # Steps that vary: the typical step is their mean (22 s), not the median (21 s).
+    m = compute_mfu(_profile(step_s=[20.0, 21.0, 25.0]))
+    assert m["step_s"] == pytest.approx(22.0) and m["achieved_tflops"] == pytest.approx(F_XL / 22 / 1e12)
+    # An irregular step (a 60 s pause among 21 s steps) is left out: MFU is the typical step's.
+    m = compute_mfu(_profile(step_s=[21.0, 21.0, 60.0, 21.0, 21.0]))
+    assert m["step_s"] == pytest.approx(21.0) and m["mfu"] == pytest.approx(F_XL / 21 / 989.5e12)
+    m = compute_mfu(_profile(device="cpu", device_name="CPU (x86)", step_s=1.0))
+    assert m["step_s"] == pytest.approx(1.0) and m["timeline"] == "host"
 
 
 def test_ceiling_gives_second_denominator():
@@ -124,6 +145,6 @@ def test_flops_from_config_when_not_counted():
 
 
 def test_missing_everything_is_reported_not_raised():
-    p = Profile(run={}, steps=[], environment={}, summary={}, measurements={})
+    p = Profile(run={}, steps=[], environment={}, measurements={})
     m = compute_mfu(p)
     assert m["mfu"] is None and m["flops_per_step"] is None and m["warnings"]

@@ -9,6 +9,7 @@ from gpuprof.dims import (GPT2_SIZES, PRESETS, GPTConfig, flops_per_token, gpt_f
                           gpt_param_count, param_count, preset_config)
 from gpuprof.measure.flops import FlopsInstrument, count_flops
 from gpuprof.measure.timer import PhaseTimer
+from gpuprof.profile import Profile, StepRecord
 from gpuprof.runners.builtin import RunContext
 from gpuprof.runners.gpt import GPT
 
@@ -64,9 +65,10 @@ def test_compiled_wrapper_is_unwrapped(tiny):
     assert c["forward"] == count_flops(model, (x,))["forward"]
 
 
-def _ctx(cfg, model, x, micro=4, profile_summary=None):
-    prof = types.SimpleNamespace(summary=profile_summary or {"micro_steps": micro,
-                                                             "tokens_per_step": x.numel() * micro})
+def _ctx(cfg, model, x, micro=4):
+    # The measured steps the instrument reads its micro-steps and tokens per step from (profile.stats).
+    steps = [StepRecord(i, 1.0, {"forward": 1.0}, tokens=x.numel() * micro, micro_steps=micro) for i in range(2)]
+    prof = Profile(run={}, steps=steps)
     return RunContext(config={"grad_accum": micro}, gpt_config=cfg, model=model, example_args=(x, x),
                       example_kwargs={}, device="cpu", timer=PhaseTimer(), autocast_dtype=None, profile=prof)
 

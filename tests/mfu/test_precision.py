@@ -9,8 +9,7 @@ from gpuprof.analysis.findings import Context
 from gpuprof.analysis.mfu import compute_mfu
 from gpuprof.analysis.rules import gpu
 from gpuprof.measure.precision import matmul_tf32_state, read_precision
-from gpuprof.profile import StepRecord
-from gpuprof.profile import Profile, summarize
+from gpuprof.profile import Profile, StepRecord
 
 
 @pytest.fixture
@@ -58,7 +57,7 @@ def _h200_profile(precision: dict, probe: dict | None = None) -> Profile:
                         gpu_s=2.0, gpu_phases={"forward": 0.7, "backward": 1.3}) for i in range(3)]
     cfg = {"device": "cuda:0", "dtype": "fp32", "tokens_per_step": 65536, "precision": precision,
            "model_dims": {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50304, "block_size": 1024}}
-    return Profile(run={"mode": "script", "config": cfg}, steps=steps, summary=summarize(steps),
+    return Profile(run={"mode": "script", "config": cfg}, steps=steps,
                    environment={"device": "cuda:0", "device_name": "NVIDIA H200"},
                    measurements={"probe": probe} if probe else {})
 
@@ -71,10 +70,9 @@ def test_nanogpt_fp32_with_allow_tf32_is_measured_against_tf32_on_an_h200():
     m = compute_mfu(prof)
     assert m["dtype"] == "tf32" and m["peak_tflops"] == 494.5
     assert m["mfu_vs_ceiling"] == pytest.approx(m["achieved_tflops"] / 400.0)
-    prof.summary["mfu"] = m
     from gpuprof.hardware import find_gpu
 
-    assert gpu.no_tensor_cores(Context(profile=prof, mfu=m, gpu=find_gpu("NVIDIA H200"))) == []
+    assert gpu.no_tensor_cores(Context(profile=prof, stats=prof.stats, mfu=m, gpu=find_gpu("NVIDIA H200"))) == []
 
 
 def test_a_ceiling_in_another_dtype_is_never_the_denominator():
@@ -90,7 +88,7 @@ def test_fp32_without_tf32_still_fires_no_tensor_cores():
     assert m["dtype"] == "fp32" and m["peak_tflops"] == 67
     from gpuprof.hardware import find_gpu
 
-    (f,) = gpu.no_tensor_cores(Context(profile=prof, mfu=m, gpu=find_gpu("NVIDIA H200")))
+    (f,) = gpu.no_tensor_cores(Context(profile=prof, stats=prof.stats, mfu=m, gpu=find_gpu("NVIDIA H200")))
     assert f.id == "no-tensor-cores"
 
 

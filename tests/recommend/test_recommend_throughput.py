@@ -11,46 +11,56 @@ from gpuprof.profile import load
 from gpuprof.recommend.sweep import OutOfMemory, sweep
 from gpuprof.recommend.throughput import ThroughputModel
 from gpuprof.dims import preset_config
+from gpuprof.stats import PhaseTime, StepStats
 
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
 
 class FakeProfile:
-    def __init__(self, summary):
-        self.summary = summary
+    """What ThroughputModel.from_profile reads of a Profile: its step statistics (gpuprof.stats)."""
+
+    def __init__(self, stats):
+        self.stats = stats
+
+
+def _stats(step_s: float, micro_steps: int, tokens_per_step: int, timeline: str, phases: dict) -> StepStats:
+    total = sum(phases.values())
+    return StepStats(timeline=timeline, n_steps=4, step_s=step_s,
+                     phases={k: PhaseTime(seconds=v, share=v / total, host_seconds=v) for k, v in phases.items()},
+                     median_s=step_s, p10_s=step_s, p90_s=step_s, min_s=step_s, max_s=step_s, mean_s=step_s,
+                     host_step_s=step_s, tokens_per_step=tokens_per_step, micro_steps=micro_steps,
+                     typical=(0, 1, 2, 3))
 
 
 def test_from_profile_splits_fixed_and_per_token():
     # 64 micro-steps of 16 × 1024 tokens; data 0.1 s per micro-step, compute 0.05 s.
-    prof = FakeProfile({
-        "step_s": 64 * 0.15 + 0.2, "micro_steps": 64, "tokens_per_step": 16 * 1024 * 64,
-        "timeline": "gpu",
-        "phases": {"data": {"seconds": 6.4}, "h2d": {"seconds": 0.0},
-                   "forward": {"seconds": 1.0}, "backward": {"seconds": 2.2},
-                   "optimizer": {"seconds": 0.15}, "other": {"seconds": 0.05}},
-    })
+    prof = FakeProfile(_stats(64 * 0.15 + 0.2, 64, 16 * 1024 * 64, "gpu",
+                              {"data": 6.4, "h2d": 0.0, "forward": 1.0, "backward": 2.2,
+                               "optimizer": 0.15, "other": 0.05}))
     tp = ThroughputModel.from_profile(prof)
     assert tp.fixed_s == pytest.approx(0.1)
     assert tp.per_token_s == pytest.approx(3.2 / (16 * 1024 * 64))
     assert tp.optimizer_s == pytest.approx(0.2)
-    assert tp.step_s(16, 1024, 64) == pytest.approx(prof.summary["step_s"])  # reproduces it
+    assert tp.step_s(16, 1024, 64) == pytest.approx(prof.stats.step_s)  # reproduces it
     fast, slow = tp.step_range(128, 1024, 8)
     assert fast == pytest.approx(8 * 0.1 + 3.2 + 0.2)
-    assert slow == pytest.approx(prof.summary["step_s"])  # "nothing is fixed": no gain
+    assert slow == pytest.approx(prof.stats.step_s)  # "nothing is fixed": no gain
 
 
 def test_from_real_profile_fixture():
-    prof = load(os.path.join(FIXTURES, "tiny_cpu_b4x4.gpuprof.json"))
+    prof = load(os.path.join(FIXTURES, "tiny_cpu_b4x4.gpuprof.json"))  # a schema-1 file: stats derived again
     tp = ThroughputModel.from_profile(prof)
-    s = prof.summary
-    assert tp.step_s(4, 64, 4) == pytest.approx(s["step_s"])
+    s = prof.stats
+    assert tp.step_s(4, 64, 4) == pytest.approx(s.step_s)  # the typical step, reproduced
     assert tp.source == "profile" and "measured step" in tp.note
 
 
-def test_from_profile_without_summary():
+def test_from_profile_without_steps():
     with pytest.raises(GpuprofError):
-        ThroughputModel.from_profile(FakeProfile({}))
+        ThroughputModel.from_profile(FakeProfile(None))
+    with pytest.raises(GpuprofError):  # no micro-steps or tokens recorded
+        ThroughputModel.from_profile(FakeProfile(_stats(1.0, 0, 0, "host", {"forward": 1.0})))
 
 
 def test_from_points_recovers_a_line():

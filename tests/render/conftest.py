@@ -1,5 +1,7 @@
 """Profiles the renderer tests share: two real runs (the built-in loop and a nanoGPT-style script
-given an argument that is HTML) and a hand-built two-rank CUDA-like merged profile."""
+given an argument that is HTML) and a hand-built two-rank CUDA-like merged profile, each with its
+Analysis (`*_analysis`: the profile analysed, gpuprof.analysis.pipeline; the merged one's findings
+and corrected config hand-built with strings that look like HTML)."""
 
 import io
 from pathlib import Path
@@ -7,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpuprof.profile import Profile, StepRecord, summarize
+from gpuprof.profile import Profile, StepRecord
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 INJECTED = "<script>alert(1)</script>"
@@ -58,22 +60,26 @@ def _instruments(device, data_path):
 
 @pytest.fixture(scope="session")
 def builtin_profile():
-    """The built-in loop, tiny, on CPU, with the host sampler; analysed."""
-    from gpuprof.analysis.pipeline import analyze_profile
+    """The built-in loop, tiny, on CPU, with the host sampler (its Analysis: builtin_analysis)."""
     from gpuprof.runners.builtin import LoopConfig, run_builtin
 
     cfg = LoopConfig(model="tiny", n_layer=1, n_embd=32, n_head=2, batch_size=2, block_size=32,
                      grad_accum=2, steps=3, warmup=1, device="cpu")
-    prof = run_builtin(cfg, instruments=_instruments("cpu", None), post_budget_s=0)
-    analyze_profile(prof)
-    return prof
+    return run_builtin(cfg, instruments=_instruments("cpu", None), post_budget_s=0)
+
+
+@pytest.fixture(scope="session")
+def builtin_analysis(builtin_profile):
+    from gpuprof.analysis.pipeline import analyze
+
+    return analyze(builtin_profile)
 
 
 @pytest.fixture(scope="session")
 def script_profile(tmp_path_factory):
     """tests/fixtures/nanogpt_train.py run under the hooks with `--compile_backend=<script>…`
-    (a string setting the script keeps but does not use unless it compiles); analysed."""
-    from gpuprof.analysis.pipeline import analyze_profile
+    (a string setting the script keeps but does not use unless it compiles). Its Analysis:
+    script_analysis."""
     from gpuprof.runners.script import run_script
 
     data = tmp_path_factory.mktemp("tokens")
@@ -87,8 +93,14 @@ def script_profile(tmp_path_factory):
                      steps=3, warmup=1, stdout=io.StringIO(), instruments_factory=_instruments,
                      post_budget_s=0)
     assert run.ended == "stopped" and run.profile is not None
-    analyze_profile(run.profile)
     return run.profile
+
+
+@pytest.fixture(scope="session")
+def script_analysis(script_profile):
+    from gpuprof.analysis.pipeline import analyze
+
+    return analyze(script_profile)
 
 
 PHASES_HOST = {"data": 0.10, "h2d": 0.01, "forward": 0.10, "backward": 0.15, "optimizer": 0.03, "other": 0.01}
@@ -119,7 +131,7 @@ def cuda_rank_profile(rank: int, n_steps: int, status: str = "ok") -> Profile:
            "ended": "stopped" if status == "ok" else status, "partial": status != "ok",
            "config": {"device": "cuda:0", "batch_size": 8, "block_size": 64, "grad_accum": 2,
                       "tokens_per_step": 1024}}
-    return Profile(run=run, steps=steps, warmup_steps=warm, summary=summarize(steps),
+    return Profile(run=run, steps=steps, warmup_steps=warm,
                    environment={"device_name": "NVIDIA H200", "device": "cuda:0"},
                    measurements={"nvml": nvml, "timer": {"gpu_timeline": True, "reasons": []}})
 
@@ -127,20 +139,12 @@ def cuda_rank_profile(rank: int, n_steps: int, status: str = "ok") -> Profile:
 @pytest.fixture
 def merged_profile():
     """Two ranks: rank 0 ok (3 steps), rank 1 failed after 2 steps with an HTML-looking error.
-    Shaped as gpuprof.merge makes one: the top level is one rank's view (here rank 0's steps,
-    summary and measurements), every rank's own profile under `ranks`."""
+    Shaped as gpuprof.merge makes one: the top level is one rank's view (here rank 0's steps and
+    measurements), every rank's own profile under `ranks`. Its Analysis: merged_analysis."""
     r0, r1 = cuda_rank_profile(0, 3), cuda_rank_profile(1, 2, "failed")
     top = Profile(run={**r0.run, "view": "rank 0 (the lowest rank with a profile); every rank under `ranks`"},
-                  steps=r0.steps, warmup_steps=r0.warmup_steps, summary=summarize(r0.steps),
+                  steps=r0.steps, warmup_steps=r0.warmup_steps,
                   environment=r0.environment, measurements=r0.measurements)
-    step_s = top.summary["step_s"]
-    top.findings = [{"id": "data-loading-exposed", "title": "the step waits for <data>", "kind": "fix",
-                     "saving_s": 0.09, "saving_share": 0.09 / step_s, "fix": "prefetch & pin",
-                     "evidence": {"data_exposed_s": 0.09, "share": 0.09 / step_s, "note": "<i>x</i>"},
-                     "note": "", "config_overrides": {"batch_size": 16}}]
-    top.summary["corrected_config"] = {"overrides": {"batch_size": 16},
-                                       "sources": {"batch_size": "data-loading-exposed"},
-                                       "overridden": [], "current": {"batch_size": 8}}
     top.ranks = [
         {"rank": 0, "local_rank": 0, "node_rank": 0, "host": "node-a", "status": "ok", "error": None,
          "profile": r0.to_dict()},
@@ -148,3 +152,27 @@ def merged_profile():
          "error": {"type": "RuntimeError", "message": "NCCL <b>timeout</b>"}, "profile": r1.to_dict()},
     ]
     return top
+
+
+def merged_findings(step_s: float) -> tuple:
+    """The merged profile's hand-built finding: strings that look like HTML, a config fix."""
+    from gpuprof.analysis.findings import Finding
+
+    return (Finding(id="data-loading-exposed", title="the step waits for <data>", kind="fix",
+                    saving_s=0.09, saving_share=0.09 / step_s, fix="prefetch & pin",
+                    evidence={"data_exposed_s": 0.09, "share": 0.09 / step_s, "note": "<i>x</i>"},
+                    note="", config_overrides={"batch_size": 16}),)
+
+
+@pytest.fixture
+def merged_analysis(merged_profile):
+    """merged_profile analysed (its ranks' statistics), with the hand-built finding and the
+    corrected config it makes in place of the rules' own."""
+    from dataclasses import replace
+
+    from gpuprof.analysis.corrected import merge
+    from gpuprof.analysis.pipeline import analyze
+
+    a = analyze(merged_profile)
+    findings = merged_findings(a.stats.step_s)
+    return replace(a, findings=findings, corrected=merge(list(findings), merged_profile.config))

@@ -5,12 +5,13 @@ request."""
 import importlib.util
 import statistics
 import sys
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from gpuprof.render.format import pct, seconds
+from gpuprof.render.format import nbytes, pct, seconds
 from gpuprof.render.html import CSP, render_html
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,22 +66,31 @@ def check_self_contained(text: str) -> Page:
     return page
 
 
-def test_builtin_report_is_self_contained_with_the_profiles_figures(builtin_profile):
-    p = builtin_profile
-    text = render_html(p, p.findings)
+def test_builtin_report_is_self_contained_with_the_profiles_figures(builtin_profile, builtin_analysis):
+    p, a = builtin_profile, builtin_analysis
+    text = render_html(p, a)
     page = check_self_contained(text)
     words = " ".join(page.text)
-    s = p.summary
-    assert f"step {seconds(s['step_s'])} median" in words
-    assert f"{s['tokens_per_s']:,.0f} tokens/s" in words
-    assert f"p10 {seconds(s['step_s_p10'])}, p90 {seconds(s['step_s_p90'])}" in words
-    for phase, e in s["phases"].items():
-        assert f"{phase} {seconds(e['seconds'])} {pct(e['share'])}" in " ".join(words.split()), phase
-    fixes = [f for f in p.findings if f["kind"] == "fix" and f["saving_s"] is not None]
-    for f in p.findings:
-        assert f["title"] in words
+    flat = " ".join(words.split())
+    s = p.stats
+    assert a.stats == s  # the analysis judged the profile's own statistics
+    # The headline is the typical step, labelled with how it was obtained, then the spread of all steps.
+    assert f"step {seconds(s.step_s)}" in flat
+    basis = (f"(typical: the mean of {len(s.typical)} of {s.n_steps} measured steps, host wall time;"
+             if s.irregular else f"(mean of {s.n_steps} measured steps, host wall time;")
+    assert f"step {seconds(s.step_s)} {basis}" in flat
+    assert f"median {seconds(s.median_s)}, p10 {seconds(s.p10_s)}, p90 {seconds(s.p90_s)}" in words
+    assert f"{s.tokens_per_s:,.0f} tokens/s" in words
+    for phase, e in s.phases.items():
+        assert f"{phase} {seconds(e.seconds)} {pct(e.share)}" in flat, phase
+    # The phase table adds up to the headline step: its total row repeats it.
+    assert abs(sum(e.seconds for e in s.phases.values()) - s.step_s) < 1e-9
+    assert f"total {seconds(s.step_s)} {pct(1.0)}" in flat
+    fixes = [f for f in a.findings if f.kind == "fix" and f.saving_s is not None]
+    for f in a.findings:
+        assert f.title in words
     for f in fixes:
-        assert f"saves {seconds(f['saving_s'])} per step ({pct(f['saving_share'])} of the step)" in words
+        assert f"saves: {seconds(f.saving_s)} per step ({pct(f.saving_share)} of the typical step)" in words
     # A CPU run has no NVML sampler: said, not drawn.
     assert "GPU utilization and memory: not measured" in words
     # The host sampler's timeline, drawn: host CPU % and cores over time, a line per run of two or
@@ -107,11 +117,11 @@ def _runs_of_two(values) -> int:
     return runs
 
 
-def test_an_injected_script_argument_stays_text(script_profile):
+def test_an_injected_script_argument_stays_text(script_profile, script_analysis):
     p = script_profile
     injected = "<script>alert(1)</script>"  # the argument tests/render/conftest.py gave the script
     assert injected in " ".join(p.run["command"])
-    text = render_html(p, p.findings)
+    text = render_html(p, script_analysis)
     page = check_self_contained(text)
     assert injected not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
@@ -119,17 +129,17 @@ def test_an_injected_script_argument_stays_text(script_profile):
     assert page.count("script") == 0
 
 
-def test_merged_report_shows_ranks_escaped_and_the_corrected_config(merged_profile):
+def test_merged_report_shows_ranks_escaped_and_the_corrected_config(merged_profile, merged_analysis):
     p = merged_profile
-    text = render_html(p, p.findings)
+    text = render_html(p, merged_analysis)
     page = check_self_contained(text)
     words = " ".join(page.text)
     assert "NCCL <b>timeout</b>" in words and "&lt;b&gt;timeout&lt;/b&gt;" in text
     assert page.count("b") == text.count("<b>")  # no tag came from the run's strings
     assert "the step waits for <data>" in words and "<i>x</i>" in words
-    for r in p.ranks:
+    for r in p.ranks:  # each rank's typical step (its steps are alike: the mean of them all)
         times = [s["gpu_s"] for s in r["profile"]["steps"]]
-        assert seconds(statistics.median(times)) in words
+        assert seconds(statistics.mean(times)) in words
     assert "failed" in words and "node-a" in words
     pre = text.split("<pre>")[1].split("</pre>")[0]
     assert "batch_size = 16" in pre and "(was 8)" in pre
@@ -140,16 +150,19 @@ def test_merged_report_shows_ranks_escaped_and_the_corrected_config(merged_profi
 
 
 def test_gpu_report_draws_the_nvml_timeline(merged_profile):
+    from gpuprof.analysis.pipeline import analyze
     from gpuprof.profile import Profile
 
     rank0 = Profile.from_dict(merged_profile.ranks[0]["profile"])
-    text = render_html(rank0, [])
+    a = analyze(rank0)
+    text = render_html(rank0, replace(a, findings=()))
     page = check_self_contained(text)
     words = " ".join(page.text)
     assert "NVIDIA H200: utilization (NVML)" in words and "NVIDIA H200: memory used (NVML)" in words
-    assert "150.0 GB" in words  # the memory chart's top is the GPU's total, from the profile
+    # The memory chart's top is the GPU's total, from the profile (units.nbytes: 3 significant figures).
+    assert nbytes(150_000_000_000) == "150 GB" and "150 GB" in words
     assert "GPU idle exposed" in words  # the phase table on the GPU timeline
-    assert "no findings" in words
+    assert "no finding: nothing in this run stands out" in words
 
 
 def _html_render_module():
@@ -182,11 +195,14 @@ def browser(tmp_path_factory):
         chromium.__exit__(None, None, None)
 
 
-def test_chromium_loads_the_reports_without_console_messages_or_requests(browser, builtin_profile,
-                                                                         script_profile, merged_profile, tmp_path):
-    for name, prof in (("builtin", builtin_profile), ("script", script_profile), ("merged", merged_profile)):
+def test_chromium_loads_the_reports_without_console_messages_or_requests(
+        browser, builtin_profile, builtin_analysis, script_profile, script_analysis, merged_profile,
+        merged_analysis, tmp_path):
+    for name, prof, analysis in (("builtin", builtin_profile, builtin_analysis),
+                                 ("script", script_profile, script_analysis),
+                                 ("merged", merged_profile, merged_analysis)):
         path = tmp_path / f"{name}.html"
-        path.write_text(render_html(prof, prof.findings), encoding="utf-8")
+        path.write_text(render_html(prof, analysis), encoding="utf-8")
         shot = tmp_path / f"{name}.png"
         res = browser.open(path, shot)
         assert res["console"] == [] and res["errors"] == [] and res["requests"] == [], (name, res)

@@ -1,6 +1,7 @@
 """The Chrome trace-event export: valid against the format, totals equal to the profile's, counters
 on the steps' clock, one process per rank, nothing invented where nothing was measured."""
 
+import dataclasses
 import json
 import math
 from collections import defaultdict
@@ -8,6 +9,7 @@ from collections import defaultdict
 import pytest
 
 from gpuprof.errors import GpuprofError
+from gpuprof.analysis.pipeline import analyze
 from gpuprof.render.trace import PHASE_ORDER, TID_GPU_PHASES, TID_GPU_STEPS, TID_PHASES, TID_STEPS, render_trace, trace_json
 
 # The phase types this exporter may use, and what each needs (the trace-event format document:
@@ -64,16 +66,17 @@ def _phase_totals(events) -> dict:
 
 def test_builtin_run_trace_is_valid_and_its_totals_are_the_profiles(builtin_profile):
     p = builtin_profile
-    doc = render_trace(p)
+    doc = render_trace(p, analyze(p))
     validate(doc)
-    assert json.loads(trace_json(p)) == doc
+    assert json.loads(trace_json(p, analyze(p))) == doc
     n = len(p.steps)
     steps = _x(doc, TID_STEPS, "measured")
     assert [e["args"]["index"] for e in steps] == [s.index for s in p.steps]
     assert len(_x(doc, TID_STEPS, "warmup")) == len(p.warmup_steps) == 1
     totals = _phase_totals(_x(doc, TID_PHASES, "measured"))
-    for phase, entry in p.summary["phases"].items():
-        assert totals.get(phase, 0.0) == pytest.approx(entry["host_seconds"] * n * 1e6, abs=1.0), phase
+    for phase in {ph for st in p.steps for ph in st.phases}:  # every measured step's host phases, drawn
+        assert totals.get(phase, 0.0) == pytest.approx(sum(st.phases.get(phase, 0.0) for st in p.steps) * 1e6,
+                                                       abs=1.0), phase
     for st, ev in zip(p.steps, steps):  # each step in place on the timer's clock
         assert ev["ts"] == pytest.approx(st.start_s * 1e6, abs=0.001)
         assert ev["dur"] == pytest.approx(st.wall_s * 1e6, abs=0.001)
@@ -87,7 +90,7 @@ def test_builtin_run_trace_is_valid_and_its_totals_are_the_profiles(builtin_prof
 
 
 def test_cpu_run_has_no_gpu_track_and_says_so(builtin_profile):
-    doc = render_trace(builtin_profile)
+    doc = render_trace(builtin_profile, analyze(builtin_profile))
     assert not [e for e in doc["traceEvents"] if e["tid"] in (TID_GPU_STEPS, TID_GPU_PHASES)]
     assert doc["otherData"]["gpu_track"].startswith("not measured")
     assert doc["otherData"]["nvml"].startswith("not measured")
@@ -97,7 +100,7 @@ def test_cpu_run_has_no_gpu_track_and_says_so(builtin_profile):
 def test_host_counters_are_the_sampler_timeline_on_the_steps_clock(builtin_profile):
     p = builtin_profile
     tl = p.measurements["host"]["timeline"]
-    doc = render_trace(p)
+    doc = render_trace(p, analyze(p))
     cpu = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "host CPU %"]
     expected = [(t, v) for t, v in zip(tl["t_s"], tl["cpu_pct"]) if v is not None]
     assert len(cpu) == len(expected) > 0
@@ -121,22 +124,23 @@ def test_host_counters_are_the_sampler_timeline_on_the_steps_clock(builtin_profi
         f"({lo / 1e3:.1f}-{hi / 1e3:.1f} ms): {[round(t / 1e3, 1) for t in ts]}")
 
 
-def test_findings_are_instant_events_with_their_saving(builtin_profile):
-    p = builtin_profile
-    doc = render_trace(p)
+def test_findings_are_instant_events_with_their_saving(builtin_profile, builtin_analysis):
+    p, a = builtin_profile, builtin_analysis
+    doc = render_trace(p, a)
     inst = [e for e in doc["traceEvents"] if e["ph"] == "i"]
-    assert len(inst) == len(p.findings) > 0
-    for e, f in zip(inst, p.findings):
-        assert e["args"]["id"] == f["id"] and e["args"]["saving_s"] == f["saving_s"]
+    assert len(inst) == len(a.findings) > 0
+    for e, f in zip(inst, a.findings):
+        assert e["args"]["id"] == f.id and e["args"]["saving_s"] == f.saving_s
         assert e["ts"] == pytest.approx(max(s.start_s + s.wall_s for s in p.steps) * 1e6, abs=0.001)
-    assert render_trace(p, findings=[])["traceEvents"] == [e for e in doc["traceEvents"] if e["tid"] != 5]
+    no_findings = dataclasses.replace(a, findings=())
+    assert render_trace(p, no_findings)["traceEvents"] == [e for e in doc["traceEvents"] if e["tid"] != 5]
 
 
 def test_gpu_track_follows_the_cuda_event_durations(merged_profile):
     from gpuprof.profile import Profile
 
     rank0 = Profile.from_dict(merged_profile.ranks[0]["profile"])
-    doc = render_trace(rank0)
+    doc = render_trace(rank0, analyze(rank0))
     validate(doc)
     gsteps = _x(doc, TID_GPU_STEPS, "measured")
     assert [e["dur"] for e in gsteps] == [pytest.approx(s.gpu_s * 1e6, abs=0.001) for s in rank0.steps]
@@ -146,16 +150,17 @@ def test_gpu_track_follows_the_cuda_event_durations(merged_profile):
     for prev, cur in zip(gsteps, gsteps[1:]):
         assert cur["ts"] == pytest.approx(prev["ts"] + prev["dur"], abs=0.001)
     totals = _phase_totals(_x(doc, TID_GPU_PHASES, "measured"))
-    for phase, entry in rank0.summary["phases"].items():
-        assert totals[phase] == pytest.approx(entry["gpu_seconds"] * len(rank0.steps) * 1e6, abs=1.0)
+    for phase in {ph for st in rank0.steps for ph in st.gpu_phases}:
+        assert totals[phase] == pytest.approx(sum(st.gpu_phases.get(phase, 0.0) for st in rank0.steps) * 1e6,
+                                              abs=1.0)
     util = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "GPU utilization %"]
     assert [e["args"]["SM busy"] for e in util] == rank0.measurements["nvml"]["gpus"][0]["timeline"]["gpu_util_pct"]
     # A series NVML could not read (power: all None) makes no counter rather than zeros.
     assert not [e for e in doc["traceEvents"] if e["name"] == "GPU power (W)"]
 
 
-def test_merged_profile_is_one_process_per_rank(merged_profile):
-    doc = render_trace(merged_profile)
+def test_merged_profile_is_one_process_per_rank(merged_profile, merged_analysis):
+    doc = render_trace(merged_profile, merged_analysis)
     validate(doc)
     names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
     assert set(names) == {0, 1}
@@ -170,10 +175,10 @@ def test_merged_profile_is_one_process_per_rank(merged_profile):
     assert inst[0]["args"]["saving_s"] == 0.09
 
 
-def test_a_missing_rank_is_a_named_empty_process(merged_profile):
+def test_a_missing_rank_is_a_named_empty_process(merged_profile, merged_analysis):
     merged_profile.ranks.append({"rank": 2, "local_rank": 0, "node_rank": 1, "host": "node-b",
                                  "status": "missing", "error": None, "profile": None})
-    doc = render_trace(merged_profile)
+    doc = render_trace(merged_profile, merged_analysis)
     validate(doc)
     mine = [e for e in doc["traceEvents"] if e["pid"] == 2]
     assert {e["ph"] for e in mine} == {"M"}
@@ -185,10 +190,10 @@ def test_a_missing_rank_is_a_named_empty_process(merged_profile):
     ([{"rank": 0, "profile": None}, {"rank": 0, "profile": None}], "appears twice"),
     ([{"rank": 0, "status": "ok", "profile": {"steps": [{"index": 0}]}}], "rank 0: not a gpuprof profile"),
 ])
-def test_malformed_ranks_are_one_line_errors(merged_profile, ranks, message):
+def test_malformed_ranks_are_one_line_errors(merged_profile, merged_analysis, ranks, message):
     merged_profile.ranks = ranks
     with pytest.raises(GpuprofError, match=message):
-        render_trace(merged_profile)
+        render_trace(merged_profile, merged_analysis)
 
 
 def test_unread_gpu_steps_and_malformed_timelines_are_said_not_drawn(merged_profile):
@@ -200,7 +205,7 @@ def test_unread_gpu_steps_and_malformed_timelines_are_said_not_drawn(merged_prof
                                    "reasons": ["CUDA error: an illegal memory access"]}
     tl = rank0.measurements["nvml"]["gpus"][0]["timeline"]
     tl["gpu_util_pct"] = tl["gpu_util_pct"][:-1]  # one value short: cannot be placed
-    doc = render_trace(rank0)
+    doc = render_trace(rank0, analyze(rank0))
     validate(doc)
     assert [e["args"]["index"] for e in _x(doc, TID_GPU_STEPS, "measured")] == [1, 3]
     assert "steps [2] have no GPU span" in doc["otherData"]["gpu_track"]
@@ -211,14 +216,14 @@ def test_unread_gpu_steps_and_malformed_timelines_are_said_not_drawn(merged_prof
 
 def test_gpu_phases_follow_the_measured_gpu_spans():
     """A step with GPU spans from its CUDA events draws them in the order the GPU ran them."""
-    from gpuprof.profile import Profile, StepRecord, summarize
+    from gpuprof.profile import Profile, StepRecord
 
     phases = {"forward": 0.01, "data": 0.02, "backward": 0.03}
     st = StepRecord(index=0, wall_s=0.06, phases=dict(phases), tokens=8, micro_steps=1,
                     gpu_s=0.06, gpu_phases={"forward": 0.01, "data": 0.02, "backward": 0.03},
                     extra={"gpu_spans": [["forward", 0.0, 0.01], ["data", 0.01, 0.02], ["backward", 0.03, 0.03]]})
-    p = Profile(run={"mode": "builtin", "config": {}}, steps=[st], summary=summarize([st]))
-    doc = render_trace(p)
+    p = Profile(run={"mode": "builtin", "config": {}}, steps=[st])
+    doc = render_trace(p, analyze(p))
     validate(doc)
     gpu = [e for e in doc["traceEvents"] if e["tid"] == TID_GPU_PHASES and e["ph"] == "X"]
     assert [e["name"] for e in gpu] == ["forward", "data", "backward"]

@@ -5,7 +5,7 @@ built here from figures of the shape the timer and the samplers produce."""
 
 from __future__ import annotations
 
-from gpuprof.profile import Profile, StepRecord, summarize
+from gpuprof.profile import Profile, StepRecord
 
 TINY_DIMS = {"n_layer": 2, "n_head": 4, "n_embd": 128, "vocab_size": 4096, "block_size": 256}
 
@@ -32,7 +32,7 @@ def cpu_profile(phase_list: list[dict], measurements: dict | None = None, micro:
     steps = steps_of(phase_list, micro=micro)
     return Profile(run={"mode": "builtin", "config": cpu_config(**cfg)}, steps=steps,
                    environment={"device": "cpu", "device_name": "CPU (Test EPYC)", "ram_bytes": 24 * 2**30},
-                   summary=summarize(steps), measurements=dict(measurements or {}))
+                   measurements=dict(measurements or {}))
 
 
 HOST_GPU = {"forward": 0.020, "data": 0.150, "h2d": 0.002, "backward": 0.030, "optimizer": 0.010, "other": 0.001}
@@ -72,6 +72,5 @@ def gpu_profile() -> Profile:
     return Profile(run={"mode": "builtin", "config": cfg}, steps=steps,
                    environment={"device": "cuda:0", "device_name": "NVIDIA H200", "ram_bytes": 128 * 2**30,
                                 "device_memory_bytes": 141 * 10**9},
-                   summary=summarize(steps), measurements={"nvml": nvml, "host": host,
-                                                           "memory": {"peak_allocated_bytes": 20e9,
-                                                                      "capacity_bytes": 141e9}})
+                   measurements={"nvml": nvml, "host": host,
+                                 "memory": {"peak_allocated_bytes": 20e9, "capacity_bytes": 141e9}})

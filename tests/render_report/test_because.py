@@ -10,11 +10,11 @@ from rich.console import Console
 
 from gpuprof.analysis.engine import Context
 from gpuprof.analysis.findings import Finding
-from gpuprof.analysis.pipeline import analyze_profile
+from gpuprof.analysis.pipeline import analyze
 from gpuprof.analysis.rules import batching, gpu, logs, machine, phases, precision
 from gpuprof.hardware import find_gpu
 from gpuprof.render.format import evidence_words
-from gpuprof.render.terminal import findings_view
+from gpuprof.render.terminal import findings_table
 from gpuprof.units import bytes_per_s, flops_rate, nbytes, pct, seconds
 from render_report.profiles import cpu_profile, gpu_profile
 
@@ -58,7 +58,7 @@ def test_data_loading_on_a_cpu_names_the_seconds_the_share_and_that_the_loader_w
             "summary": {"cpu_pct": {"mean": 60.0}, "others_cpu_cores": {"mean": 0.2}, "proc_cpu_pct": {"mean": 90.0}},
             "phases": {"data": {"samples": 12, "cpu_pct": 30.0, "own_cpu_cores": 0.08}}}
     p = cpu_profile([{"data": 1.2, "forward": 1.1, "backward": 2.18}] * 3, {"host": host})
-    (f,) = phases.data_loading_exposed(Context(profile=p))
+    (f,) = phases.data_loading_exposed(Context(profile=p, stats=p.stats))
     _plain(f)
     # 1.20 s of a 4.48 s step is 26.8%; the loop's CPU while loading was 0.08 cores = 8%
     assert f.because.startswith(f"data: {seconds(1.2)} per step, {pct(1.2 / 4.48)} of the step")
@@ -71,21 +71,29 @@ def test_data_loading_on_a_cpu_names_the_seconds_the_share_and_that_the_loader_w
 
 def test_data_loading_on_the_gpu_timeline_names_the_idle_and_the_host_time():
     p = gpu_profile()
-    (f,) = phases.data_loading_exposed(Context(profile=p))
+    (f,) = phases.data_loading_exposed(Context(profile=p, stats=p.stats))
     _plain(f)
-    share = 0.050 / p.summary["mean_step_s"]
+    share = 0.050 / p.stats.step_s  # a share of the typical step (GPU timeline: 367 ms)
     assert f"the GPU sat idle {seconds(0.05)} per step ({pct(share)} of the step)" in f.because
     assert "50.0 ms" in f.because and "the loading itself took 150 ms per step on the host" in f.because
 
 
 def test_compute_bound_states_compute_seconds_floor_and_mfu_with_the_printed_step():
     p = cpu_profile([{"data": 0.01, "forward": 0.3, "backward": 0.6, "optimizer": 0.09}] * 3)
-    (f,) = phases.compute_bound(Context(profile=p, mfu={"floor_s": 0.25, "mfu_vs_ceiling": 0.4361}))
+    (f,) = phases.compute_bound(Context(profile=p, stats=p.stats, mfu={"floor_s": 0.25, "mfu_vs_ceiling": 0.4361}))
     _plain(f)
     assert f"forward, backward and optimizer: {seconds(0.99)} per step, 99.0% of the step" in f.because
     assert "the 1.00 s step is 4.00× its FLOP floor of 250 ms" in f.because
     assert "MFU 43.6% of the measured matmul ceiling" in f.because and "0.4361" not in f.because
-    assert f.evidence["step_s"] == p.summary["step_s"] and f.evidence["mean_step_s"] == p.summary["mean_step_s"]
+    # the step in the evidence is the one the report prints: the typical step
+    assert f.evidence["step_s"] == p.stats.step_s == pytest.approx(1.0) and "mean_step_s" not in f.evidence
+    # steps that vary (0.9, 1.0, 1.4 s): the sentence and the evidence quote the typical step (their
+    # mean, 1.10 s, what the phases add up to), not the median (1.00 s)
+    ph = {"data": 0.01, "backward": 0.6, "optimizer": 0.09}
+    p = cpu_profile([dict(ph, forward=0.3), dict(ph, forward=0.2), dict(ph, forward=0.7)])
+    (f,) = phases.compute_bound(Context(profile=p, stats=p.stats, mfu={"floor_s": 0.25}))
+    assert p.stats.median_s == pytest.approx(1.0) and p.stats.step_s == pytest.approx(1.1)
+    assert f.evidence["step_s"] == p.stats.step_s and "the 1.10 s step is 4.40× its FLOP floor" in f.because
 
 
 def test_micro_batch_sentence_carries_the_curve_times():
@@ -93,7 +101,7 @@ def test_micro_batch_sentence_carries_the_curve_times():
              "points": [{"batch_size": b, "seconds": 0.02 + 0.001 * b} for b in (4, 8, 16)]}
     p = cpu_profile([{"data": 0.005, "forward": 0.1, "backward": 0.2, "optimizer": 0.01}] * 3,
                     {"microbatch": curve}, micro=4, batch_size=4, grad_accum=4)
-    (f,) = batching.micro_batch_too_small(Context(profile=p))
+    (f,) = batching.micro_batch_too_small(Context(profile=p, stats=p.stats))
     _plain(f)
     assert (f"each of the 4 micro-steps of batch_size 4 pays a fixed {seconds(0.02)} of its "
             f"{seconds(0.024)}") in f.because
@@ -106,7 +114,7 @@ def test_h2d_sentence_names_bytes_and_both_bandwidths():
     for s in p.steps:
         s.extra = {"h2d_pageable": 8, "h2d_pageable_bytes": 200e6}
     p.measurements["copies"] = {"pageable_bytes_s": 6e9, "pinned_bytes_s": 24e9}
-    (f,) = gpu.h2d_pageable(Context(profile=p))
+    (f,) = gpu.h2d_pageable(Context(profile=p, stats=p.stats))
     _plain(f)
     saving = 200e6 * (1 / 6e9 - 1 / 24e9)
     assert f"8 copies per step from pageable memory moved {nbytes(200e6)}" in f.because
@@ -119,14 +127,14 @@ def test_cpu_saturated_and_mfu_misreported_sentences():
             "summary": {"cpu_pct": {"mean": 99.0}, "cpu_busy_cores": {"mean": 1.98},
                         "own_cpu_cores": {"mean": 1.9}, "others_cpu_cores": {"mean": 0.08}}}
     p = cpu_profile([{"forward": 0.3, "backward": 0.6}] * 3, {"host": host})
-    (f,) = machine.cpu_saturated(Context(profile=p))
+    (f,) = machine.cpu_saturated(Context(profile=p, stats=p.stats))
     _plain(f)
     assert f.because == ("the host's 2 cores were 99% busy on average over the measured steps; this run "
                          "(its process and child processes) used 1.9 cores, other processes 0.1")
     mfu = {"reported_mfu_pct": 164.1, "reported_source": "script output", "mfu": 0.517, "peak_tflops": 989.5,
            "dtype": "bf16", "gpu_name": "NVIDIA H200 SXM", "flops_per_step": 1.08e16, "step_s": 21.0,
            "misreport": [{"cause": "a100_constant", "text": "nanoGPT divides by the A100's 312 TFLOP/s"}]}
-    (f,) = machine.mfu_misreported(Context(profile=p, mfu=mfu))
+    (f,) = machine.mfu_misreported(Context(profile=p, stats=p.stats, mfu=mfu))
     _plain(f)
     assert f.because == (f"the script printed 164.1%; this step's 1.08e+16 FLOPs in its measured {seconds(21.0)} "
                          f"against the bf16 peak of NVIDIA H200 SXM ({flops_rate(989.5)}) give 51.7%")
@@ -136,7 +144,7 @@ def test_precision_and_ratio_sentences():
     p = cpu_profile([{"forward": 0.3, "backward": 1.5, "optimizer": 0.01}] * 3)
     p.run["config"]["precision"] = {"compute_dtype": "bf16"}
     p.measurements["probe"] = {"precisions": {"tflops": {"fp32": 0.16, "bf16": 0.02}, "m": 2048, "shapes": []}}
-    ctx = Context(profile=p, mfu={"flops_per_step": 1e10, "dtype": "bf16"})
+    ctx = Context(profile=p, stats=p.stats, mfu={"flops_per_step": 1e10, "dtype": "bf16"})
     (f,) = precision.precision_slow(ctx)
     _plain(f)
     assert (f"this device ran bf16 at {flops_rate(0.02)} and fp32 at {flops_rate(0.16)} (8.00×); "
@@ -166,7 +174,7 @@ def test_every_finding_of_a_full_analysis_has_a_plain_sentence():
     for s in p.steps:
         s.extra = {"h2d_pageable": 8, "h2d_pageable_bytes": 200e6}
     p.measurements["syncs"] = {"per_step": 6, "per_phase": {"forward": 12, "h2d": 3}, "measured_steps": 3}
-    findings = analyze_profile(p, gpu="h200")
+    findings = analyze(p, gpu="h200").findings
     assert len(findings) >= 5
     for f in findings:
         _plain(f)
@@ -189,10 +197,10 @@ def test_a_finding_without_because_is_shown_in_words_never_as_key_value():
     old = {"id": "data-loading-exposed", "title": "the step waits 27% of the step for data loading", "kind": "fix",
            "saving_s": 1.2, "saving_share": 0.268, "confidence": "high", "fix": "prefetch",
            "evidence": {"data_exposed_s": 1.2, "share": 0.268, "step_s": 0.727, "mfu_vs_ceiling": 0.4361}}
-    out = _text(findings_view([old]))
+    out = _text(findings_table([Finding.from_dict(old)]))  # as a saved file's finding reads back
     assert "because data exposed 1.20 s; share of the step 26.8%; mfu vs ceiling 43.6%" in out
     assert "=" not in out and "0.4361" not in out and "727" not in out  # the step is printed once, above
-    assert f"saves   {seconds(1.2)} per step ({pct(0.268)} of the step); confidence high" in out
+    assert f"saves   {seconds(1.2)} per step ({pct(0.268)} of the typical step); confidence high" in out
 
 
 def test_gpu_spec_is_found_for_the_hand_built_profile():

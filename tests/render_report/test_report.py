@@ -13,7 +13,7 @@ from rich.console import Console
 from gpuprof import scenarios as S
 from gpuprof.analysis.bounds import violations
 from gpuprof.analysis.logs import analyze_log
-from gpuprof.analysis.pipeline import analyze_profile
+from gpuprof.analysis.pipeline import analyze
 from gpuprof.analysis.rules.logs import log_findings
 from gpuprof.measure.host import HostSampler
 from gpuprof.measure.instruments import default_instruments
@@ -43,7 +43,7 @@ def unsampled(profile):
 
 @pytest.fixture(scope="module")
 def reports():
-    """name -> (profile, findings); measured once for the module (~10 s on 2 cores).
+    """name -> (profile, analysis); measured once for the module (~10 s on 2 cores).
 
     How many host samples the measured runs hold (every 50 ms over runs of a few tenths of a
     second) and what the post-run parts fit in their budget depend on the machine's speed; no
@@ -56,9 +56,9 @@ def reports():
         cfg = LoopConfig(n_layer=1, n_head=2, n_embd=32, batch_size=2, block_size=32, grad_accum=2, steps=3,
                          warmup=1)
         p = run_builtin(cfg, instruments=default_instruments("cpu", None, interval_s=0.05), post_budget_s=3)
-        out["builtin"] = (p, analyze_profile(p))
+        out["builtin"] = (p, analyze(p))
         q = unsampled(p)
-        out["builtin-unsampled"] = (q, analyze_profile(q))
+        out["builtin-unsampled"] = (q, analyze(q))
         by_name = {sc.name: sc for sc in S.discover(ROOT / "scenarios")}
         for name in SCENARIOS:
             sc = by_name[name]
@@ -66,17 +66,17 @@ def reports():
             inst = default_instruments("cpu", None, probe=False, flops=False, interval_s=0.05,
                                        microbatch=name == "tiny-micro-batch")
             res = S.run(sc, instruments=inst)
-            out[name] = (res.profile, res.findings)
+            out[name] = (res.profile, analyze(res.profile))
         g = gpu_profile()
         for s in g.steps:
             s.extra = {"h2d_pageable": 8, "h2d_pageable_bytes": 200e6}
-        out["cuda"] = (g, analyze_profile(g, gpu="h200"))
+        out["cuda"] = (g, analyze(g, gpu="h200"))
     return out
 
 
-def render(profile, findings, width: int, details: bool = False) -> str:
+def render(profile, analysis, width: int, details: bool = False) -> str:
     c = Console(width=width, record=True, color_system=None)
-    render_diagnosis(profile, findings, c, details=details)
+    render_diagnosis(profile, analysis, c, details=details)
     return c.export_text()
 
 
@@ -86,10 +86,10 @@ def flat(text: str) -> str:
     return " ".join(text.replace("│", " ").replace("┃", " ").split())
 
 
-def _texts(d: dict) -> list[str]:
-    from gpuprof.render.terminal import because_text
+def _texts(f) -> list[str]:
+    from gpuprof.report.words import because_text
 
-    return [t for t in (d.get("title"), d.get("fix"), because_text(d), d.get("note")) if t]
+    return [t for t in (f.title, f.fix, because_text(f), f.note) if t]
 
 
 CASES = [(name, w, det) for name in ("builtin", "builtin-unsampled", *SCENARIOS, "cuda") for w in WIDTHS
@@ -97,35 +97,38 @@ CASES = [(name, w, det) for name in ("builtin", "builtin-unsampled", *SCENARIOS,
 
 
 def test_the_measured_profiles_are_physical(reports):
-    for name, (p, _) in reports.items():
-        assert violations(p) == [], name
+    for name, (p, a) in reports.items():
+        assert violations(p, a) == [], name
 
 
 @pytest.mark.parametrize("name, width, details", CASES)
 def test_fits_the_width_with_no_truncated_cell_and_no_broken_word(reports, name, width, details):
-    p, findings = reports[name]
-    text = render(p, findings, width, details)
+    p, a = reports[name]
+    text = render(p, a, width, details)
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= width
     assert "…" not in text
     whole = flat(text)
-    for f in findings:
-        for part in _texts(f.to_dict()):
+    for f in a.findings:
+        for part in _texts(f):
             assert flat(part) in whole, (name, width, part)
     # the phase table uses the whole width and each row keeps its cells on its line
     border = next(line for line in lines if line.startswith("┏"))
     assert len(border) == width
-    for phase, e in p.summary["phases"].items():
+    for phase, e in p.stats.phases.items():
         row = next(line for line in lines if line.startswith(f"│ {phase} "))
-        assert seconds(e["seconds"]) in row and pct(e["share"]) in row
+        assert seconds(e.seconds) in row and pct(e.share) in row
+    # ... and its total row is the headline step
+    total = next(line for line in lines if line.startswith("│ total "))
+    assert seconds(p.stats.step_s) in total and f"step {seconds(p.stats.step_s)} (" in whole
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_sampler_tables_keep_every_cell_whole(reports, width):
     """Today's `backwa…` and `1.07 / GB`: at 80 columns the columns continue in a second table,
     each row's cells stay on its line."""
-    p, findings = reports["cuda"]
-    lines = render(p, findings, width, details=True).splitlines()
+    p, a = reports["cuda"]
+    lines = render(p, a, width, details=True).splitlines()
     for section, cols in (("host", _HOST_COLS), ("nvml", _NVML_COLS)):
         for phase, row in p.measurements[section]["phases"].items():
             mine = [line for line in lines if line.startswith(f"│ {phase} ") and "┃" not in line]
@@ -138,54 +141,56 @@ def test_sampler_tables_keep_every_cell_whole(reports, width):
 
 
 def test_verdict_and_fixes_come_first_details_only_when_asked(reports):
-    p, findings = reports["cuda"]
-    short = render(p, findings, 100)
+    p, a = reports["cuda"]
+    short = render(p, a, 100)
     for absent in ("Model FLOPs utilization", "What the machine did", "Details"):
         assert absent not in short
     assert DETAILS_HINT.split(":")[0] in flat(short)
-    order = [short.index(s) for s in ("step ", "Verdict:", "Fixes, ranked", "Where a step's time goes",
-                                      "A typical step", "MFU ", "What ran")]
+    order = [short.index(s) for s in ("step ", "Verdict:", "Fixes, ranked", "Where a typical step's time goes",
+                                      "A typical step on", "MFU ", "What ran")]
     assert order == sorted(order)
-    full = render(p, findings, 100, details=True)
-    order = [full.index(s) for s in ("Verdict:", "Where a step's time goes", "What ran", "Model FLOPs utilization",
-                                     "What the machine did")]
+    full = render(p, a, 100, details=True)
+    order = [full.index(s) for s in ("Verdict:", "Where a typical step's time goes", "What ran",
+                                     "Model FLOPs utilization", "What the machine did")]
     assert order == sorted(order)
     # the fix: its saving, the one-line change, the evidence in words
-    top = findings[0]
+    top = a.findings[0]
     assert top.id == "data-loading-exposed"
-    assert f"saves {seconds(top.saving_s)} per step ({pct(top.saving_share)} of the step)" in flat(short)
+    assert f"saves {seconds(top.saving_s)} per step ({pct(top.saving_share)} of the typical step)" in flat(short)
     assert "because the GPU sat idle 50.0 ms per step" in flat(short)
     assert "MFU 7.7% of the bf16 datasheet peak" in flat(short)  # MFU in one line
 
 
 def test_one_step_figure_on_the_page():
-    """Median 1.10 s, mean 1.23 s: only the median, labelled once, appears anywhere."""
+    """Steps of 1.0, 1.1 and 1.6 s (none irregular: 1.6 < 1.5 × the median): the headline step is
+    their mean, 1.23 s, labelled once with how it was obtained; the phase table's total is the same
+    figure; the median, 1.10 s, is shown only as the spread's, labelled."""
     p = cpu_profile([{"data": 0.1, "forward": 0.3, "backward": 0.6},
                      {"data": 0.1, "forward": 0.35, "backward": 0.65},
                      {"data": 0.6, "forward": 0.35, "backward": 0.65}])
-    findings = analyze_profile(p)
-    assert seconds(p.summary["step_s"]) == "1.10 s" and seconds(p.summary["mean_step_s"]) == "1.23 s"
+    a = analyze(p)
+    assert seconds(p.stats.step_s) == "1.23 s" and seconds(p.stats.median_s) == "1.10 s" and not p.stats.irregular
     for details in (False, True):
-        text = render(p, findings, 120, details)
-        assert "1.10 s" in text and "1.23 s" not in text
-        assert flat(text).count("(median of") == 1  # the statistic is named once
-        assert "step 1.10 s (median of 3 measured steps, host wall time" in flat(text)
-    assert all(f.evidence.get("step_s", p.summary["step_s"]) == p.summary["step_s"] for f in findings)
+        text = flat(render(p, a, 120, details))
+        assert text.count("(mean of 3 measured steps") == 1  # the statistic is named once
+        assert "step 1.23 s (mean of 3 measured steps, host wall time; median 1.10 s" in text
+        assert "total 1.23 s 100.0%" in text  # the phase table adds up to the headline step
+    assert all(f.evidence.get("step_s", p.stats.step_s) == p.stats.step_s for f in a.findings)
 
 
 def test_timeline_below_the_phase_table_with_a_gpu_row_only_on_the_gpu_timeline(reports):
     g = render(*reports["cuda"], 80)
     c = render(*reports["builtin"], 80)
-    assert g.index("Where a step's time goes") < g.index("A typical step") < g.index("MFU ")
+    assert g.index("Where a typical step's time goes") < g.index("A typical step on") < g.index("MFU ")
     gpu_row = next(line for line in g.splitlines() if line.startswith("GPU  "))  # the row, not a caption
     assert "·" in gpu_row and "█" in gpu_row  # idle while the host loads, busy otherwise
     assert not any(line.startswith("GPU  ") for line in c.splitlines())
     assert "the host's phase spans as measured, in the order they ran" in flat(c)
     # A profile without measured spans (an older one) says its order is laid out, not measured.
-    p, findings = copy.deepcopy(reports["builtin"])  # the fixture is shared: change a copy
+    p, a = copy.deepcopy(reports["builtin"])  # the fixture is shared: change a copy
     for st in p.steps:
         st.extra.pop("spans", None)
-    assert "The order is the loop's, not measured" in flat(render(p, findings, 80))
+    assert "The order is the loop's, not measured" in flat(render(p, a, 80))
 
 
 def test_script_attribution_is_a_detail_and_the_scripts_own_log_is_not():
@@ -196,8 +201,8 @@ def test_script_attribution_is_a_detail_and_the_scripts_own_log_is_not():
                                     "hot_line": 121}]},
         "sampler": {"interval_s": 0.01, "samples": 40, "misses": 0},
         "reported": {"lines": 3, "format": "nanogpt", "step_ms_median": 1000.0}}
-    findings = analyze_profile(p)
-    short, full = render(p, findings, 80), render(p, findings, 80, details=True)
+    a = analyze(p)
+    short, full = render(p, a, 80), render(p, a, 80, details=True)
     assert "get_batch (train.py:117)" in flat(short)  # in the data fix's evidence
     assert "user code by phase" not in short and "user code by phase" in full
     assert "the script's own log: nanogpt format" in flat(short)
@@ -213,7 +218,7 @@ def test_log_findings_fit_the_width(width):
     text = c.export_text()
     assert max(len(line) for line in text.splitlines()) <= width and "…" not in text
     for f in findings:
-        for part in _texts(f.to_dict()):
+        for part in _texts(f):
             assert flat(part) in flat(text)
     assert "Verdict: compute-bound" in text and "Corrections" in text
 
@@ -226,7 +231,7 @@ def test_cli_analyze_shows_details_only_with_the_flag(tmp_path):
     from gpuprof.cli import app
 
     path = tmp_path / "cuda.gpuprof.json"
-    path.write_text(gpu_profile().to_json())
+    path.write_text(gpu_profile().to_json())  # saved without an analysis: analyze makes one
     runner = CliRunner()
     short = runner.invoke(app, ["analyze", str(path)], env={"COLUMNS": "80"})
     full = runner.invoke(app, ["analyze", str(path), "--details"], env={"COLUMNS": "80"})

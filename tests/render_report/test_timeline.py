@@ -39,6 +39,15 @@ def test_typical_step_is_the_median_one():
     assert step.wall_s == pytest.approx(0.3) and rank == 2
 
 
+def test_typical_step_leaves_the_irregular_steps_out():
+    # Two pauses among five steps: the median of all steps (0.12 s) would be shifted towards them;
+    # the timeline's step is the median of the typical ones (0.10, 0.11, 0.12 s).
+    p = cpu_profile([{"forward": t} for t in (0.10, 1.0, 0.11, 1.0, 0.12)])
+    assert [s.index for s in p.stats.irregular] == [1, 3] and p.stats.median_s == pytest.approx(0.12)
+    step, rank = typical_step(p)
+    assert step.wall_s == pytest.approx(0.11) and rank == 2
+
+
 @pytest.mark.parametrize("width", (80, 120))
 def test_gpu_row_shows_the_idle_the_host_exposed(width):
     p = gpu_profile()

@@ -1,6 +1,6 @@
 """The step lines scripts print about themselves (gpuprof.steplog): nanoGPT, build-nanogpt, llm.c
 and HF Trainer formats on literal lines, the `reported` summary beside gpuprof's step, its
-terminal line, and one tiny build-nanogpt-style script run through run_script."""
+line in the report (gpuprof.report.words), and one tiny build-nanogpt-style script run through run_script."""
 
 import io
 import math
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuprof.render.terminal import script_lines
+from gpuprof.report.words import script_log_line
 from gpuprof.runners.script import run_script
 from gpuprof.steplog import HF_NO_STEP_TIME, EvalLine, StepLine, parse_line, parse_lines, reported_summary
 
@@ -175,26 +175,29 @@ def test_summary_uses_the_main_format_only():
     assert empty["ratio"] is None
 
 
-def _profile(reported, step_s):
-    return SimpleNamespace(measurements={"script": {"reported": reported}}, summary={"step_s": step_s})
+def _line(reported, step_s):
+    """The report's line of a profile whose script logged `reported`, gpuprof's typical step `step_s`."""
+    return script_log_line(SimpleNamespace(measurements={"script": {"reported": reported}}),
+                           SimpleNamespace(step_s=step_s))
 
 
 def test_terminal_line_names_the_format_the_median_and_the_ratio():
     recs = _lines("step {i:5d} | loss: 4.0 | dt: {dt:.2f}ms | tok/sec: 12,345.67", [123.45] * 10)
     rep = reported_summary(recs, skip_first=2, gpuprof_step_s=0.12510)
-    (line,) = script_lines(_profile(rep, 0.12510))
+    line = _line(rep, 0.12510)
     assert line == ("the script's own log: build-nanogpt format, 10 step lines, median dt 123.45 ms, 12.3K tok/s; "
-                    "gpuprof measured 125.10 ms per step (1.01×)")
+                    "gpuprof's typical step 125.10 ms (1.01×)")
     hf = reported_summary([parse_line("{'loss': 2.0, 'epoch': 0.5}")], skip_first=2, gpuprof_step_s=0.2)
-    (line,) = script_lines(_profile(hf, 0.2))
+    line = _line(hf, 0.2)
     assert line.startswith("the script's own log: hf-trainer format, 1 log lines, no per-step time: HF Trainer "
                            "prints a step time only as train_steps_per_second")
-    assert line.endswith("gpuprof measured 200.00 ms per step")
+    assert line.endswith("; gpuprof's typical step 200.00 ms")
     # A profile saved before the format was recorded: nanoGPT lines, ratio computed here.
     old = {"lines": 5, "step_ms_median": 98.73, "mfu_pct_median": None, "mfu_lines": 0, "skipped_first": 2}
-    (line,) = script_lines(_profile(old, 0.10366))
+    line = _line(old, 0.10366)
     assert line == ("the script's own log: nanogpt format, 5 step lines, median time 98.73 ms; "
-                    "gpuprof measured 103.66 ms per step (1.05×)")
+                    "gpuprof's typical step 103.66 ms (1.05×)")
+    assert _line({"lines": 0}, 0.1) is None  # no line of its own logged: nothing to say
 
 
 # A tiny GPT-ish step on the CPU with a steady sleep, printing build-nanogpt's line (in colour,
@@ -240,15 +243,16 @@ def test_a_build_nanogpt_script_reports_its_median_and_the_ratio(tmp_path):
     assert rep["step_ms_median"] == pytest.approx(statistics.median(dts[2:]))
     assert rep["tokens_per_s_median"] == pytest.approx(statistics.median(tps[2:]))
     assert rep["mfu_pct_median"] is None and rep["mfu_lines"] == 0
-    ours_ms = run.profile.summary["step_s"] * 1e3
+    ours_ms = run.profile.stats.step_s * 1e3  # gpuprof's typical step
     assert rep["ratio"] == pytest.approx(ours_ms / rep["step_ms_median"])
     # Both clocks time the same 30 ms-dominated step: they agree to well within 25%.
     assert 0.8 < rep["ratio"] < 1.25
     assert section["iter_lines"][3] == {"format": "build-nanogpt", "step": 3, "loss": pytest.approx(4.2, abs=0.5),
                                         "step_ms": dts[3], "tokens_per_s": tps[3], "mfu_pct": None}
-    (line,) = [x for x in script_lines(run.profile) if x.startswith("the script's own log")]
+    line = script_log_line(run.profile, run.profile.stats)
+    assert line.startswith("the script's own log: ")
     assert f"build-nanogpt format, 6 step lines, median dt {rep['step_ms_median']:.2f} ms" in line
-    assert line.endswith(f"gpuprof measured {ours_ms:.2f} ms per step ({rep['ratio']:.2f}×)")
+    assert line.endswith(f"; gpuprof's typical step {ours_ms:.2f} ms ({rep['ratio']:.2f}×)")
 
 
 HF_FIXTURE = str(Path(__file__).resolve().parent.parent / "fixtures" / "hf_trainer_train.py")
@@ -267,13 +271,13 @@ def test_hf_trainer_run_to_its_end_reports_the_whole_run_average(tmp_path):
     rep = run.profile.measurements["script"]["reported"]
     assert rep["format"] == "hf-trainer" and rep["lines"] == 5  # logging_steps=1: 4 dicts + the summary
     assert rep["step_ms_median"] == pytest.approx(1e3 / sps, rel=2e-3) and "whole run" in rep["step_ms_source"]
-    ours_ms = run.profile.summary["step_s"] * 1e3
+    ours_ms = run.profile.stats.step_s * 1e3  # gpuprof's typical step
     assert rep["ratio"] == pytest.approx(ours_ms / rep["step_ms_median"])
-    # The Trainer's average holds its startup and first steps; gpuprof's median does not. How much
+    # The Trainer's average holds its startup and first steps; gpuprof's typical step does not. How much
     # startup weighs against a step depends on the CPU (Python setup vs matmuls), so the bounds are
     # no fixed share of it: the Trainer's runtime (4 x its average) spans every step gpuprof timed
     # (the warmup one and the 3 measured, run to the end), so their sum is no larger (1%: the
-    # Trainer's steps/s is rounded); and gpuprof's median, without the startup, is not far above.
+    # Trainer's steps/s is rounded); and gpuprof's typical step, without the startup, is not far above.
     timed = run.profile.warmup_steps + run.profile.steps
     assert len(timed) == 4
     timed_ms = sum(st.wall_s for st in timed) * 1e3

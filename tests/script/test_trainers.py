@@ -78,7 +78,7 @@ def test_optimizer_steps_and_micro_steps_are_detected(trainer_run):
     assert [s["micro_steps"] for s in p["steps"]] == [ACCUM] * STEPS
     assert all(s["extra"]["forwards"] == ACCUM and s["extra"]["backwards"] == ACCUM for s in p["steps"])
     assert all(s["tokens"] == BATCH * BLOCK * ACCUM for s in p["steps"])
-    assert p["summary"]["micro_steps"] == ACCUM
+    assert p["analysis"]["steps"]["micro_steps"] == ACCUM
     cfg = p["run"]["config"]
     assert (cfg["batch_size"], cfg["block_size"], cfg["grad_accum"]) == (BATCH, BLOCK, ACCUM)
     assert p["measurements"]["script"]["hooks"]["counts"]["optimizer_step"] == WARMUP + STEPS
@@ -105,7 +105,7 @@ def test_injected_getitem_delay_is_recovered_as_the_data_share(trainer_run):
     # The rest of data time (collate, the loaders' own work, not in the truth) measured 2-3 ms a step
     # here: ~+0.02 on the share.
     assert abs(measured - truth) <= 0.05, (measured, truth)
-    assert abs(p["summary"]["phases"]["data"]["share"] - truth) <= 0.10
+    assert abs(p["analysis"]["steps"]["phases"]["data"]["share"] - truth) <= 0.10
     assert any(w.startswith("RandomTokens.__getitem__ (")
                for w in p["measurements"]["script"]["data_attribution"]["wrapped"])
 
@@ -120,12 +120,17 @@ def test_report_header_has_no_none_and_nothing_prints_a_traceback(trainer_run):
         assert "Traceback" not in stream and "Exception ignored" not in stream
 
 
+def _words(report: str) -> str:
+    """The report's text without the panel's borders and line wraps (the terminal is 80 wide)."""
+    return " ".join(report.replace("│", " ").split())
+
+
 def test_hf_header_reads_the_gpt2_config(hf):
     res, p = hf
     # block_size is the run's sequence length (the inputs), not GPT2Config.n_positions (64).
     assert p["run"]["config"]["model_dims"] == {"n_layer": 2, "n_head": 2, "n_embd": 64, "vocab_size": 256,
                                                "block_size": BLOCK}
-    assert "L=2 H=2 d=64 V=256" in res.stdout
+    assert "n_layer=2 n_head=2 n_embd=64 vocab_size=256" in _words(res.stdout)
 
 
 def test_lightning_dims_it_cannot_read_say_not_measured(lightning):
@@ -133,7 +138,7 @@ def test_lightning_dims_it_cannot_read_say_not_measured(lightning):
     # `config`; only the vocabulary is readable (the wte embedding).
     res, p = lightning
     assert p["run"]["config"]["model_dims"]["vocab_size"] == 256
-    assert "L=not measured" in res.stdout and "V=256" in res.stdout
+    assert "n_layer=not measured" in _words(res.stdout) and "vocab_size=256" in res.stdout
 
 
 def test_hf_trainer_under_the_cli_process_ends_without_a_traceback(tmp_path):
