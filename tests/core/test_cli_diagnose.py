@@ -186,20 +186,16 @@ def test_the_report_names_the_rescued_file_too(tmp_path, monkeypatch):
     assert "saved it to " + str(next(tmp_path.glob("p.rescued-*.json"))) in res.stderr
 
 
-def test_block_size_100000_is_refused_within_a_second_with_the_memory_numbers(no_run, monkeypatch):
-    import time
-
-    import gpuprof.analysis.pipeline  # noqa: F401 - imported before the clock starts
+def test_block_size_100000_is_refused_before_anything_runs_with_the_memory_numbers(no_run, monkeypatch):
     import gpuprof.preflight as preflight
+    import gpuprof.runners.builtin as builtin
 
     monkeypatch.setattr(preflight, "device_memory", lambda device: (16 * 1024**3, "available RAM"))
     monkeypatch.setattr(preflight, "probe_ceiling", lambda *a: pytest.fail("probed a run that cannot fit"))
-    t = time.perf_counter()
+    monkeypatch.setattr(builtin, "GPT", lambda *a, **k: pytest.fail("built a model for a run that cannot fit"))
     res = runner.invoke(app, ["diagnose", "--block-size", "100000", "--device", "cpu", "--no-samplers"])
-    elapsed = time.perf_counter() - t
     _one_line_error(res, "this run would not fit: its peak memory is estimated at 62.1 GiB (memory model")
     assert "vs 16.0 GiB available RAM" in res.stderr and "largest that fit (estimated): --batch-size " in res.stderr
-    assert elapsed < 1.0, elapsed
 
 
 def test_post_run_work_shares_the_budget_and_says_what_it_does(tmp_path):
@@ -210,7 +206,12 @@ def test_post_run_work_shares_the_budget_and_says_what_it_does(tmp_path):
     post = json.loads(out.read_text())["measurements"]["post_run"]
     assert post["budget_s"] == 0.5 and post["source"] == "--post-budget"
     assert set(post["parts"]) == {"flops", "microbatch"}  # --no-samplers: no probe
-    assert post["spent_s"] < 0.5 + 1.0  # each part stops at its share (plus one last repeat)
+    # each part is allotted at most what the budget had left when it started (speed-independent:
+    # what a part spends depends on the machine, the rule that bounds it does not)
+    spent = 0.0
+    for name, part in post["parts"].items():
+        assert part["allotted_s"] <= max(0.0, post["budget_s"] - spent) + 1e-6, (name, post)
+        spent += part["spent_s"]
     bad = runner.invoke(app, ["diagnose", *FAST, "--post-budget", "-1"])
     assert bad.exit_code == 2 and "--post-budget" in bad.stderr
 

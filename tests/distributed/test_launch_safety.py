@@ -16,7 +16,6 @@ import pytest
 
 from gpuprof.errors import GpuprofError
 from gpuprof.runners import launch
-from gpuprof.runners.rank import die_with_launcher
 
 from ddp_helpers import DDP_SCRIPT, gpuprof
 
@@ -31,14 +30,13 @@ def _torchelastic() -> set:
 
 def test_more_ranks_than_cores_is_refused_before_anything_starts(data_dir):
     before = _torchelastic()
-    t0 = time.monotonic()
     r = gpuprof("diagnose", "--nproc-per-node", "1000", DDP_SCRIPT, f"--data_dir={data_dir}", timeout=60)
     cores = len(os.sched_getaffinity(0))
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         f"gpuprof: error: --nproc-per-node 1000: this machine has {cores} CPU core(s) for gpuprof, and a "
         f"CPU rank computes on at least one; more ranks than cores only wait on each other; use at most {cores}"]
-    assert "launching" not in r.stderr and time.monotonic() - t0 < 30
+    assert "launching" not in r.stderr
     assert _no_torchelastic_folders_added(before) == []  # torchrun's option check makes none either
 
 

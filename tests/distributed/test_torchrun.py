@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -95,11 +94,9 @@ def test_no_sync_toggling_not_flagged(clean_run):
 
 def test_crashing_rank_reported_without_hang(tmp_path, data_dir):
     out = tmp_path / "crash.json"
-    t0 = time.monotonic()
     r = gpuprof("diagnose", "--nproc-per-node", "2", *FAST, "--rank-timeout", "30", "--out", out,
                 DDP_SCRIPT, f"--data_dir={data_dir}", "--crash_rank=1", "--crash_at=3", "--max_iters=50",
                 timeout=150)
-    assert time.monotonic() - t0 < 150
     assert r.returncode == 1, r.stderr[-3000:]
     last = r.stderr.strip().splitlines()[-1]
     assert "rank 1 failed first" in last and "injected crash on rank 1 at iter 3" in last, last
@@ -188,10 +185,8 @@ def test_hung_rank_times_out_and_is_located(tmp_path, data_dir):
     given to init_process_group since the script passes none), torchrun stops rank 1, and the
     message says where each rank was."""
     out = tmp_path / "hang.json"
-    t0 = time.monotonic()
     r = gpuprof("diagnose", "--nproc-per-node", "2", *FAST, "--rank-timeout", "5", "--out", out,
                 DDP_SCRIPT, f"--data_dir={data_dir}", "--hang_rank=1", "--hang_at=3", timeout=150)
-    assert time.monotonic() - t0 < 150
     assert r.returncode == 1, r.stderr[-3000:]
     last = r.stderr.strip().splitlines()[-1]
     assert "rank 0 failed first" in last and "Timed out" in last, last

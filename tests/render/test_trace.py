@@ -10,7 +10,7 @@ import pytest
 
 from gpuprof.errors import GpuprofError
 from gpuprof.analysis.pipeline import analyze
-from gpuprof.render.trace import PHASE_ORDER, TID_GPU_PHASES, TID_GPU_STEPS, TID_PHASES, TID_STEPS, render_trace, trace_json
+from gpuprof.render.trace import TID_GPU_PHASES, TID_GPU_STEPS, TID_PHASES, TID_STEPS, render_trace, trace_json
 
 # The phase types this exporter may use, and what each needs (the trace-event format document:
 # "Trace Event Format", Google, the JSON Object Format and the event descriptions).
@@ -69,7 +69,6 @@ def test_builtin_run_trace_is_valid_and_its_totals_are_the_profiles(builtin_prof
     doc = render_trace(p, analyze(p))
     validate(doc)
     assert json.loads(trace_json(p, analyze(p))) == doc
-    n = len(p.steps)
     steps = _x(doc, TID_STEPS, "measured")
     assert [e["args"]["index"] for e in steps] == [s.index for s in p.steps]
     assert len(_x(doc, TID_STEPS, "warmup")) == len(p.warmup_steps) == 1

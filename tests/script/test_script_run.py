@@ -268,5 +268,10 @@ def test_post_run_work_shares_one_budget_in_script_mode(data_dir, tmp_path):
     post = run.profile.measurements["post_run"]
     assert post["budget_s"] == 2.0 and post["source"] == "--post-budget"
     assert set(post["parts"]) == {"probe", "flops", "microbatch"}
-    assert post["spent_s"] < 2.0 + 1.5  # each part stops at its share; one repeat may run over
+    # each part is allotted at most what the budget had left when it started (speed-independent:
+    # what a part spends depends on the machine, the rule that bounds it does not)
+    spent = 0.0
+    for name, part in post["parts"].items():
+        assert part["allotted_s"] <= max(0.0, post["budget_s"] - spent) + 1e-6, (name, post)
+        spent += part["spent_s"]
     assert any(x.startswith("matmul ceiling and precisions") for x in lines)
