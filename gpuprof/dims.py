@@ -27,8 +27,11 @@ class GPTConfig:
         return asdict(self)
 
 
-# Model presets. Dimensions are GPT-2's published ones (as in nanoGPT's from_pretrained);
-# `tiny` is ours: small enough that the default diagnose finishes in seconds on a CPU.
+# The one table of model presets. The gpt2 rows are GPT-2's published shapes (Radford et al.
+# 2019, the n_layer/n_head/n_embd of nanoGPT's from_pretrained) with GPTConfig's vocab_size,
+# 50304: GPT-2's 50257 padded to a multiple of 64, as nanoGPT trains from scratch. Only
+# from_pretrained keeps the unpadded vocabulary (PRETRAINED_VOCAB). `tiny` is ours: small enough
+# that the default diagnose finishes in seconds on a CPU.
 PRESETS: dict[str, dict] = {
     "tiny": dict(n_layer=2, n_head=4, n_embd=128, vocab_size=4096),
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768),
@@ -36,6 +39,15 @@ PRESETS: dict[str, dict] = {
     "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280),
     "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600),
 }
+GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+PRETRAINED_VOCAB = 50257  # GPT-2's tokenizer, unpadded: what nanoGPT's from_pretrained loads
+
+
+def preset_dims(name: str) -> dict:
+    """A preset's full dims as a dict (n_layer, n_head, n_embd, vocab_size): the preset's row
+    with GPTConfig's defaults for what it leaves out. Unknown name: GpuprofError."""
+    cfg = preset_config(name)
+    return {k: getattr(cfg, k) for k in ("n_layer", "n_head", "n_embd", "vocab_size")}
 
 
 def preset_config(name: str, block_size: int = 1024, **overrides) -> GPTConfig:
@@ -83,14 +95,9 @@ def flops_per_token(cfg: GPTConfig) -> int:
     return 6 * param_count(cfg) + 12 * cfg.n_layer * cfg.n_head * q * cfg.block_size
 
 
-# Published GPT-2 shapes (Radford et al. 2019, as in nanoGPT's from_pretrained): used to name the
-# model size a FLOP count implies. vocab 50304 = 50257 padded to a multiple of 64, as nanoGPT.
-GPT2_SIZES: dict[str, dict] = {
-    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304),
-    "gpt2-medium": dict(n_layer=24, n_head=16, n_embd=1024, vocab_size=50304),
-    "gpt2-large": dict(n_layer=36, n_head=20, n_embd=1280, vocab_size=50304),
-    "gpt2-xl": dict(n_layer=48, n_head=25, n_embd=1600, vocab_size=50304),
-}
+# The GPT-2 family's full dims (a view of PRESETS, vocab 50304 as trained from scratch): used to
+# name the model size a FLOP count implies.
+GPT2_SIZES: dict[str, dict] = {name: preset_dims(name) for name in GPT2_NAMES}
 
 # Backward costs two forwards (grad wrt inputs + grad wrt weights): training = 3 × forward.
 TRAIN_OVER_FORWARD = 3

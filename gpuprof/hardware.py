@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-GIB = 1024**3
-GB = 1000**3
+from gpuprof.errors import GpuprofError
+from gpuprof.measure.cuda import is_cuda
+from gpuprof.units import GB
 
 # Where the figures come from. Each row names one; docs/mfu.md lists them.
 SRC_HOPPER = "NVIDIA H100/H200 Tensor Core GPU datasheets (dense = sparse/2)"
@@ -158,6 +159,7 @@ GPUS: list[GpuSpec] = [
        reported=["Tesla V100-SXM2-32GB", "Tesla V100-SXM2-32GB-LS"]),
 ]
 
+# -- dtype names: the one map from what users, configs and torch write to gpuprof's names -----
 _DTYPE_ALIASES = {
     "fp32": "fp32", "float32": "fp32", "float": "fp32", "32": "fp32",
     "tf32": "tf32",
@@ -165,18 +167,48 @@ _DTYPE_ALIASES = {
     "fp16": "fp16", "float16": "fp16", "half": "fp16", "16": "fp16",
     "fp8": "fp8", "float8": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
 }
+# The dtypes a training step is run in (--dtype, nanoGPT's `dtype`); tf32 is fp32 with TF32
+# matmuls allowed, fp8 is only a peak in the GPU table.
+TRAIN_DTYPES = ("fp32", "bf16", "fp16")
+HALF_DTYPES = ("bf16", "fp16")  # the ones run under autocast
+# gpuprof's name -> torch's attribute name, which is also nanoGPT's `dtype` value.
+TORCH_NAME = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+# Bytes per element of a tensor held in that dtype (TF32 stores fp32 tensors).
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+
+
+def _choices(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def normalize_dtype(dtype, allowed=None) -> str:
+    """'bfloat16' / 'torch.bfloat16' / 'BF16' / 'bf16' -> 'bf16' (case- and `torch.`-insensitive).
+
+    Without `allowed`, an unknown name raises ValueError. With `allowed` (e.g. TRAIN_DTYPES), a
+    name that is unknown or not among them is the user's error: GpuprofError "unknown dtype
+    'int8'; choose fp32, bf16 or fp16"."""
+    d = _DTYPE_ALIASES.get(str(dtype).lower().replace("torch.", "").strip())
+    if allowed is not None:
+        if d not in allowed:
+            raise GpuprofError(f"unknown dtype {dtype!r}; choose {_choices(allowed)}")
+        return d
+    if d is None:
+        raise ValueError(f"unknown dtype {dtype!r}")
+    return d
+
+
+def torch_dtype(name):
+    """The torch.dtype for a dtype name ('bf16', 'bfloat16', 'torch.bfloat16' -> torch.bfloat16).
+    Imports torch on first use, so this module stays importable without it."""
+    import torch
+
+    return getattr(torch, TORCH_NAME[normalize_dtype(name)])
+
 
 # Names that look like a table row but are a different part: a slice of a GPU (MIG), a laptop
 # or cut-down variant. Their peak is not the full card's, so they stay unknown.
 _NOT_THE_FULL_CARD = re.compile(r"\bmig\b|laptop|mobile|max-q|\b\d+g\.\d+gb\b")
-
-
-def normalize_dtype(dtype: str) -> str:
-    """'bfloat16' / 'torch.bfloat16' / 'bf16' -> 'bf16'. Raises ValueError if unknown."""
-    d = str(dtype).lower().replace("torch.", "").strip()
-    if d not in _DTYPE_ALIASES:
-        raise ValueError(f"unknown dtype {dtype!r}")
-    return _DTYPE_ALIASES[d]
 
 
 def find_gpu(name: str | None) -> GpuSpec | None:
@@ -232,9 +264,9 @@ def compute_dtype(autocast_dtype: str | None, param_dtype: str | None, tf32: boo
             d = normalize_dtype(param_dtype)
         except ValueError:
             d = "fp32"
-        if d in ("bf16", "fp16"):
+        if d in HALF_DTYPES:
             return d
-    if tf32 and str(device or "").startswith("cuda"):
+    if tf32 and is_cuda(device or ""):
         return "tf32"
     return "fp32"
 

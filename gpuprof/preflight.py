@@ -22,8 +22,10 @@ from typing import Callable
 
 from gpuprof.dims import preset_config
 from gpuprof.errors import GpuprofError
+from gpuprof.hardware import HALF_DTYPES
+from gpuprof.measure.cuda import is_cuda
+from gpuprof.units import duration, flops_rate, gib
 
-GIB = 1024**3
 SLOW_STEP_S = 60.0  # "one step will take minutes": said up front
 REFUSE_RUN_S = 3600.0  # a run estimated at an hour or more is refused unless --allow-slow
 # A step's share of the datasheet peak when nothing was measured: the central value of the
@@ -41,10 +43,6 @@ _CPU_HALF_PROBE_SIZE = 256
 # -- memory ---------------------------------------------------------------------------------
 
 
-def _gib(n: float) -> str:
-    return f"{n / GIB:.1f} GiB" if n >= 0.1 * GIB else f"{n / 1024**2:.0f} MiB"
-
-
 def _gpt_config(loop, block_size: int | None = None):
     return preset_config(loop.model, block_size or loop.block_size, n_layer=loop.n_layer,
                          n_head=loop.n_head, n_embd=loop.n_embd, vocab_size=loop.vocab_size)
@@ -53,7 +51,7 @@ def _gpt_config(loop, block_size: int | None = None):
 def device_memory(device: str) -> tuple[int, str]:
     """(bytes, what they are) a run on `device` may use: the CUDA device's total memory (as
     `gpuprof recommend` uses), or the RAM available now on a CPU."""
-    if str(device).startswith("cuda"):
+    if is_cuda(device):
         import torch
 
         from gpuprof.measure.cuda import cuda_device
@@ -83,11 +81,11 @@ class MemoryCheck:
         """The one-line refusal: estimated bytes vs available, the largest terms, what fits."""
         est = self.estimate
         top = sorted(est.terms, key=lambda t: -t.bytes)[:2]
-        text = (f"this run would not fit: its peak memory is estimated at {_gib(est.total_bytes)} "
+        text = (f"this run would not fit: its peak memory is estimated at {gib(est.total_bytes)} "
                 f"(memory model, at the {est.moment}; largest terms "
-                f"{', '.join(f'{t.name} {_gib(t.bytes)}' for t in top)}) vs "
-                f"{_gib(est.capacity_bytes)} {self.capacity_source} "
-                f"({_gib(est.capacity_bytes - est.margin_bytes)} after a "
+                f"{', '.join(f'{t.name} {gib(t.bytes)}' for t in top)}) vs "
+                f"{gib(est.capacity_bytes)} {self.capacity_source} "
+                f"({gib(est.capacity_bytes - est.margin_bytes)} after a "
                 f"{est.margin_bytes / est.capacity_bytes:.0%} margin)")
         fits = []
         if self.max_batch:
@@ -98,7 +96,7 @@ class MemoryCheck:
             return text + "; largest that fit (estimated): " + " or ".join(fits)
         state = sum(t.bytes for t in est.terms if t.name in ("weights", "gradients", "optimizer"))
         return (text + f"; not even --batch-size 1 at --block-size 1 fits: the weights, gradients "
-                f"and AdamW state alone are estimated at {_gib(state)}; choose a smaller --model")
+                f"and AdamW state alone are estimated at {gib(state)}; choose a smaller --model")
 
 
 def check_memory(loop, capacity: tuple[int, str] | None = None) -> MemoryCheck:
@@ -110,7 +108,7 @@ def check_memory(loop, capacity: tuple[int, str] | None = None) -> MemoryCheck:
 
     cap_bytes, source = capacity if capacity is not None else device_memory(loop.device)
     kw = dict(dtype=loop.dtype, compile=loop.compile, grad_accum=loop.grad_accum,
-              device="cuda" if str(loop.device).startswith("cuda") else "cpu")
+              device="cuda" if is_cuda(loop.device) else "cpu")
     est = estimate_memory(_gpt_config(loop), loop.batch_size, capacity_bytes=cap_bytes, **kw)
     if est.fits:
         return MemoryCheck(est, source, loop.batch_size, loop.block_size)
@@ -131,27 +129,14 @@ def check_memory(loop, capacity: tuple[int, str] | None = None) -> MemoryCheck:
 
 
 def _rate(flops_per_s: float) -> str:
-    """0.77 GFLOP/s, 156.9 GFLOP/s, 395.8 TFLOP/s."""
-    if flops_per_s >= 1e12:
-        return f"{flops_per_s / 1e12:.1f} TFLOP/s"
-    return f"{flops_per_s / 1e9:.{2 if flops_per_s < 1e10 else 1}f} GFLOP/s"
+    """A ceiling given in FLOP/s, in the report's words: 0.8 GFLOP/s, 156.9 GFLOP/s, 395.8 TFLOP/s."""
+    return flops_rate(flops_per_s / 1e12)
 
 
 def _sci(x: float) -> str:
     """2.4e8, 5.2e10: two significant digits, no '+' or leading zero in the exponent."""
     mantissa, _, exp = f"{x:.1e}".partition("e")
     return f"{mantissa}e{int(exp)}"
-
-
-def duration(seconds: float) -> str:
-    """75 s, 8.3 min, 10.3 h, 4.2 days."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 @dataclass(frozen=True)
@@ -166,8 +151,8 @@ def probe_ceiling(device: str, dtype: str) -> Ceiling:
     """A matmul probe of at most ~PROBE_SECONDS in the run's dtype (the seam tests replace)."""
     from gpuprof.measure.probe import matmul_ceiling
 
-    on_cpu = not str(device).startswith("cuda")
-    size = _CPU_HALF_PROBE_SIZE if on_cpu and dtype in ("bf16", "fp16") else None
+    on_cpu = not is_cuda(device)
+    size = _CPU_HALF_PROBE_SIZE if on_cpu and dtype in HALF_DTYPES else None
     res = matmul_ceiling(device, dtype, seconds=PROBE_SECONDS, size=size)
     rate = float(res["tflops"]) * 1e12
     return Ceiling(rate, f"the {_rate(rate)} {res['dtype']} matmul ceiling a {res['seconds']:.2f} s "
@@ -181,7 +166,7 @@ def device_ceiling(device: str, dtype: str, tf32: bool = True, *, gpu: str | Non
     the CUDA device at ASSUMED_UTILISATION; else (a CPU, a GPU not in the table) a short probe."""
     from gpuprof.hardware import find_gpu
 
-    on_cuda = str(device).startswith("cuda")
+    on_cuda = is_cuda(device)
     math = "tf32" if on_cuda and dtype == "fp32" and tf32 else dtype
     u = ASSUMED_UTILISATION
     if peak_tflops:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from gpuprof.errors import GpuprofError
 from gpuprof.files import read_user_text
+from gpuprof.measure.cuda import is_cuda
 
 INJECT_KEYS = {"read_latency_s", "read_bandwidth_bytes_s", "batch_delay_s", "sync_every_micro",
                "eval_every_step", "pin_memory"}
@@ -133,7 +134,7 @@ def run(sc: Scenario, *, on_step=None, instruments=None) -> ScenarioResult:
     from gpuprof.runners.builtin import LoopConfig, LoopFaults, run_builtin
     from gpuprof.runners.data import LoaderFaults
 
-    if sc.device.startswith("cuda") and not torch.cuda.is_available():
+    if is_cuda(sc.device) and not torch.cuda.is_available():
         return ScenarioResult(sc, passed=True, top=None, skipped="needs a CUDA device; none here")
     inj = sc.inject
     try:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from gpuprof.errors import GpuprofError, ScriptFailed, one_line
+from gpuprof.measure.cuda import is_cuda
 from gpuprof.profile import Profile
 
 # Per-device defaults for the built-in loop: small enough that the default run finishes in
@@ -65,12 +66,12 @@ def builtin_config(measure: Measure, *, device: str | None = None, model: str | 
     from gpuprof.runners.builtin import LoopConfig, bf16_native, default_device
 
     dev = device or default_device()
-    defaults = CUDA_DEFAULTS if dev.startswith("cuda") else CPU_DEFAULTS
-    if dev.startswith("cuda") and torch.cuda.is_available() and not bf16_native(dev):
+    defaults = CUDA_DEFAULTS if is_cuda(dev) else CPU_DEFAULTS
+    if is_cuda(dev) and torch.cuda.is_available() and not bf16_native(dev):
         defaults = dict(defaults, dtype="fp16")
     given = {k: v for k, v in options.items() if v is not None}
     sizes = {k: given.pop(k, defaults[k]) for k in ("batch_size", "block_size", "grad_accum")}
-    cfg = LoopConfig(model=model or defaults["model"], dtype=(dtype or defaults["dtype"]).lower(), device=dev,
+    cfg = LoopConfig(model=model or defaults["model"], dtype=dtype or defaults["dtype"], device=dev,
                      steps=measure.steps, warmup=measure.warmup, **sizes, **given)
     cfg.validate()
     return cfg
@@ -180,7 +181,7 @@ def _rank_needs(builtin) -> dict:
 
     if builtin is None:
         return {"cuda": torch.cuda.is_available()}
-    if str(builtin.device).startswith("cuda"):
+    if is_cuda(builtin.device):
         return {"cuda": True}
     from gpuprof.preflight import check_memory
 
@@ -243,9 +244,10 @@ def _stuck(entries: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------------ verify
-# nanoGPT config key -> (built-in loop option, value mapping)
+# nanoGPT config key -> (built-in loop option, value mapping); LoopConfig.validate normalises
+# the dtype ('bfloat16' -> 'bf16') and refuses an unknown one
 LOOP_KEYS = {"batch_size": ("batch_size", int), "gradient_accumulation_steps": ("grad_accum", int),
-             "block_size": ("block_size", int), "dtype": ("dtype", None),
+             "block_size": ("block_size", int), "dtype": ("dtype", str),
              "compile": ("compile", bool), "pin_memory": ("pin_memory", bool)}
 
 
@@ -259,14 +261,12 @@ def loop_config_with(cfg, overrides: dict):
     """The built-in loop's config with the overrides applied; GpuprofError for a key it has not."""
     import dataclasses
 
-    from gpuprof.hardware import normalize_dtype
-
     changes = {}
     for key, value in overrides.items():
         if key not in LOOP_KEYS:
             raise GpuprofError(f"--verify: the built-in loop has no option for `{key}`")
         name, conv = LOOP_KEYS[key]
-        changes[name] = normalize_dtype(str(value)) if key == "dtype" else conv(value)
+        changes[name] = conv(value)
     fixed = dataclasses.replace(cfg, **changes)
     fixed.validate()
     return fixed

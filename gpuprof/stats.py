@@ -30,12 +30,17 @@ MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation per median a
 
 def quantile(xs: Iterable[float], q: float) -> float | None:
     """The q-quantile (0..1) by linear interpolation between the nearest ranks (numpy's
-    default); None for no values."""
-    vals = [float(x) for x in xs if x is not None]
-    return float(np.quantile(vals, q)) if vals else None
+    default); None values are skipped; None for no values. [1, 2, 3, 4, 10]: p90 7.6, p10 1.4."""
+    if isinstance(xs, np.ndarray):
+        vals = np.asarray(xs, dtype=float).ravel()
+    else:
+        vals = np.asarray([float(x) for x in xs if x is not None], dtype=float)
+    return float(np.quantile(vals, q)) if vals.size else None
 
 
 def median(xs: Iterable[float]) -> float | None:
+    """The median: the middle value, or the mean of the two middle ones ([1, 2, 3, 4] -> 2.5);
+    always a float (wrap a count in int(round(...))); None for no values."""
     return quantile(xs, 0.5)
 
 
@@ -148,8 +153,8 @@ def irregular_indices(times: Sequence[float]) -> list[int]:
     n = len(times)
     if n < 3:
         return []
-    med = float(np.median(times))
-    mad = float(np.median([abs(t - med) for t in times]))
+    med = median(times)
+    mad = median(abs(t - med) for t in times)
     slow = [i for i, t in enumerate(times)
             if t > IRREGULAR_RATIO * med and t - med > IRREGULAR_MADS * MAD_TO_SIGMA * mad]
     return slow if len(slow) * 2 < n else []
@@ -190,7 +195,7 @@ def step_stats(steps: Sequence) -> StepStats | None:
                                        phase=phase, phase_extra_s=grew[phase]))
     return StepStats(
         timeline="gpu" if gpu else "host", n_steps=len(steps), step_s=total, phases=phases,
-        median_s=float(np.median(times)), p10_s=quantile(times, 0.1), p90_s=quantile(times, 0.9),
+        median_s=median(times), p10_s=quantile(times, 0.1), p90_s=quantile(times, 0.9),
         min_s=min(times), max_s=max(times), mean_s=sum(times) / len(times),
         host_step_s=sum(s.wall_s for s in regular) / n,
         tokens_per_step=int(round(median(s.tokens for s in regular) or 0)),

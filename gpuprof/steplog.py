@@ -22,9 +22,10 @@ import ast
 import json
 import math
 import re
-import statistics
 from collections import Counter
 from dataclasses import dataclass
+
+from gpuprof.stats import median
 
 FORMATS = ("nanogpt", "build-nanogpt", "llm.c", "hf-trainer")
 # The step number of a run's first line, per format: that line holds compilation and the first
@@ -304,7 +305,7 @@ def reported_summary(records: list[StepLine], *, skip_first: int, gpuprof_step_s
     step_ms = source = note = None
     tps = [r.tokens_per_s for r in settled if r.tokens_per_s is not None]
     if settled:
-        step_ms, source = statistics.median(r.step_ms for r in settled), "step lines"
+        step_ms, source = median(r.step_ms for r in settled), "step lines"
     elif whole:
         step_ms = whole[-1].step_ms
         source = "train_steps_per_second: an average over the whole run, startup included"
@@ -318,8 +319,8 @@ def reported_summary(records: list[StepLine], *, skip_first: int, gpuprof_step_s
         "lines": len(mine),
         "step_ms_median": step_ms,
         "step_ms_source": source,
-        "tokens_per_s_median": statistics.median(tps) if tps else None,
-        "mfu_pct_median": statistics.median(mfus) if mfus else None,
+        "tokens_per_s_median": median(tps),
+        "mfu_pct_median": median(mfus),
         "mfu_lines": len(mfus),
         "skipped_first": skipped,
         "ratio": gpuprof_step_s * 1e3 / step_ms if gpuprof_step_s and step_ms else None,

@@ -1,12 +1,24 @@
 """How a figure is written in words: seconds, shares, bytes, rates, ratios.
 
 Shared vocabulary, next to the Profile: the rules write their `because` sentences with these and
-the renderers print their tables with them, so one figure reads the same everywhere on a page
-(gpuprof.render.format re-exports them for the renderers)."""
+the renderers print their tables with them (importing them from here), so one figure reads the
+same everywhere on a page. Also what users type: parse_quantity, the one grammar of counts and
+sizes (K/M/G decimal, Ki/Mi/Gi binary)."""
 
 from __future__ import annotations
 
+import math
+import re
+from fractions import Fraction
+
+from gpuprof.errors import GpuprofError
+
 NM = "not measured"
+
+# Byte units, defined once. Memory (GPU memory, RAM, a process's memory) is quoted in binary
+# units and written by `gib`; data, disk and transfer sizes in decimal units, by `nbytes`.
+KiB, MiB, GiB, TiB = 2**10, 2**20, 2**30, 2**40
+KB, MB, GB, TB = 10**3, 10**6, 10**9, 10**12
 
 
 def seconds(s: float | None) -> str:
@@ -29,6 +41,30 @@ def seconds(s: float | None) -> str:
     return f"{s * 1e6:.0f} µs"
 
 
+def signed_seconds(s: float | None) -> str:
+    """A change in seconds, signed when it grew: +12.0 ms, -3.1 ms, 0."""
+    if s is None:
+        return NM
+    return ("+" if s > 0 else "") + seconds(s)
+
+
+def duration(s: float) -> str:
+    """A long wait, in the unit people plan in: 75 s, 8.3 min, 10.3 h, 4.2 days."""
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 2 * 3600:
+        return f"{s / 60:.1f} min"
+    if s < 2 * 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
+
+
+def finite(x) -> float | None:
+    """x as a float when it is a finite number (not a bool, NaN, inf, None or a string), else None."""
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return float(x) if ok else None
+
+
 def pct(x: float | None, digits: int = 1) -> str:
     """A fraction as a percentage: 0.271 -> 27.1%."""
     return NM if x is None else f"{x * 100:.{digits}f}%"
@@ -49,25 +85,24 @@ def tokens(n: int | None) -> str:
     return NM if n is None else f"{int(n):,}"
 
 
-def nbytes(x: float | None) -> str:
-    """Bytes, decimal units, three significant figures: 11.0 MB, 1.07 GB, 339 MB."""
-    if x is None:
-        return NM
-    for unit, div in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+def _three_figures(x: float, units) -> str:
+    for unit, div in units:
         if abs(x) >= div:
             v = x / div
             return f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}" if abs(v) >= 10 else f"{v:.2f} {unit}"
     return f"{x:.0f} B"
 
 
+def nbytes(x: float | None) -> str:
+    """Data, disk and transfer sizes: decimal units, three significant figures: 11.0 MB,
+    1.07 GB, 339 MB."""
+    return NM if x is None else _three_figures(x, (("TB", TB), ("GB", GB), ("MB", MB), ("kB", KB)))
+
+
 def gib(x: float | None) -> str:
-    """Bytes in binary units, as memory capacities are quoted: 132 GiB, 23.5 GiB, 10.5 MiB."""
-    if x is None:
-        return NM
-    v = x / 2**30
-    if abs(v) < 1:
-        return f"{x / 2**20:.3g} MiB"
-    return f"{v:.0f} GiB" if abs(v) >= 100 else f"{v:.1f} GiB" if abs(v) >= 10 else f"{v:.2f} GiB"
+    """Memory (GPU memory, RAM, a process's memory): binary units as capacities are quoted,
+    three significant figures: 132 GiB, 23.5 GiB, 1.00 GiB, 10.5 MiB, 1.50 KiB."""
+    return NM if x is None else _three_figures(x, (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)))
 
 
 def bytes_per_s(x: float | None) -> str:
@@ -120,6 +155,10 @@ def join_notes(*parts: str) -> str:
 STEP_KEYS = ("step_s", "mean_step_s", "typical_step_s")
 
 
+# Words in a `…bytes` evidence key that make it a memory figure (binary units, `gib`).
+_MEMORY_KEYS = ("memory", "mem_", "allocated", "capacity", "rss", "ram_")
+
+
 def _label(key: str, suffixes: tuple[str, ...]) -> str:
     for suffix in suffixes:
         if key.endswith(suffix) and len(key) > len(suffix):
@@ -131,7 +170,7 @@ def _label(key: str, suffixes: tuple[str, ...]) -> str:
 def evidence_value(key: str, value) -> str | None:
     """One evidence figure in words, its unit inferred from the key (None: nothing to show).
 
-    `_s` seconds, `_bytes_s` a rate, `_bytes` bytes, `share`/`_frac`/`mfu` a fraction as a
+    `_s` seconds, `_bytes_s` a rate, `_bytes` bytes (memory in binary units), `share`/`_frac`/`mfu` a fraction as a
     percentage, `_pct` already a percentage, `ratio`/`times_`/`headroom` a ratio (2 decimals ×),
     `_tflops` a compute rate; anything else three significant figures."""
     if value is None:
@@ -162,7 +201,7 @@ def evidence_value(key: str, value) -> str | None:
     if k.endswith("_s"):
         return seconds(value)
     if k.endswith("bytes"):
-        return nbytes(value)
+        return gib(value) if any(w in k for w in _MEMORY_KEYS) else nbytes(value)
     if k.endswith("_pct"):
         return f"{value:.1f}%"
     if k.endswith(("share", "_frac", "_fraction")) or k == "used" or k.startswith("mfu"):
@@ -191,3 +230,51 @@ def evidence_words(evidence: dict) -> str:
             label = _label(key, ("_bytes_s", "_gb_s", "_mb_s", "_gflop_s", "_bytes", "_pct", "_ms", "_s"))
         parts.append(f"{label} {text}")
     return "; ".join(parts)
+
+
+# -- what users type: one grammar for every count and size ----------------------------------
+# The rule every help text states. M is 10^6 here as in every figure gpuprof prints (count(),
+# nbytes(), "1M tokens"), and as 1e6 is; the binary multiples have their own names.
+SUFFIX_RULE = "K/M/G = 10^3/10^6/10^9, Ki/Mi/Gi = 2^10/2^20/2^30"
+_SCALE = {
+    "": 1,
+    "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+    "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40,
+}
+_NUMBER = re.compile(r"^(?P<num>\d+(?:\.\d*)?|\.\d+)(?:e(?P<exp>[+-]?\d+))?\s*(?P<suffix>[a-z]*)$")
+_POWER = re.compile(r"^(?P<base>\d+)\s*(?:\^|\*\*)\s*(?P<exp>\d+)$")
+
+
+def parse_quantity(text, what: str = "value", *, allow_bytes: bool = False,
+                   examples: str = "524288, 0.5Mi, 1M, 2^20 or 1e6") -> Fraction:
+    """A count or size as people type it, read exactly (a Fraction, never a float):
+
+    - integers with optional `_` or `,` separators: `524288`, `1_048_576`, `1,048,576`
+    - decimals and scientific notation: `0.5`, `1e6`, `5.24288e5`
+    - powers: `2^20` or `2**20` (integer base and exponent)
+    - decimal suffixes, case-insensitive: K = 10^3, M = 10^6, G = 10^9, T = 10^12
+    - binary suffixes, case-insensitive: Ki = 2^10, Mi = 2^20, Gi = 2^30, Ti = 2^40
+    - counts: B = 10^9 (a billion: `1B` tokens); sizes (`allow_bytes`): a trailing B or iB is
+      the unit, so `256MiB` = `256Mi` = 2^28 and `1MB` = `1M` = 10^6 bytes.
+
+    Callers check the range and whether it must be whole. GpuprofError (one line) when it
+    cannot be read."""
+    shown = str(text).strip()
+    s = shown.lower().replace("_", "").replace(",", "")
+    m = _POWER.match(s)
+    if m:
+        base, exp = int(m["base"]), int(m["exp"])
+        if exp > 64:
+            raise GpuprofError(f"{what} {shown!r} is too large")
+        return Fraction(base) ** exp
+    m = _NUMBER.match(s)
+    suffix = m["suffix"] if m else ""
+    if m and allow_bytes and suffix.endswith("b"):
+        suffix = suffix[:-1]
+    scale = _SCALE.get(suffix, 10**9 if suffix == "b" and not allow_bytes else None)
+    if not m or scale is None:
+        raise GpuprofError(f"cannot read {what} {shown!r}; use e.g. {examples} ({SUFFIX_RULE})")
+    exp = int(m["exp"] or 0)
+    if abs(exp) > 30:
+        raise GpuprofError(f"{what} {shown!r} is out of range")
+    return Fraction(m["num"]) * Fraction(10) ** exp * scale

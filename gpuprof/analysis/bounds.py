@@ -24,18 +24,13 @@ unrepaired measured figure raises.
 from __future__ import annotations
 
 import copy
-import math
 import os
 from dataclasses import replace
 
-from gpuprof.measure.host import cpu_out_of_bounds
-from gpuprof.units import join_notes, seconds
+from gpuprof.measure.cpu_bounds import cpu_out_of_bounds
+from gpuprof.units import finite, join_notes, seconds
 
 TOL = 1e-6  # float rounding in sums of shares
-
-
-def _num(x) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
 def violations(profile, analysis=None) -> list[str]:
@@ -52,10 +47,10 @@ def analysis_violations(stats, mfu: dict | None, findings) -> list[str]:
     out: list[str] = []
     mfu = mfu or {}
     for key in ("mfu", "mfu_vs_ceiling"):
-        v = _num(mfu.get(key))
+        v = finite(mfu.get(key))
         if v is not None and not 0 < v <= 1 + TOL:
             out.append(f"mfu.{key} = {v:.4g} is outside (0, 1]")
-    share = _num(mfu.get("ceiling_share_of_peak"))
+    share = finite(mfu.get("ceiling_share_of_peak"))
     if share is not None and share > 1 + TOL:
         out.append(f"mfu.ceiling_share_of_peak = {share:.4g}: a measured ceiling above the datasheet peak")
     out += _saving_violations(stats, findings)
@@ -69,7 +64,7 @@ def measured_violations(profile) -> list[str]:
     if stats is not None and stats.phases:
         total = 0.0
         for name, e in stats.phases.items():
-            sh, sec = _num(e.share), _num(e.seconds)
+            sh, sec = finite(e.share), finite(e.seconds)
             if sh is None or not -TOL <= sh <= 1 + TOL:
                 out.append(f"phases.{name}.share = {e.share!r} is outside 0-1")
             if sec is None or sec < -TOL:
@@ -103,13 +98,13 @@ def _comm_violations(where: str, c) -> list[str]:
         return out
     rows = [("", c)] + [(f".per_step[{s.get('index')}]", s) for s in c.get("per_step") or [] if isinstance(s, dict)]
     for sub, r in rows:
-        ex, fl = _num(r.get("exposed_s")), _num(r.get("in_flight_s"))
+        ex, fl = finite(r.get("exposed_s")), finite(r.get("in_flight_s"))
         if ex is not None and ex < -TOL or fl is not None and fl < -TOL:
             out.append(f"{where}{sub}: negative all-reduce time")
         if ex is not None and fl is not None and ex > fl * (1 + 1e-6) + TOL:
             out.append(f"{where}{sub}: exposed {ex:.4g} s is more than the {fl:.4g} s in flight")
     for key in ("busbw_Bps", "algbw_Bps"):
-        v = _num(c.get(key))
+        v = finite(c.get(key))
         if v is not None and v < 0:
             out.append(f"{where}.{key} is negative")
     return out
@@ -122,25 +117,25 @@ def _distributed_violations(d) -> list[str]:
     if not isinstance(d, dict):
         return out
     for r in d.get("ranks") or []:
-        busy, step = _num(r.get("busy_s")), _num(r.get("step_s"))
+        busy, step = finite(r.get("busy_s")), finite(r.get("step_s"))
         if busy is not None and (busy < -TOL or (step and busy > step * (1 + 1e-6) + TOL)):
             out.append(f"distributed rank {r.get('rank')}: busy {busy:.4g} s is outside 0..its step")
         for p, v in (r.get("own_phases") or {}).items():
-            if _num(v) is not None and v < -1e-3:  # own backward = backward − exposed: two clocks, ms slack
+            if finite(v) is not None and v < -1e-3:  # own backward = backward − exposed: two clocks, ms slack
                 out.append(f"distributed rank {r.get('rank')}: own {p} {v:.4g} s is negative")
     c = d.get("communication") or {}
     for key in ("overlap_share",):
-        v = _num(c.get(key))
+        v = finite(c.get(key))
         if v is not None and not -TOL <= v <= 1 + TOL:
             out.append(f"distributed.communication.{key} = {v:.4g} is outside 0-1")
     out += _comm_violations("distributed.communication", c)
     for w in c.get("waiting") or []:
-        if _num(w.get("waiting_s")) is not None and w["waiting_s"] < -TOL:
+        if finite(w.get("waiting_s")) is not None and w["waiting_s"] < -TOL:
             out.append(f"distributed: rank {w.get('rank')} waits a negative time")
-    bw, nominal = _num(c.get("busbw_Bps")), _num((c.get("link") or {}).get("nominal_Bps"))
+    bw, nominal = finite(c.get("busbw_Bps")), finite((c.get("link") or {}).get("nominal_Bps"))
     if bw is not None and nominal and bw > nominal * 1.05:
         out.append(f"distributed: bus bandwidth {bw:.4g} B/s above the link's {nominal:.4g} B/s")
-    v = _num((d.get("slowest") or {}).get("extra_share"))
+    v = finite((d.get("slowest") or {}).get("extra_share"))
     if v is not None and not -TOL <= v <= 1 + TOL:
         out.append(f"distributed.slowest.extra_share = {v:.4g} is outside 0-1")
     return out
@@ -149,12 +144,12 @@ def _distributed_violations(d) -> list[str]:
 def _cpu_violations(meas: dict) -> list[str]:
     out = []
     host = meas.get("host") or {}
-    cores = _num(host.get("cpu_count"))
+    cores = finite(host.get("cpu_count"))
     for where, key, limit in cpu_out_of_bounds(host, cores):
         out.append(f"measurements.host.{where}.{key} = {limit[1]:.4g}% is above {limit[0]:.0f}%")
     for g in ((meas.get("nvml") or {}).get("gpus") or []):
         for key in ("gpu_util_pct", "mem_util_pct"):
-            v = _num(((g.get("summary") or {}).get(key) or {}).get("max"))
+            v = finite(((g.get("summary") or {}).get(key) or {}).get("max"))
             if v is not None and v > 100 + TOL:
                 out.append(f"measurements.nvml {key} max {v:.4g}% is above 100%")
     return out
@@ -162,10 +157,10 @@ def _cpu_violations(meas: dict) -> list[str]:
 
 def _saving_violations(stats, findings) -> list[str]:
     out = []
-    step = _num(stats.step_s) if stats is not None else None
+    step = finite(stats.step_s) if stats is not None else None
     total = 0.0
     for f in findings or []:
-        sv, sh = _num(f.saving_s), _num(f.saving_share)
+        sv, sh = finite(f.saving_s), finite(f.saving_share)
         if f.saving_s is not None and sv is None:
             out.append(f"finding {f.id}: saving {f.saving_s!r} is not a number")
         if sv is not None and (sv < -TOL or (step and sv > step * (1 + TOL))):
@@ -190,13 +185,13 @@ def enforce(profile, stats, mfu: dict | None, findings: list) -> tuple[dict | No
     for key, why in (("mfu", "the datasheet peak is not this step's (a wrong GPU row or dtype)"),
                      ("mfu_vs_ceiling", "the measured ceiling is below what the step achieved: the probe "
                                         "missed this step's fastest path")):
-        v = _num(m.get(key))
+        v = finite(m.get(key))
         if v is not None and not 0 < v <= 1 + TOL:
             m[key] = None
             m.setdefault("warnings", []).append(f"{key.replace('_', ' ')} not measured: {v:.1%} would be "
                                                 f"impossible; {why}")
             repairs.append(f"mfu.{key} {v:.4g} -> not measured")
-    share = _num(m.get("ceiling_share_of_peak"))
+    share = finite(m.get("ceiling_share_of_peak"))
     if share is not None and share > 1 + TOL:
         m["ceiling_share_of_peak"] = None
         m.setdefault("warnings", []).append(
@@ -213,12 +208,12 @@ def enforce(profile, stats, mfu: dict | None, findings: list) -> tuple[dict | No
 
 
 def _enforce_savings(stats, findings) -> tuple[list, list[str]]:
-    step = _num(stats.step_s) if stats is not None else None
+    step = finite(stats.step_s) if stats is not None else None
     if not step or not findings:
         return list(findings or []), []
     repairs, left, out = [], step, []
     for f in findings:
-        sv = _num(f.saving_s)
+        sv = finite(f.saving_s)
         if sv is not None:
             new = min(max(sv, 0.0), left) if f.kind == "fix" else min(max(sv, 0.0), step)
             if new < sv - 1e-12 or new > sv + 1e-12:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from gpuprof.errors import GpuprofError
+from gpuprof.stats import median, quantile
 # Re-exported: the parser's public names stay importable from here.
 from gpuprof.steplog import (EVAL_RE, FIRST_STEP, ITER_RE, EvalLine, IterLine, StepLine,  # noqa: F401
                              bad_numbers, main_format, parse_line, parse_lines)
@@ -57,12 +58,6 @@ def _tokens_per_gpu(config: dict) -> tuple[int | None, int]:
     return None, world
 
 
-def _median(xs):
-    import statistics
-
-    return statistics.median(xs) if xs else None
-
-
 def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = None,
                 config: dict | None = None) -> dict:
     """Analyse a training log without running anything: nanoGPT `iter` lines, or the step times
@@ -76,8 +71,8 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
 
     from gpuprof.analysis.mfu import BEST_ACHIEVABLE_MFU, EXPECTED_MFU, NANOGPT_A100_TFLOPS
     from gpuprof.hardware import find_gpu, peak_for
-    from gpuprof.dims import (GPT2_SIZES, attention_flops_per_token, gpt_flops_per_token,
-                                       gpt_param_count)
+    from gpuprof.dims import (GPT2_SIZES, GPTConfig, attention_flops_per_token, gpt_flops_per_token,
+                              gpt_param_count)
 
     config = dict(config or {})
     p = Path(path)
@@ -105,13 +100,13 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
     # step 0, llm.c step 1); nanoGPT prints mfu -100% until iter 5.
     first = FIRST_STEP.get(fmt)
     steady = [r for r in iters if first is None or r.step is None or r.step > first] or iters
-    step_s = _median([r.step_ms / 1e3 for r in steady])
+    step_s = median([r.step_ms / 1e3 for r in steady])
     # Only nanoGPT's MFU divides by a known constant (312 TFLOP/s), so only it can be inverted.
     mfus = [r.mfu_pct for r in steady if fmt == "nanogpt" and r.mfu_pct is not None and r.mfu_pct > -100.0]
     if fmt == "hf-trainer":
         warnings.append("HF Trainer prints only train_steps_per_second: the step time is a whole-run "
                         "average, startup included")
-    reported = _median(mfus)
+    reported = median(mfus)
     tokens, world = _tokens_per_gpu(config)
     block = _config_int(config, "block_size", default=1024)
 
@@ -134,7 +129,7 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
     cfg_per_token = None
     if have_dims:
         dims = {k: _config_int(config, k) for k in dims_keys}
-        dims.update(block_size=block, vocab_size=_config_int(config, "vocab_size", default=50304),
+        dims.update(block_size=block, vocab_size=_config_int(config, "vocab_size", default=GPTConfig.vocab_size),
                     bias=bool(config.get("bias", True)))
         cfg_per_token = gpt_flops_per_token(dims)
     flops_step = flops_source = None
@@ -208,15 +203,15 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
                 "true_mfu_at_step": f_step / (step_s * peak * 1e12) if step_s else None,
                 "nanogpt_mfu_at_step": f_step / (step_s * NANOGPT_A100_TFLOPS * 1e12) if step_s else None,
             })
-    steps_sorted = sorted(r.step_ms / 1e3 for r in steady)
+    steady_s = [r.step_ms / 1e3 for r in steady]
     return {
         "path": str(p), "format": fmt, "iter_lines": len(iters), "eval_lines": len(evals),
         "skipped_lines": len(bad),
         "steady_lines": len(steady), "first_iter": iters[0].step, "last_iter": iters[-1].step,
-        "tokens_per_s_printed": _median([r.tokens_per_s for r in steady if r.tokens_per_s is not None]),
+        "tokens_per_s_printed": median([r.tokens_per_s for r in steady if r.tokens_per_s is not None]),
         "step_s_median": step_s,
-        "step_s_p10": steps_sorted[int(0.1 * (len(steps_sorted) - 1))],
-        "step_s_p90": steps_sorted[int(0.9 * (len(steps_sorted) - 1))],
+        "step_s_p10": quantile(steady_s, 0.1),
+        "step_s_p90": quantile(steady_s, 0.9),
         "reported_mfu_pct": reported, "reported_mfu_lines": len(mfus),
         "last_loss": iters[-1].loss,
         "tokens_per_step": tokens, "world_size": world,

@@ -44,8 +44,9 @@ def _sigterm_as_interrupt():
 def bench_disk(
     path: str = typer.Argument(..., help="A directory (a temporary test file is written "
                                "there) or an existing dataset file (read-only)."),
-    size: str = typer.Option("256M", "--size", help="Test file size in a directory; for a "
-                             "dataset file, how much of it the warm runs read (K/M/G = 1024^n)."),
+    size: str = typer.Option("256Mi", "--size", help="Test file size in a directory; for a "
+                             "dataset file, how much of it the warm runs read (K/M/G = "
+                             "10^3/10^6/10^9, Ki/Mi/Gi = 2^10/2^20/2^30; a trailing B is allowed)."),
     duration: float = typer.Option(0.5, "--duration", help="Seconds per cold run (warm runs "
                                    "take half)."),
     repeats: int = typer.Option(2, "--repeats", help="Runs per measurement (≥ 2): median and "
@@ -55,7 +56,8 @@ def bench_disk(
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per sample "
                                              f"(default {DEFAULT_BLOCK_SIZE}, or the profile's)."),
     sample_bytes: Optional[str] = typer.Option(None, "--sample-bytes", help="Random read size "
-                                               "for the loader pattern (default block_size × 2)."),
+                                               "for the loader pattern (default block_size × 2; "
+                                               "K/M/G = 10^3/10^6/10^9, Ki/Mi/Gi = 2^10/2^20/2^30)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Samples per batch "
                                              "(loader test, default 12; and the requirement)."),
     grad_accum: Optional[int] = typer.Option(None, "--grad-accum", help="Micro-steps per "

@@ -17,7 +17,7 @@ from gpuprof.errors import GpuprofError
 @app.command("recommend")
 @guarded
 def recommend_cmd(
-    target_tokens: str = typer.Option(..., "--target-tokens", "-t", help="Tokens per optimizer step: 524288, 0.5Mi, 1M (=1,000,000), 1Mi (=2^20), 2^20, 1e6. K/M/G decimal, Ki/Mi/Gi binary."),
+    target_tokens: str = typer.Option(..., "--target-tokens", "-t", help="Tokens per optimizer step: 524288, 0.5Mi, 1M (=1,000,000), 1Mi (=2^20), 2^20, 1e6. K/M/G = 10^3/10^6/10^9, Ki/Mi/Gi = 2^10/2^20/2^30."),
     tolerance: float = typer.Option(0.05, "--tolerance", help="Accept configs within ±this fraction of the target."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Preset: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl (default gpt2)."),
     n_layer: Optional[int] = typer.Option(None, "--n-layer"),

@@ -20,6 +20,8 @@ import psutil
 
 from gpuprof.disk.fs import aligned_buffer
 from gpuprof.errors import GpuprofError
+from gpuprof.stats import median, quantile
+from gpuprof.units import MiB
 
 Clock = Callable[[], float]
 TOKEN_BYTES = 2  # nanoGPT stores GPT-2 tokens as uint16
@@ -245,7 +247,7 @@ def read_loader(path: str, span: int, block_size: int, batch_size: int, duration
                      device_read_bytes=dev, major_faults=f1 - f0)
 
 
-def warm(fd: int, span: int, block: int = 1 << 20) -> None:
+def warm(fd: int, span: int, block: int = MiB) -> None:
     """Read [0, span) once through the page cache so later buffered reads hit memory."""
     buf = bytearray(block)
     view = memoryview(buf)
@@ -260,7 +262,7 @@ def warm(fd: int, span: int, block: int = 1 << 20) -> None:
 def summarize(values: list[float]) -> dict:
     """Median and spread of repeated runs: {median, runs, spread_pct = (max-min)/median}."""
     arr = np.asarray(values, dtype=float)
-    med = float(np.median(arr)) if len(arr) else 0.0
+    med = median(arr) if len(arr) else 0.0
     spread = float((arr.max() - arr.min()) / med * 100) if len(arr) and med > 0 else 0.0
     return {"median": med, "runs": [float(v) for v in arr], "spread_pct": spread}
 
@@ -269,8 +271,7 @@ def latency_ms(lat: np.ndarray) -> dict:
     """p50/p99 (ms) of pooled per-operation latencies."""
     if len(lat) == 0:
         return {"p50_ms": None, "p99_ms": None}
-    p50, p99 = np.percentile(lat, [50, 99])
-    return {"p50_ms": float(p50) * 1e3, "p99_ms": float(p99) * 1e3}
+    return {"p50_ms": quantile(lat, 0.5) * 1e3, "p99_ms": quantile(lat, 0.99) * 1e3}
 
 
 __all__ = ["RunResult", "read_sequential", "read_random", "read_loader", "warm",

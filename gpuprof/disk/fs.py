@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import psutil
 
+from gpuprof.units import GiB
+
 # Filesystems whose speed is set by a network, a server or a user-space daemon, and layered
 # ones that add a copy-up/lookup layer. Reads there vary from run to run.
 NETWORK_FS = {
@@ -170,7 +172,7 @@ def resident_pages(fd: int, size: int, offset: int = 0) -> np.ndarray:
     start = offset - offset % page
     end = offset + size
     out = np.zeros((end - start + page - 1) // page, dtype=np.uint8)
-    window = 1 << 30
+    window = GiB
     pos = start
     while pos < end:
         length = min(window, end - pos)

@@ -17,8 +17,8 @@ from typing import Iterator
 
 import numpy as np
 
-from gpuprof.disk.units import MiB, human_bytes
 from gpuprof.errors import GpuprofError
+from gpuprof.units import MiB, gib
 
 TEST_FILE_PREFIX = ".gpuprof-bench-disk-"
 _WRITE_CHUNK = 8 * MiB
@@ -77,7 +77,7 @@ def _fill(fd: int, size: int, seed: int | None) -> None:
                 written += n
         os.fsync(fd)
     except OSError as exc:
-        raise GpuprofError(f"writing the test file failed after {human_bytes(written)} "
+        raise GpuprofError(f"writing the test file failed after {gib(written)} "
                            f"({exc.strerror})") from None
 
 
@@ -100,16 +100,16 @@ def open_target(path: str, size_bytes: int, min_bytes: int, free_bytes: int,
         size = os.stat(path).st_size
         if size < min_bytes:
             raise GpuprofError(f"{path}: file too small for the read pattern "
-                               f"({human_bytes(size)}; needs at least {human_bytes(min_bytes)})")
+                               f"({gib(size)}; needs at least {gib(min_bytes)})")
         # Read-only from here on: measurements open it with O_RDONLY only.
         yield Target(path=path, mode="file", size_bytes=size)
         return
     if size_bytes < min_bytes:
-        raise GpuprofError(f"--size {human_bytes(size_bytes)} is too small for the read "
-                           f"pattern (needs at least {human_bytes(min_bytes)})")
+        raise GpuprofError(f"--size {gib(size_bytes)} is too small for the read "
+                           f"pattern (needs at least {gib(min_bytes)})")
     if free_bytes < 2 * size_bytes:
-        raise GpuprofError(f"{path}: only {human_bytes(free_bytes)} free; a "
-                           f"{human_bytes(size_bytes)} test file needs twice that "
+        raise GpuprofError(f"{path}: only {gib(free_bytes)} free; a "
+                           f"{gib(size_bytes)} test file needs twice that "
                            "(lower --size)")
     test_path, fd = _create_test_file(path)
     ident = None

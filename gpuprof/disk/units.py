@@ -1,28 +1,25 @@
-"""Byte sizes: parse what users type ("256M", "1GiB", "4096") and name read sizes ("2KiB")."""
+"""Byte sizes: read what users type ("256Mi", "1GiB", "4096", "1e9") with gpuprof's one grammar
+(gpuprof.units.parse_quantity: K/M/G = 10^3/10^6/10^9, Ki/Mi/Gi = 2^10/2^20/2^30, a trailing B or
+iB allowed), and name read sizes ("2KiB"). The byte constants live in gpuprof.units (re-exported
+here)."""
 
 from __future__ import annotations
 
-import re
-
 from gpuprof.errors import GpuprofError
+from gpuprof.units import GiB, KiB, MiB, TiB, parse_quantity
 
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
-
-# Suffixes are binary (K = KiB): storage people mean 4 KiB when they say "4k", as fio does.
-_UNITS = {"": 1, "b": 1, "k": KiB, "kb": KiB, "kib": KiB, "m": MiB, "mb": MiB, "mib": MiB,
-          "g": GiB, "gb": GiB, "gib": GiB, "t": 1024 * GiB, "tb": 1024 * GiB, "tib": 1024 * GiB}
+__all__ = ["GiB", "KiB", "MiB", "TiB", "parse_bytes", "size_label"]
 
 
 def parse_bytes(text: str | int, what: str = "size") -> int:
-    """'256M' -> 268435456. Suffixes K/M/G/T (with or without B/iB) are powers of 1024."""
-    if isinstance(text, int):
+    """'256Mi' / '256MiB' -> 268435456, '256M' / '256MB' -> 256000000, '4096' -> 4096: a whole
+    number of bytes (GpuprofError otherwise)."""
+    if isinstance(text, int) and not isinstance(text, bool):
         return text
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise GpuprofError(f"{what} {text!r} is not a size (examples: 4096, 64M, 1G)")
-    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    shown = str(text).strip()
+    value = parse_quantity(shown, what, allow_bytes=True, examples="4096, 64Ki, 256Mi, 1GiB or 1e9")
+    if value.denominator != 1:
+        raise GpuprofError(f"{what} {shown!r} is not a whole number of bytes ({float(value):,.3f})")
     return int(value)
 
 
@@ -33,10 +30,3 @@ def size_label(n: int) -> str:
             return f"{n // unit}{name}"
     return f"{n}B"
 
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB' (for prose; JSON keeps raw byte counts)."""
-    for unit, name in ((1024 * GiB, "TiB"), (GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB")):
-        if abs(n) >= unit:
-            return f"{n / unit:.1f} {name}"
-    return f"{int(n)} B"

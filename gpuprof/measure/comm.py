@@ -29,8 +29,10 @@ merged report separates communication from waiting by comparing ranks (gpuprof.m
 from __future__ import annotations
 
 import os
-import statistics
 import time
+
+from gpuprof.measure.cuda import is_cuda
+from gpuprof.stats import median
 
 
 class HostClock:
@@ -90,8 +92,9 @@ def _union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _median(xs):
-    return statistics.median(xs) if xs else None
+def _count(x: float | None) -> int | None:
+    """A count stored from a median stays an int (a median of ints is a float)."""
+    return None if x is None else int(round(x))
 
 
 class CommMeter:
@@ -124,7 +127,7 @@ class CommMeter:
         self._device = str(ctx.device)
         self._timer = ctx.timer
         if self._clock is None:
-            self._clock = CudaClock(self._device) if self._device.startswith("cuda") else HostClock()
+            self._clock = CudaClock(self._device) if is_cuda(self._device) else HostClock()
         try:
             ddp.register_comm_hook(pg, self.allreduce_hook)
         except RuntimeError as exc:  # a DDP takes one hook: the script's own is kept
@@ -206,7 +209,7 @@ class CommMeter:
         algbw = [r["bytes"] / r["in_flight_s"] for r in measured_rounds if r["in_flight_s"] > 0]
 
         def med(key):
-            return _median([s[key] for s in per_step])
+            return median(s[key] for s in per_step)
 
         in_flight, exposed = med("in_flight_s"), med("exposed_s")
         return {
@@ -218,16 +221,16 @@ class CommMeter:
             "world_size": self._world,
             "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", self._world)),
             "measured_steps": len(measured),
-            "rounds_per_step": med("rounds"),
-            "buckets_per_round": _median([r["buckets"] for r in measured_rounds]),
-            "bytes_per_round": _median([r["bytes"] for r in measured_rounds]),
+            "rounds_per_step": _count(med("rounds")),
+            "buckets_per_round": _count(median(r["buckets"] for r in measured_rounds)),
+            "bytes_per_round": _count(median(r["bytes"] for r in measured_rounds)),
             "in_flight_s": in_flight,
             "exposed_s": exposed,
             "overlapped_s": None if in_flight is None else max(0.0, in_flight - exposed),
             "extra_rounds_exposed_s": med("extra_rounds_exposed_s"),
             "extra_rounds_in_flight_s": med("extra_rounds_in_flight_s"),
-            "algbw_Bps": _median(algbw),
-            "busbw_Bps": None if not algbw else _median(algbw) * factor,
+            "algbw_Bps": median(algbw),
+            "busbw_Bps": None if not algbw else median(algbw) * factor,
             "incomplete_rounds": incomplete,
             "link": link_info(self._device, self._world),
             "per_step": per_step,
@@ -241,7 +244,7 @@ def link_info(device: str, world: int, nvml=None) -> dict:
     from gpuprof.hardware import NVLINK_NAMES, link_for
 
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    if not str(device).startswith("cuda"):
+    if not is_cuda(device):
         return {"name": "gloo on CPU (shared memory / TCP)", "nominal_Bps": None,
                 "why": "no nominal figure: a CPU all-reduce is bounded by memory and the TCP stack"}
     if world > local:

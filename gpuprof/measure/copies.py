@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import time
 
+from gpuprof.measure.cuda import is_cuda
+
 MIN_BYTES = 64 * 1024  # smaller copies measure call overhead, not bandwidth
 
 
@@ -60,7 +62,7 @@ class CopyBandwidthProbe:
     def stop(self, ctx) -> dict | None:
         import torch
 
-        if not str(ctx.device).startswith("cuda"):
+        if not is_cuda(ctx.device):
             return None
         first = next((a for a in (ctx.example_args or ()) if isinstance(a, torch.Tensor)), None)
         nbytes = first.numel() * first.element_size() if first is not None else MIN_BYTES

@@ -5,6 +5,8 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
+from gpuprof.measure.cuda import is_cuda
+
 
 def environment(device: str | None = None) -> dict:
     """What the run ran on: CPU, cores, RAM, OS, Python, torch, CUDA/driver, device name."""
@@ -25,7 +27,7 @@ def environment(device: str | None = None) -> dict:
         "device": device,
         "device_name": platform.processor() or platform.machine(),
     }
-    if device and str(device).startswith("cuda") and torch.cuda.is_available():
+    if device and is_cuda(device) and torch.cuda.is_available():
         from gpuprof.measure.cuda import cuda_index
 
         idx = cuda_index(device)  # "cuda" alone is the current device, not necessarily 0

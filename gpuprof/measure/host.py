@@ -17,8 +17,13 @@ import statistics
 import time
 from typing import Callable
 
+from gpuprof.measure.cpu_bounds import TICKS_OFF_PER_COUNTER, CpuRate, within_cores
+from gpuprof.measure.os_counters import (TICK_S, core_counters, disk_for_path, major_faults,
+                                         proc_children, whole_disks)
 from gpuprof.measure.sampling import (PhaseLookup, _cfg_get, _err, _SamplerThread, _timeline,
                                       per_phase, stats)
+
+__all__ = ["HOST_KEYS", "OWN_CPU_INCLUDES", "HostSampler", "disk_for_path"]
 
 # --------------------------------------------------------------------------------------- host
 HOST_KEYS = ["cpu_pct", "cpu_pct_max_core", "cpu_busy_cores", "own_cpu_cores", "proc_cpu_pct",
@@ -26,104 +31,9 @@ HOST_KEYS = ["cpu_pct", "cpu_pct_max_core", "cpu_busy_cores", "own_cpu_cores", "
              "major_faults_s", "disk_read_bytes_s", "disk_busy_pct"]
 
 MERGE_BELOW = 0.5  # an interval shorter than this share of the nominal one merges into the next
-try:
-    TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")  # /proc CPU counters count clock ticks (10 ms)
-except (AttributeError, ValueError, OSError):
-    TICK_S = 0.01
-# A tick-truncated counter's difference over an interval can be off by up to this many ticks.
-TICKS_OFF_PER_COUNTER = 2
 OWN_CPU_INCLUDES = ("this process (all its threads: the training loop, torch's compute threads, the "
                     "samplers) and its descendant processes (DataLoader workers, compile workers), "
                     "live or exited and reaped during the run")
-
-
-def disk_for_path(path: str | None) -> tuple[str | None, str | None]:
-    """(block device name as psutil.disk_io_counters(perdisk=True) knows it, reason if None)."""
-    if not path:
-        return None, "no data file known"
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        return None, f"cannot stat {path}: {exc.strerror}"
-    major, minor = os.major(st.st_dev), os.minor(st.st_dev)
-    if major == 0:
-        return None, "the data file is on a filesystem without a block device (overlay, tmpfs, network)"
-    sys_link = f"/sys/dev/block/{major}:{minor}"
-    if not os.path.exists(sys_link):
-        return None, f"no {sys_link} (not Linux?)"
-    return os.path.basename(os.path.realpath(sys_link)), None
-
-
-def _whole_disks(names) -> list[str]:
-    """Physical whole disks among psutil's per-disk names (no partitions, loop, ram, zram)."""
-    out = []
-    for n in names:
-        if n.startswith(("loop", "ram", "zram", "dm-", "md")):
-            continue
-        if os.path.exists(f"/sys/block/{n}") or not os.path.exists("/sys/block"):
-            out.append(n)
-    return out
-
-
-def _major_faults(pid: int) -> int | None:
-    """Major page faults of the process from /proc/<pid>/stat (Linux), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            rest = f.read().rsplit(")", 1)[1].split()
-        return int(rest[9])  # field 12 (majflt); `rest` starts at field 3
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _proc_children(pid: int) -> list[int]:
-    """Direct children of `pid` from /proc/<pid>/task/<tid>/children (Linux): a few small reads,
-    where psutil's children() scans every process on the machine (~1.6 ms with 74 processes)."""
-    out: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(x) for x in f.read().split()]
-        except (OSError, ValueError):
-            continue
-    return out
-
-
-def _core_counters(t) -> tuple[float, float]:
-    """(busy, total) seconds of one core's cpu_times, as psutil.cpu_percent counts them: guest time
-    is already in user/nice on Linux; idle and iowait are not busy; steal (a VM's CPU taken by the
-    hypervisor) is."""
-    total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-    return total - t.idle - getattr(t, "iowait", 0.0), total
-
-
-class _CpuRate:
-    """A cumulative CPU-seconds counter as cores used per interval, never above the core count.
-
-    The /proc counters are truncated to clock ticks, so a difference can move up to a few ticks of
-    CPU between neighbouring intervals: an excess within that resolution is reported at the core
-    count and carried into the next interval (no CPU time is lost); a larger one is out of bounds
-    and the caller drops the sample."""
-
-    def __init__(self, total_s: float):
-        self.counted = total_s  # CPU seconds reported so far (or discarded with a dropped sample)
-
-    def propose(self, total_s: float, dt: float, cores: int, resolution_s: float) -> tuple[float, str]:
-        """(cores used, 'ok' | 'carried' | 'over') for the interval ending at `total_s`."""
-        avail = max(0.0, total_s - self.counted)
-        rate = avail / dt
-        if rate <= cores + 1e-9:
-            return rate, "ok"
-        if avail - cores * dt <= resolution_s:
-            return float(cores), "carried"
-        return rate, "over"
-
-    def commit(self, total_s: float, used_cores: float | None, dt: float) -> None:
-        """Advance: count what was reported (None: the sample was dropped, its interval discarded)."""
-        self.counted = total_s if used_cores is None else min(total_s, self.counted + used_cores * dt)
 
 
 class HostSampler:
@@ -189,8 +99,8 @@ class HostSampler:
         self._prev = self._counters()
         self._prev_t = self._thread.clock()
         own = self._prev["own"]
-        self._self_rate = _CpuRate(own[0] if own else 0.0)
-        self._own_rate = _CpuRate(own[0] + own[1] if own else 0.0)
+        self._self_rate = CpuRate(own[0] if own else 0.0)
+        self._own_rate = CpuRate(own[0] + own[1] if own else 0.0)
         self._kids_hwm = own[1] if own else 0.0
         self._thread.start()
 
@@ -212,7 +122,7 @@ class HostSampler:
             return list(self._proc.children(recursive=True))
         out, queue, seen = [], [self.pid], {self.pid}
         while queue:
-            for cpid in _proc_children(queue.pop(0)):
+            for cpid in proc_children(queue.pop(0)):
                 if cpid not in seen:
                     seen.add(cpid)
                     queue.append(cpid)
@@ -253,7 +163,7 @@ class HostSampler:
     def _counters(self) -> dict:
         c: dict = {"io": None, "disks": {}, "cores": None, "own": None}
         try:
-            c["cores"] = [_core_counters(t) for t in self._ps.cpu_times(percpu=True)]
+            c["cores"] = [core_counters(t) for t in self._ps.cpu_times(percpu=True)]
         except Exception as exc:  # noqa: BLE001
             self._unreadable["cpu_times"] = _err(exc)
         try:
@@ -269,7 +179,7 @@ class HostSampler:
             c["disks"] = {k: (d.read_bytes, getattr(d, "busy_time", None)) for k, d in disks.items()}
         except Exception as exc:  # noqa: BLE001
             self._unreadable["disk_io_counters"] = _err(exc)
-        c["majflt"] = _major_faults(self.pid)
+        c["majflt"] = major_faults(self.pid)
         if c["majflt"] is None:
             self._unreadable["major_faults"] = "no /proc/<pid>/stat (not Linux)"
         return c
@@ -391,7 +301,7 @@ class HostSampler:
         seen |= set(self._prev["disks"])
         if disk is not None and disk not in seen:
             disk, disk_reason = None, f"{disk} is not in the kernel's disk statistics"
-        names = [disk] if disk else _whole_disks(sorted(seen))
+        names = [disk] if disk else whole_disks(sorted(seen))
         self._disk_rates(names)
         lookup = PhaseLookup.from_ctx(ctx)
         measured = [(t, v) for t, v in self._samples if lookup.phase(t) not in ("warmup", "outside")] or self._samples
@@ -399,7 +309,7 @@ class HostSampler:
         per_core = [statistics.fmean(c) for c in zip(*self._per_core)] if self._per_core else None
         cores = self._prev["cores"]
         t = self._thread
-        return _within_cores({
+        return within_cores({
             "available": True, "reason": None, "interval_s": self.interval_s,
             "samples": len(self._samples), "ticks": t.ticks, "late_ticks": t.late, "errors": t.errors,
             "last_error": t.last_error, "merged_short": self.merged_short, "dropped": dict(self.dropped),
@@ -417,41 +327,3 @@ class HostSampler:
             "phases": phases,
             "timeline": _timeline(self._samples, HOST_KEYS),
         })
-
-
-def _within_cores(report: dict) -> dict:
-    """The report with every CPU figure above its physical bound dropped (None) and listed under
-    `dropped_above_bound`: a rate from a sample interval too short to mean anything. The
-    producer keeps its figures possible; the analysis never edits a measurement."""
-    dropped = []
-    for where, key, (limit, value) in list(cpu_out_of_bounds(report, report.get("cpu_count"))):
-        section, _, name = where.partition(".")
-        if section == "summary":
-            report["summary"][name][key] = None
-        else:
-            report["phases"][name][key] = None
-        dropped.append(f"{where}.{key} {value:.4g}% above {limit:.0f}%")
-    if dropped:
-        report["dropped_above_bound"] = dropped
-    return report
-
-
-CPU_TOL = 1.0 + 1e-6  # no CPU figure above its cores, not even by rounding
-
-
-def cpu_out_of_bounds(host: dict, cores: float | None):
-    """(where, key, (limit, value)) of a host report's CPU figures above their bound: machine CPU
-    above 100% (per core too), this process above cores × 100%."""
-    limits = {"cpu_pct": 100.0, "cpu_pct_max_core": 100.0}
-    if cores:
-        limits["proc_cpu_pct"] = 100.0 * cores
-    for key, limit in limits.items():
-        figures = (host.get("summary") or {}).get(key) or {}
-        for stat in ("mean", "max", "p50", "p90"):
-            v = figures.get(stat)
-            if isinstance(v, (int, float)) and v > limit * CPU_TOL:
-                yield f"summary.{key}", stat, (limit, v)
-        for phase, e in (host.get("phases") or {}).items():
-            v = (e or {}).get(key)
-            if isinstance(v, (int, float)) and v > limit * CPU_TOL:
-                yield f"phases.{phase}", key, (limit, v)

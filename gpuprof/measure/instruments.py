@@ -21,6 +21,7 @@ from typing import Callable
 
 from gpuprof.measure.comm import CommMeter
 from gpuprof.measure.copies import CopyBandwidthProbe
+from gpuprof.measure.cuda import is_cuda
 from gpuprof.measure.flops import FlopsInstrument
 from gpuprof.measure.host import HostSampler
 from gpuprof.measure.microbatch import MicroBatchProbe
@@ -37,11 +38,11 @@ def default_instruments(device: str, data_path: str | None, *, samplers: bool = 
     out: list = [SyncCounter(), StorageFacts(data_path)]
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank under torchrun: DDP's all-reduces
         out.append(CommMeter())
-    if samplers and str(device).startswith("cuda"):
+    if samplers and is_cuda(device):
         out.append(NvmlSampler(interval_s))
     if samplers:
         out.append(HostSampler(interval_s, data_path))
-    if probe and str(device).startswith("cuda"):
+    if probe and is_cuda(device):
         out.append(CopyBandwidthProbe())
     if probe:
         out.append(CeilingProbe())

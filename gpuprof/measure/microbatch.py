@@ -16,19 +16,19 @@ import time
 import torch
 
 from gpuprof.measure.budget import per_micro_s
-from gpuprof.measure.cuda import synchronize as sync
+from gpuprof.measure.cuda import is_cuda, synchronize as sync
 
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Theil-Sen (intercept, slope) of ys on xs: medians of pairwise slopes and of
     intercepts, so one disturbed timing on a noisy machine cannot swing the fit."""
-    import statistics
+    from gpuprof.stats import median
 
     pairs = [(i, j) for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
     if not pairs:
         raise ValueError("need at least two distinct sizes")
-    slope = statistics.median((ys[j] - ys[i]) / (xs[j] - xs[i]) for i, j in pairs)
-    intercept = statistics.median(y - slope * x for x, y in zip(xs, ys))
+    slope = median((ys[j] - ys[i]) / (xs[j] - xs[i]) for i, j in pairs)
+    intercept = median(y - slope * x for x, y in zip(xs, ys))
     return intercept, slope
 
 
@@ -132,13 +132,13 @@ def measure_curve_inputs(model, args: tuple, kwargs: dict, device: str, autocast
                          budget_s: float = 4.0, clock=time.perf_counter, sizes: list[int] | None = None) -> dict:
     """Forward+backward seconds t(b) of `model(*args, **kwargs)` at micro-batch sizes b: every
     tensor input whose leading dimension is the batch is cut or repeated to b rows."""
-    is_cuda = str(device).startswith("cuda")
+    on_cuda = is_cuda(device)
     batch = batch_size_of(args, kwargs)
     if batch is None:
         return {"error": "no tensor input to size the micro-batch"}
     first = next(a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.dim() >= 1)
     on = first.device if first.is_cuda else device  # where the model's work runs
-    ctx = (torch.autocast("cuda" if is_cuda else "cpu", dtype=autocast_dtype)
+    ctx = (torch.autocast("cuda" if on_cuda else "cpu", dtype=autocast_dtype)
            if autocast_dtype is not None else contextlib.nullcontext())
 
     def cut(v, size):
@@ -155,7 +155,7 @@ def measure_curve_inputs(model, args: tuple, kwargs: dict, device: str, autocast
         try:
             times: list[float] = []
             for r in range(1 + _max_reps(reps)):
-                if is_cuda:
+                if on_cuda:
                     sync(on)  # the measured device, never the current one
                 t0 = clock()
                 with ctx:
@@ -166,7 +166,7 @@ def measure_curve_inputs(model, args: tuple, kwargs: dict, device: str, autocast
                     return {"error": "model returned no loss tensor"}
                 loss = loss.float().mean()
                 loss.backward()
-                if is_cuda:
+                if on_cuda:
                     sync(on)
                 dt = clock() - t0
                 if r > 0:  # the first call at a new shape is a warm-up
@@ -187,7 +187,7 @@ def measure_curve_inputs(model, args: tuple, kwargs: dict, device: str, autocast
     result = {
         "method": ("min of %d-%d timed forward+backward per size (until the two fastest agree "
                    "within 10%%) after one warm-up, %s" % (
-                       reps, 2 * reps, "CUDA-synchronized wall time" if is_cuda else "wall time")),
+                       reps, 2 * reps, "CUDA-synchronized wall time" if on_cuda else "wall time")),
         "batch_size": batch,
         "points": [{"batch_size": b, "seconds": s} for b, s in points],
         "stopped": stopped,

@@ -14,6 +14,7 @@ import os
 import time
 from typing import Callable, Mapping
 
+from gpuprof.measure.cuda import is_cuda
 from gpuprof.measure.sampling import PhaseLookup, _err, _SamplerThread, _timeline, per_phase, stats
 
 # NVML clock-event ("throttle") reason bits, nvml.h: nvmlClocksEventReason*.
@@ -206,7 +207,7 @@ class NvmlSampler:
 
     # -- lifecycle
     def start(self, ctx) -> None:
-        if not str(ctx.device).startswith("cuda"):
+        if not is_cuda(ctx.device):
             self._reason = f"run on {ctx.device}: no GPU to sample"
             return
         nvml = self._nvml

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 
 from gpuprof.hardware import compute_dtype
+from gpuprof.measure.cuda import is_cuda
 
 
 def matmul_tf32_state() -> dict:
@@ -101,7 +102,7 @@ def read_precision(model, autocast_dtype, device: str) -> dict:
     compute dtype (hardware.compute_dtype) that the MFU peak and the ceiling probe both use."""
     ac = str(autocast_dtype).replace("torch.", "") if autocast_dtype is not None else None
     pd = param_dtype(model) if model is not None else None
-    if str(device).startswith("cuda"):
+    if is_cuda(device):
         state = matmul_tf32_state()
         if state.get("tf32_matmul") and not _has_tf32(device):
             state["tf32_matmul"] = False

@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import time
 
+from gpuprof.hardware import HALF_DTYPES, TRAIN_DTYPES, torch_dtype
+
 MAX_SHAPES = 3
 MIN_CELL_S = 0.02  # below this per (shape, dtype) a rate is mostly call overhead
-AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}
 
 
 def model_matmuls(model, example_args, max_shapes: int = MAX_SHAPES, example_kwargs=None) -> dict:
@@ -67,11 +68,11 @@ def offered_dtypes(device: str) -> tuple[list[str], dict]:
 
     skipped = {"fp8": "not probed: fp8 training needs a scaling recipe, not a dtype switch"}
     if not is_cuda(device):
-        return ["fp32", "bf16", "fp16"], skipped
+        return list(TRAIN_DTYPES), skipped
     import torch
 
     major, _ = torch.cuda.get_device_capability(cuda_device(device))
-    dtypes = ["fp32", "bf16", "fp16"]
+    dtypes = list(TRAIN_DTYPES)
     if major >= 8:
         dtypes.insert(1, "tf32")
     else:
@@ -94,7 +95,6 @@ def measure_precisions(device: str, matmuls: dict, dtypes: list[str], seconds: f
 
     on_cuda = is_cuda(device)
     dev = cuda_device(device) if on_cuda else torch.device(str(device))
-    tdtypes = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     shapes = matmuls["shapes"]
     cell = max(MIN_CELL_S, float(seconds) / max(1, len(shapes) * len(dtypes)))
     t0 = clock()
@@ -107,7 +107,7 @@ def measure_precisions(device: str, matmuls: dict, dtypes: list[str], seconds: f
         try:
             with ctx, torch.no_grad():
                 for s in shapes:
-                    cells.append(_time_shape(torch, dev, on_cuda, tdtypes[dt], matmuls["m"], s["k"], s["n"],
+                    cells.append(_time_shape(torch, dev, on_cuda, torch_dtype(dt), matmuls["m"], s["k"], s["n"],
                                              cell, clock))
         except Exception as exc:  # noqa: BLE001 - e.g. a dtype this build cannot multiply
             skipped[dt] = f"{exc.__class__.__name__}: {exc}"
@@ -193,14 +193,12 @@ def time_step_in(model, example_args, device: str, dtype: str, seconds: float, e
     """Seconds of one forward+backward of the eager model on the run's micro-batch in `dtype`
     (bf16/fp16 by autocast; fp32/tf32 without, with TF32 off/on on CUDA): the best of two after a
     warm-up. Gradients it creates are dropped."""
-    import torch
-
     from gpuprof.measure.cuda import is_cuda
     from gpuprof.measure.microbatch import batch_size_of, measure_curve_inputs
     from gpuprof.measure.precision import tf32_matmul
 
     args, kwargs = tuple(example_args or ()), dict(example_kwargs or {})
-    ac = getattr(torch, AUTOCAST[dtype]) if dtype in AUTOCAST else None
+    ac = torch_dtype(dtype) if dtype in HALF_DTYPES else None
     ctx = tf32_matmul(dtype == "tf32") if is_cuda(device) and dtype in ("fp32", "tf32") else contextlib.nullcontext()
     with ctx, _class_forward(model):
         res = measure_curve_inputs(model, args, kwargs, device, ac, reps=2, budget_s=seconds,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from gpuprof.hardware import normalize_dtype
+from gpuprof.hardware import normalize_dtype, torch_dtype
 
 _CUDA_SIZE = {"fp32": 4096, "tf32": 8192, "bf16": 8192, "fp16": 8192}
 _CPU_MIN_SIZE = 512  # smaller products measure call overhead, not arithmetic
@@ -33,8 +33,7 @@ def matmul_ceiling(device: str = "cpu", dtype: str = "fp32", seconds: float = 1.
 
     want = normalize_dtype(dtype)
     probe_dtype = "bf16" if want == "fp8" else want
-    tdtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
-              "fp16": torch.float16}[probe_dtype]
+    tdtype = torch_dtype(probe_dtype)
     on_cuda = is_cuda(device)
     t_start = time.perf_counter()
     deadline = t_start + max(0.1, float(seconds))

@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Callable
 
+from gpuprof.stats import median, quantile
+
 TIMELINE_MAX_POINTS = 2000  # per sampler; longer runs are decimated in the stored timeline
 
 
@@ -23,7 +25,7 @@ def stats(values: list[float]) -> dict | None:
     if not xs:
         return None
     return {"mean": statistics.fmean(xs), "min": xs[0], "max": xs[-1],
-            "p50": xs[len(xs) // 2], "p90": xs[min(len(xs) - 1, int(0.9 * len(xs)))], "n": len(xs)}
+            "p50": median(xs), "p90": quantile(xs, 0.9), "n": len(xs)}
 
 
 class PhaseLookup:

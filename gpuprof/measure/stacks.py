@@ -32,7 +32,6 @@ import os
 import random
 import re
 import site
-import statistics
 import sys
 import sysconfig
 import threading
@@ -40,6 +39,7 @@ import time
 from typing import Callable
 
 import gpuprof
+from gpuprof.stats import median
 
 
 def _dirs(paths) -> tuple[str, ...]:
@@ -233,7 +233,7 @@ class StackSampler:
         times = self._step_times
         times.append(step_s)
         del times[:-5]
-        period = max(self.min_interval_s, min(self.max_interval_s, statistics.median(times) / self.per_step))
+        period = max(self.min_interval_s, min(self.max_interval_s, median(times) / self.per_step))
         self.interval_s = period
         self.intervals_used.add(period)
         return period

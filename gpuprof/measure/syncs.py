@@ -20,6 +20,8 @@ import functools
 import re
 import warnings
 
+from gpuprof.measure.cuda import is_cuda
+
 SYNC_MESSAGE = "called a synchronizing CUDA operation"
 WARNED = "sync-debug warnings"
 DEVICE_SYNC = "torch.cuda.synchronize"
@@ -61,7 +63,7 @@ class SyncCounter:
         if torch is None:
             import torch
         self._torch = torch
-        if not str(ctx.device).startswith("cuda"):
+        if not is_cuda(ctx.device):
             return
         self._timer = ctx.timer
         self._old_mode = torch.cuda.get_sync_debug_mode()

@@ -22,10 +22,6 @@ from pathlib import Path
 from gpuprof.errors import GpuprofError
 from gpuprof.files import atomic_write, read_user_text
 
-# nanoGPT's names for the dtypes gpuprof calls fp32/bf16/fp16.
-NANOGPT_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-FROM_NANOGPT_DTYPES = {v: k for k, v in NANOGPT_DTYPES.items()}
-
 _BINOPS = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,

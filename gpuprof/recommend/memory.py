@@ -34,22 +34,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from gpuprof.dims import GPTConfig, param_count
+from gpuprof.hardware import ELEMENT_BYTES, normalize_dtype
+from gpuprof.units import GiB
 
-GIB = 1024**3
-CUDA_CONTEXT_BYTES = 1 * GIB
+CUDA_CONTEXT_BYTES = 1 * GiB
 ALLOCATOR_OVERHEAD = 0.10
 DEFAULT_MARGIN = 0.05
 ADAMW_STATE_BYTES = 8
 BATCH_BYTES_PER_TOKEN = 32  # idx + targets, int64, the current pair and the prefetched next pair
 
-_ACT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-
 
 def compute_bytes(dtype: str) -> int:
     """Bytes per activation element: 2 under bf16/fp16 autocast, 4 in fp32."""
     try:
-        return _ACT_BYTES[dtype]
-    except KeyError:
+        return ELEMENT_BYTES[normalize_dtype(dtype)]
+    except (KeyError, ValueError):
         raise ValueError(f"unknown dtype {dtype!r}") from None
 
 

@@ -19,14 +19,15 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from gpuprof.errors import GpuprofError
-from gpuprof.hardware import GpuSpec
+from gpuprof.hardware import TORCH_NAME, TRAIN_DTYPES, GpuSpec, normalize_dtype
+from gpuprof.measure.cuda import is_cuda
 from gpuprof.recommend.memory import DEFAULT_MARGIN, MemoryEstimate, estimate_memory
 from gpuprof.recommend.throughput import ThroughputModel
 from gpuprof.recommend.tokens import is_power_of_two
 from gpuprof.dims import GPTConfig, flops_per_token
+from gpuprof.units import nbytes
 
 NEAR_BEST = 0.01  # estimates this close to the fastest count as equally fast
-GB = 1000**3
 
 
 @dataclass(frozen=True)
@@ -123,10 +124,8 @@ class Recommendation:
         """The corrected nanoGPT settings for the winner (the assumptions it was sized under)."""
         if self.best is None:
             return {}
-        from gpuprof.recommend.config import NANOGPT_DTYPES
-
         return {**self.best.overrides(), "block_size": self.block_size,
-                "dtype": NANOGPT_DTYPES[self.dtype], "compile": self.compile}
+                "dtype": TORCH_NAME[self.dtype], "compile": self.compile}
 
     def shown(self, limit_other: int = 3) -> list[Candidate]:
         """Rows worth showing: every power-of-two candidate plus the best few others."""
@@ -226,8 +225,7 @@ def recommend(model_cfg: GPTConfig, target_tokens: int, gpu: GpuSpec | None = No
     _check_positive(target_tokens=target_tokens, world_size=W, block_size=T)
     if not 0 <= tolerance < 1:
         raise GpuprofError(f"--tolerance must be in [0, 1), got {tolerance}")
-    if dtype not in ("fp32", "bf16", "fp16"):
-        raise GpuprofError(f"unknown dtype {dtype!r}; choose fp32, bf16 or fp16")
+    dtype = normalize_dtype(dtype, allowed=TRAIN_DTYPES)
     notes: list[str] = []
     if capacity_bytes is None and gpu is not None:
         capacity_bytes = gpu.memory_bytes
@@ -282,12 +280,12 @@ def recommend(model_cfg: GPTConfig, target_tokens: int, gpu: GpuSpec | None = No
                                 capacity_bytes=capacity_bytes, margin=margin)
         if not eager.fits:
             notes.append(f"batch_size={best.batch_size} fits only compiled: without torch.compile "
-                         f"it would need {_gb(eager.total_bytes)} (eager keeps the loss's fp32 "
+                         f"it would need {nbytes(eager.total_bytes)} (eager keeps the loss's fp32 "
                          f"B·T·vocab buffers)")
     if compile:
         notes.append("compiled memory terms were read from inductor's generated code and "
                      "checked on CPU; not measured on a GPU")
-    if device.startswith("cuda"):
+    if is_cuda(device):
         notes.append("allocator overhead (10%) and CUDA context (1 GiB) are assumptions, "
                      "not measurements")
     if W > 1:
@@ -324,21 +322,17 @@ def _pick_best(ranked: list[Candidate]) -> Candidate | None:
     return min(near, key=lambda c: (not c.pow2, c.memory.total_bytes, c.batch_size))
 
 
-def _gb(n: int) -> str:
-    return f"{n / GB:.1f} GB"
-
-
 def _reason(best: Candidate | None, cands: list[Candidate], cur: Candidate | None,
             capacity: int | None) -> str:
     if best is None:
         smallest = min(cands, key=lambda c: c.memory.total_bytes)
         return (f"nothing fits: even batch_size={smallest.batch_size} needs "
-                f"{_gb(smallest.memory.total_bytes)} of {_gb(capacity or 0)}; try "
+                f"{nbytes(smallest.memory.total_bytes)} of {nbytes(capacity or 0)}; try "
                 f"--checkpointing, bf16, a shorter block or a smaller model")
     b, a = best.batch_size, best.grad_accum
     if capacity:
-        parts = [f"batch_size={b} × {a} micro-steps needs {_gb(best.memory.total_bytes)} of "
-                 f"{_gb(capacity)} ({best.memory.total_bytes / capacity:.0%})"]
+        parts = [f"batch_size={b} × {a} micro-steps needs {nbytes(best.memory.total_bytes)} of "
+                 f"{nbytes(capacity)} ({best.memory.total_bytes / capacity:.0%})"]
     else:
         parts = [f"batch_size={b} × {a} micro-steps (memory capacity unknown)"]
     if best.step_s is not None:
@@ -348,16 +342,16 @@ def _reason(best: Candidate | None, cands: list[Candidate], cur: Candidate | Non
             top = max(bigger_fit, key=lambda c: c.batch_size)
             gain = max(c.tokens_per_s for c in bigger_fit) / best.tokens_per_s - 1
             parts.append(f"bigger micro-batches fit (up to {top.batch_size}, "
-                         f"{_gb(top.memory.total_bytes)}) but are at most {gain:.1%} faster by "
+                         f"{nbytes(top.memory.total_bytes)}) but are at most {gain:.1%} faster by "
                          f"this estimate, within its resolution")
     too_big = [c for c in cands if c.batch_size > b and c.fits is False and c.pow2]
     if too_big:
         nxt = min(too_big, key=lambda c: c.batch_size)
         parts.append(f"batch_size={nxt.batch_size} × {nxt.grad_accum} would need "
-                     f"{_gb(nxt.memory.total_bytes)} and does not fit")
+                     f"{nbytes(nxt.memory.total_bytes)} and does not fit")
     if cur is not None and cur.fits is False:
         parts.append(f"the current batch_size={cur.batch_size} needs "
-                     f"{_gb(cur.memory.total_bytes)} and would run out of memory")
+                     f"{nbytes(cur.memory.total_bytes)} and would run out of memory")
     elif best.step_s is not None and cur is not None and cur.tokens_per_s \
             and cur.step_s != best.step_s:
         parts.append(f"{best.tokens_per_s / cur.tokens_per_s:.2f}× the current tokens/s")

@@ -22,11 +22,11 @@ import functools
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from gpuprof.hardware import HALF_DTYPES, torch_dtype
+from gpuprof.measure.cuda import is_cuda
 from gpuprof.recommend.tracker import MemoryTracker
 from gpuprof.dims import GPTConfig
 from gpuprof.runners.gpt import GPT
-
-_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _attention_backend(flash: bool):
@@ -90,7 +90,7 @@ def measured_peak(cfg: GPTConfig, batch_size: int, dtype: str = "fp32", *, flash
                   checkpointing: bool = False, accum: int = 2, steps: int = 2,
                   fake: bool = False, device: str = "cpu", hold_logits: bool = True) -> int:
     """Peak bytes of live tensors over `steps` training steps of `accum` micro-steps."""
-    if device.startswith("cuda"):
+    if is_cuda(device):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
@@ -170,9 +170,9 @@ class _Trainer:
         self.model = model
         self.step_model = torch.compile(model) if compile else model
         self.opt = _adamw(model, fake)
-        device_type = "cuda" if device.startswith("cuda") else "cpu"
-        self.amp = (lambda: torch.autocast(device_type, dtype=_AUTOCAST[dtype])) \
-            if dtype in _AUTOCAST else contextlib.nullcontext
+        device_type = "cuda" if is_cuda(device) else "cpu"
+        self.amp = (lambda: torch.autocast(device_type, dtype=torch_dtype(dtype))) \
+            if dtype in HALF_DTYPES else contextlib.nullcontext
         self.logits = None
         self.X, self.Y = self._batch()
 

@@ -15,15 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuprof.errors import GpuprofError
-from gpuprof.hardware import GPUS, GpuSpec, find_gpu
+from gpuprof.hardware import GPUS, TRAIN_DTYPES, GpuSpec, find_gpu, normalize_dtype
+from gpuprof.measure.cuda import is_cuda
 from gpuprof.recommend.config import read_config
-from gpuprof.dims import PRESETS, GPTConfig, preset_config, validate_config
+from gpuprof.dims import PRESETS, PRETRAINED_VOCAB, GPTConfig, preset_config, preset_dims, validate_config
 
-NANOGPT_DEFAULTS = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, bias=False,
+# nanoGPT's train.py defaults: the gpt2 preset's dims (vocab 50304), bias off, its training settings.
+NANOGPT_DEFAULTS = dict(preset_dims("gpt2"), block_size=1024, bias=False,
                         batch_size=12, gradient_accumulation_steps=40, dtype="bfloat16",
-                        compile=True, vocab_size=50304, dropout=0.0)
-_DTYPES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
-           "fp16": "fp16", "float16": "fp16"}
+                        compile=True, dropout=0.0)
 
 
 @dataclass
@@ -41,13 +41,6 @@ class Inputs:
     model_source: str
     profile: object | None = None
     config_values: dict = field(default_factory=dict)
-
-
-def normalize_dtype(value) -> str:
-    key = str(value).lower().replace("torch.", "")
-    if key not in _DTYPES:
-        raise GpuprofError(f"unknown dtype {value!r}; choose fp32, bf16 or fp16")
-    return _DTYPES[key]
 
 
 def resolve_gpu(name: str) -> GpuSpec:
@@ -118,14 +111,12 @@ def resolve(*, model: str | None = None, n_layer: int | None = None, n_head: int
     init_from = cfgv.get("init_from")
     if model is not None or (not cfgv and not pdims):
         name = model or "gpt2"
-        if name not in PRESETS:
-            raise GpuprofError(f"unknown model preset {name!r}; choose one of: {', '.join(PRESETS)}")
         cfg = preset_config(name, block_size=T, **dims_explicit)
         source = f"preset {name}" + (" with explicit dims" if any(
             v is not None for v in dims_explicit.values()) else "")
     else:
         if isinstance(init_from, str) and init_from in PRESETS:
-            base = dict(PRESETS[init_from], bias=True, vocab_size=50257)
+            base = dict(PRESETS[init_from], bias=True, vocab_size=PRETRAINED_VOCAB)  # from_pretrained
             source = f"config init_from={init_from!r}"
         elif cfgv:
             base = {k: NANOGPT_DEFAULTS[k] for k in ("n_layer", "n_head", "n_embd", "bias",
@@ -156,7 +147,7 @@ def resolve(*, model: str | None = None, n_layer: int | None = None, n_head: int
         validate_config(cfg)
 
     # --- training settings ---
-    dt = normalize_dtype(pick("dtype", dtype, "bf16", prof_val=pcfg.get("dtype")))
+    dt = normalize_dtype(pick("dtype", dtype, "bf16", prof_val=pcfg.get("dtype")), allowed=TRAIN_DTYPES)
     # nanoGPT's default is compile=True; it changes the memory picture a lot (see memory.py).
     comp = bool(pick("compile", compile, True, prof_val=pcfg.get("compile")))
     W = pick("world_size", world_size, 1, prof_val=(prof.run.get("world_size") if prof else None))
@@ -253,7 +244,7 @@ def throughput_for(inputs: Inputs, target_tokens: int, *, measure: bool = False,
     if prof is None:
         return None, notes, None
     pdev = str((prof.run.get("config") or {}).get("device") or prof.environment.get("device") or "")
-    if not pdev.startswith("cuda") and inputs.gpu is not None:
+    if not is_cuda(pdev) and inputs.gpu is not None:
         notes.append(f"the profile was measured on {pdev or 'an unknown device'}, not on the "
                      f"{inputs.gpu.name}: its step times are not used")
         return None, notes, None

@@ -14,6 +14,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from gpuprof.errors import GpuprofError
+from gpuprof.hardware import HALF_DTYPES, torch_dtype
+from gpuprof.measure.cuda import is_cuda
+from gpuprof.stats import median
 from gpuprof.dims import GPTConfig
 
 
@@ -94,7 +97,7 @@ class GptMicroStep:
 
         self.torch = torch
         self.cfg, self.device, self.reps = cfg, device, reps
-        self.cuda = device.startswith("cuda")
+        self.cuda = is_cuda(device)
         torch.manual_seed(seed)
         try:
             self.model = GPT(cfg).to(device)
@@ -103,7 +106,7 @@ class GptMicroStep:
                 raise GpuprofError(f"the model alone does not fit on {device}") from None
             raise
         self.step_model = torch.compile(self.model) if compile else self.model
-        ptdtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype)
+        ptdtype = torch_dtype(dtype) if dtype in HALF_DTYPES else None
         dev_type = "cuda" if self.cuda else "cpu"
         self.amp = (lambda: torch.autocast(dev_type, dtype=ptdtype)) if ptdtype else contextlib.nullcontext
         self.flash = flash
@@ -145,8 +148,7 @@ class GptMicroStep:
             raise
         peak = torch.cuda.max_memory_allocated(self.device) if self.cuda else None
         self.model.zero_grad(set_to_none=True)
-        times.sort()
-        return times[len(times) // 2], peak
+        return median(times), peak
 
     def optimizer_s(self) -> float:
         """Seconds of one clip + AdamW step + zero_grad (gradients made up, states created)."""

@@ -1,13 +1,13 @@
 """Token counts as people type them: `524288`, `0.5M`, `1M`, `1Mi`, `2^20`, `1e6`.
 
-How each form is read (exact integer arithmetic, never floats):
+The grammar is gpuprof's one (gpuprof.units.parse_quantity), read exactly (never floats):
 
 - plain integers, with optional `_` or `,` separators: `524288`, `1_048_576`, `1,048,576`
 - scientific notation: `1e6` = 1,000,000, `5.24288e5` = 524,288
 - powers: `2^20` or `2**20` = 1,048,576 (any integer base and exponent)
-- decimal (SI) suffixes, case-insensitive: `K` = 10^3, `M` = 10^6, `G` or `B` = 10^9.
-  So `1M` is 1,000,000 and `0.5M` is 500,000 — not 2^20 / 2^19.
-- binary (IEC) suffixes, case-insensitive: `Ki` = 2^10, `Mi` = 2^20, `Gi` = 2^30.
+- decimal (SI) suffixes, case-insensitive: `K` = 10^3, `M` = 10^6, `G` or `B` = 10^9,
+  `T` = 10^12. So `1M` is 1,000,000 and `0.5M` is 500,000 — not 2^20 / 2^19.
+- binary (IEC) suffixes, case-insensitive: `Ki` = 2^10, `Mi` = 2^20, `Gi` = 2^30, `Ti` = 2^40.
   So `1Mi` is 1,048,576 and `0.5Mi` is 524,288.
 
 Why `M` is decimal: it is what the letter means everywhere else, and it agrees with `1e6`.
@@ -21,21 +21,14 @@ at most 2^50.
 
 from __future__ import annotations
 
-import re
 from fractions import Fraction
 
 from gpuprof.errors import GpuprofError
+from gpuprof.units import parse_quantity
 
 # Far beyond any optimizer step (GPT-3 trained at 3.2M tokens per step); past it the planner's
 # float arithmetic would overflow.
 MAX_TOKENS = 2**50
-_SUFFIXES = {
-    "": 1,
-    "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9,
-    "ki": 2**10, "mi": 2**20, "gi": 2**30,
-}
-_NUMBER = re.compile(r"^(?P<num>\d+(?:\.\d*)?|\.\d+)(?:e(?P<exp>[+-]?\d+))?(?P<suffix>[a-z]*)$")
-_POWER = re.compile(r"^(?P<base>\d+)\s*(?:\^|\*\*)\s*(?P<exp>\d+)$")
 
 
 def parse_tokens(text: str | int) -> int:
@@ -45,7 +38,7 @@ def parse_tokens(text: str | int) -> int:
         shown = str(text)
     else:
         shown = str(text).strip()
-        value = _parse_value(shown)
+        value = parse_quantity(shown, "target tokens")
     if value.denominator != 1:
         raise GpuprofError(f"target {shown!r} is not a whole number of tokens ({float(value):,.3f})")
     if value <= 0:
@@ -54,26 +47,6 @@ def parse_tokens(text: str | int) -> int:
         raise GpuprofError(f"target {shown!r} is out of range: at most 2^50 ({MAX_TOKENS:,}) tokens "
                            f"per optimizer step")
     return int(value)
-
-
-def _parse_value(shown: str) -> Fraction:
-    s = shown.lower().replace("_", "").replace(",", "")
-    m = _POWER.match(s)
-    if m:
-        base, exp = int(m["base"]), int(m["exp"])
-        if exp > 64:
-            raise GpuprofError(f"target {shown!r} is too large")
-        return Fraction(base) ** exp
-    m = _NUMBER.match(s)
-    if not m or m["suffix"] not in _SUFFIXES:
-        raise GpuprofError(
-            f"cannot read target tokens {shown!r}; use e.g. 524288, 0.5Mi, 1M, 2^20 or 1e6 "
-            f"(K/M/G are decimal, Ki/Mi/Gi binary)"
-        )
-    exp = int(m["exp"] or 0)
-    if abs(exp) > 30:
-        raise GpuprofError(f"target {shown!r} is out of range")
-    return Fraction(m["num"]) * Fraction(10) ** exp * _SUFFIXES[m["suffix"]]
 
 
 def is_power_of_two(n: int) -> bool:

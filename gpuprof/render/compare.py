@@ -13,13 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuprof.analysis.compare import Comparison, Figure, Outcome
-from gpuprof.render.format import NM, pct, seconds
-
-
-def signed_seconds(s: float | None) -> str:
-    if s is None:
-        return NM
-    return ("+" if s > 0 else "") + seconds(s)
+from gpuprof.units import NM, pct, seconds, signed_seconds
 
 
 def change_cell(fig: Figure, fmt=signed_seconds, digits: int = 1) -> str:

@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpuprof.disk.units import human_bytes, size_label
+from gpuprof.disk.units import size_label
+from gpuprof.units import gib
 
 
 def _num(x: float | None, digits: int = 0) -> str:
@@ -43,11 +44,11 @@ def _spread(x: float | None) -> str:
 
 def header_lines(r: dict) -> list[str]:
     fsys = r["filesystem"]
-    what = (f"test file {human_bytes(r['measured_file_bytes'])}" if r["mode"] == "directory"
-            else f"dataset file {human_bytes(r['measured_file_bytes'])}, read-only")
+    what = (f"test file {gib(r['measured_file_bytes'])}" if r["mode"] == "directory"
+            else f"dataset file {gib(r['measured_file_bytes'])}, read-only")
     lines = [f"[bold]bench-disk[/bold] {r['path']}  ({what})",
              f"filesystem  {fsys['type']} ({fsys['kind']}) on {fsys['device']}, mounted at "
-             f"{fsys['mountpoint']}; {human_bytes(fsys['free_bytes'])} free"
+             f"{fsys['mountpoint']}; {gib(fsys['free_bytes'])} free"
              + (f"; readahead {fsys['read_ahead_kb']} KiB" if fsys.get("read_ahead_kb")
                 else ""),
              f"cold reads  {r['cache_method']}: {r['cache_note']}"]
@@ -58,9 +59,9 @@ def header_lines(r: dict) -> list[str]:
         else:
             cached = "page-cache residency unknown (" + (f["residency_note"] or "") + ")"
         fits = "fits in RAM" if f["fits_in_ram"] else "does NOT fit in RAM"
-        lines.append(f"dataset     {human_bytes(f['size_bytes'])}, {cached}; {fits} "
-                     f"({human_bytes(f['ram_total_bytes'])} total, "
-                     f"{human_bytes(f['ram_available_bytes'])} available)")
+        lines.append(f"dataset     {gib(f['size_bytes'])}, {cached}; {fits} "
+                     f"({gib(f['ram_total_bytes'])} total, "
+                     f"{gib(f['ram_available_bytes'])} available)")
     return lines
 
 
@@ -103,7 +104,7 @@ def loader_table(r: dict) -> Table:
         dev = e["device_bytes_per_sample"]
         amp = e["read_amplification"]
         t.add_row(key, _num(e["samples_per_s"]), _ms(e["p50_ms"]), _ms(e["p99_ms"]),
-                  _spread(e["spread_pct"]), "–" if dev is None else human_bytes(dev),
+                  _spread(e["spread_pct"]), "–" if dev is None else gib(dev),
                   "–" if amp is None else f"{_num(amp)}×", _num(e["major_faults_per_sample"], 2))
     t.caption = ("cold: the file is evicted before every sample; amplification = bytes read "
                  "from the device ÷ bytes used (readahead)")

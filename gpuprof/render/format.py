@@ -1,5 +1,5 @@
-"""Formatting shared by the terminal renderers: the figures in words (gpuprof.units, re-exported)
-and tables that fit the terminal."""
+"""Tables that fit the terminal, for the terminal renderers. (The figures in words are
+gpuprof.units: renderers import them from there.)"""
 
 from __future__ import annotations
 
@@ -8,20 +8,6 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from gpuprof.units import (  # noqa: F401 - re-exported for the renderers
-    NM,
-    bytes_per_s,
-    count,
-    evidence_words,
-    flops_rate,
-    gib,
-    nbytes,
-    number,
-    pct,
-    seconds,
-    times,
-    tokens,
-)
 
 class FitTable:
     """A table whose columns are never squeezed: every cell keeps its text on one line. When

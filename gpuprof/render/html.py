@@ -16,7 +16,7 @@ import math
 
 from gpuprof.profile import Profile, checked_ranks, rank_profile
 from gpuprof.report.model import FindingView, Report, build_report
-from gpuprof.units import NM, nbytes, seconds
+from gpuprof.units import NM, finite, gib, seconds
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 PHASE_COLORS = {"data": "#d1495b", "h2d": "#edae49", "forward": "#00798c", "backward": "#30638e",
                 "optimizer": "#66a182", "other": "#a0a0a0", "eval": "#8e5572"}
@@ -40,11 +40,6 @@ def _e(x) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _num(x) -> float | None:
-    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-    return float(x) if ok else None
-
-
 def _nm(text: str = NM) -> str:
     return f'<p class="nm">{_e(text)}</p>'
 
@@ -59,7 +54,7 @@ def _line_chart(title: str, series: list[tuple], y_fmt, *, y_max=None,
                 bands: list[tuple[float, float, str, str]] = (), bars: bool = False) -> str:
     """An SVG line chart, or bars at unit-spaced xs (step indices): series of (label, xs, ys[,
     colour]); a None y breaks the line. bands: shaded x ranges (start, end, label, colour)."""
-    pts = [(x, y) for _, xs, ys, *_ in series for x, y in zip(xs, ys) if _num(x) is not None and _num(y) is not None]
+    pts = [(x, y) for _, xs, ys, *_ in series for x, y in zip(xs, ys) if finite(x) is not None and finite(y) is not None]
     if not pts:
         return _nm(f"{title}: {NM}")
     W, H, L, R, T, B = 900, 170, 78, 12, 10, 30
@@ -71,7 +66,7 @@ def _line_chart(title: str, series: list[tuple], y_fmt, *, y_max=None,
     if x_fmt is None:  # enough digits to tell the two ends apart
         digits = min(3, max(0, 1 - math.floor(math.log10(x1 - x0))))
         x_fmt = lambda x: f"{x:.{digits}f}"  # noqa: E731
-    top = y_max if _num(y_max) else max(p[1] for p in pts)
+    top = y_max if finite(y_max) else max(p[1] for p in pts)
     top = top if top > 0 else 1.0
     sx = lambda x: L + (x - x0) / (x1 - x0) * (W - L - R)  # noqa: E731
     sy = lambda y: T + (1 - min(max(y, 0.0), top) / top) * (H - T - B)  # noqa: E731
@@ -95,7 +90,7 @@ def _line_chart(title: str, series: list[tuple], y_fmt, *, y_max=None,
         seg: list[str] = []
         segs = [seg]
         for x, y in zip(xs, ys):
-            if _num(x) is None or _num(y) is None:
+            if finite(x) is None or finite(y) is None:
                 seg = []
                 segs.append(seg)
                 continue
@@ -237,7 +232,7 @@ def _gpu(p: Profile) -> str:
         name = g.get("name") or "GPU"
         out.append(_line_chart(f"{name}: utilization (NVML)", _series(tl, [("gpu_util_pct", "GPU busy %"), ("mem_util_pct", "memory busy %")]),
                                lambda v: f"{v:.0f}%", y_max=100.0, bands=_windows(p)))
-        out.append(_line_chart(f"{name}: memory used (NVML)", _series(tl, [("mem_used_bytes", "used")]), nbytes,
+        out.append(_line_chart(f"{name}: memory used (NVML)", _series(tl, [("mem_used_bytes", "used")]), gib,
                                y_max=g.get("memory_total_bytes"), bands=_windows(p)))
     return "".join(out) or _nm(f"GPU utilization and memory: {NM}")
 

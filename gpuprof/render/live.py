@@ -12,7 +12,6 @@ caller passes enabled=False).
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Callable
 
@@ -21,8 +20,8 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from gpuprof.profile import PHASES
-from gpuprof.units import pct, seconds
+from gpuprof.stats import PHASES, median
+from gpuprof.units import gib, pct, seconds
 
 PLAIN_EVERY_S = 5.0  # plain mode: at most one step line this often
 BAR = 30
@@ -112,7 +111,7 @@ class LiveProgress:
     def _figures_line(self) -> str:
         if not self._times:
             return ""
-        med = statistics.median(self._times)
+        med = median(self._times)
         parts = [f"step {seconds(med)} median", self._tps(med)]
         shares = self._shares()
         if shares:
@@ -123,7 +122,7 @@ class LiveProgress:
         """Tokens/s as the report computes it: the median step's tokens over the median step."""
         if not self._tok or not median_step:
             return ""
-        return f"{statistics.median(self._tok) / median_step:,.0f} tokens/s"
+        return f"{median(self._tok) / median_step:,.0f} tokens/s"
 
     def _shares(self) -> list[tuple[str, float]]:
         total = sum(self._phases.values())
@@ -134,7 +133,7 @@ class LiveProgress:
     def _render(self) -> Panel:
         lines = [Text(f"{self.what}: {self._where()}", style="bold")]
         if self._times:
-            last, med = self._times[-1], statistics.median(self._times)
+            last, med = self._times[-1], median(self._times)
             lines.append(Text(f"step {seconds(last)} last, {seconds(med)} median · "
                               f"{self._tps(med) or 'tokens/s not measured'}"))
             total_p = sum(self._phases.values()) or 1.0
@@ -155,7 +154,7 @@ class LiveProgress:
             if util is not None:  # only where a GPU is sampled, once it has a sample
                 mem = (sample or {}).get("mem_used_bytes")
                 lines.append(Text(f"GPU utilization {util:.0f}% (NVML, latest sample)"
-                                  + (f" · memory used {mem / 2**30:.1f} GiB" if mem is not None else "")))
+                                  + (f" · memory used {gib(mem)}" if mem is not None else "")))
         if self._post:
             lines.append(Text(f"after the run: {self._post}"))
         return Panel(Group(*lines), title="gpuprof diagnose", title_align="left")

@@ -10,21 +10,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpuprof.render.format import FitTable, bytes_per_s, flops_rate, nbytes, seconds
-
-NM = "not measured"
+from gpuprof.render.format import FitTable
+from gpuprof.units import NM, bytes_per_s, flops_rate, gib, pct, seconds
 
 
 def _num(x, fmt: str = "{:.3g}", unit: str = "") -> str:
     return NM if x is None else fmt.format(x) + unit
-
-
-def _pct(x, digits: int = 1) -> str:
-    return NM if x is None else f"{x * 100:.{digits}f}%"
-
-
-# The same words for a figure as everywhere else in the report (gpuprof.units).
-_secs, _tflops, _bytes_s, _bytes = seconds, flops_rate, bytes_per_s, nbytes
 
 
 def _flops(x) -> str:
@@ -51,40 +42,40 @@ def mfu_panel(mfu: dict) -> Panel:
     if mfu.get("flops_analytic_per_step") is not None or mfu.get("flops_counted_per_step") is not None:
         extra = (f"  (analytic {_flops(mfu.get('flops_analytic_per_step'))}, counted "
                  f"{_flops(mfu.get('flops_counted_per_step'))}, counted/analytic "
-                 f"{_pct(mfu.get('flops_agreement'))})")
+                 f"{pct(mfu.get('flops_agreement'))})")
     t.add_row("Model FLOPs / step", f"{_flops(mfu.get('flops_per_step'))}"
               + (f" [dim]MFU uses {fm}[/dim]" if fm else "") + extra)
     timeline = mfu.get("timeline")
     # The step printed above the findings, with its statistic: here it is only that figure again.
-    t.add_row("Step time", _secs(mfu.get("step_s")) + (f" [dim]{timeline} timeline[/dim]" if timeline else ""))
-    t.add_row("Achieved", _tflops(mfu.get("achieved_tflops")))
+    t.add_row("Step time", seconds(mfu.get("step_s")) + (f" [dim]{timeline} timeline[/dim]" if timeline else ""))
+    t.add_row("Achieved", flops_rate(mfu.get("achieved_tflops")))
     dtype = mfu.get("dtype") or "?"
     peak = mfu.get("peak_tflops")
     gpu = mfu.get("gpu_name") or mfu.get("device_name") or "device"
     t.add_row(f"Peak ({dtype}, {gpu})",
-              (_tflops(peak) + f" [dim]{mfu.get('peak_source')}[/dim]") if peak else "no datasheet peak")
-    t.add_row("MFU vs datasheet", _pct(mfu.get("mfu")) if peak else "not applicable")
+              (flops_rate(peak) + f" [dim]{mfu.get('peak_source')}[/dim]") if peak else "no datasheet peak")
+    t.add_row("MFU vs datasheet", pct(mfu.get("mfu")) if peak else "not applicable")
     ceil = mfu.get("ceiling_tflops")
-    ceil_txt = _tflops(ceil)
+    ceil_txt = flops_rate(ceil)
     if ceil is not None:
         how = ", ".join(str(x) for x in (mfu.get("ceiling_method"), mfu.get("ceiling_dtype") and
                                          f"{mfu['ceiling_dtype']} matmul") if x)
         ceil_txt += f" [dim]{how}[/dim]" if how else ""
         if mfu.get("ceiling_share_of_peak") is not None:
-            ceil_txt += f" = {_pct(mfu['ceiling_share_of_peak'])} of datasheet"
+            ceil_txt += f" = {pct(mfu['ceiling_share_of_peak'])} of datasheet"
     t.add_row("Measured ceiling", ceil_txt)
-    t.add_row("MFU vs ceiling", _pct(mfu.get("mfu_vs_ceiling")))
+    t.add_row("MFU vs ceiling", pct(mfu.get("mfu_vs_ceiling")))
     floor = mfu.get("floor_s")
     if floor is not None:
         exp = mfu.get("expected_step_s") or {}
-        t.add_row("Step-time floor", f"{_secs(floor)} at 100% of peak; expected "
-                  + ", ".join(f"{_secs(v)} at {k}" for k, v in exp.items())
-                  + f"; measured {_secs(mfu.get('step_s'))}"
+        t.add_row("Step-time floor", f"{seconds(floor)} at 100% of peak; expected "
+                  + ", ".join(f"{seconds(v)} at {k}" for k, v in exp.items())
+                  + f"; measured {seconds(mfu.get('step_s'))}"
                   + (f" = {mfu['step_over_floor']:.2f}× the floor" if mfu.get("step_over_floor") else ""))
     else:
         t.add_row("Step-time floor", NM if peak else "not applicable (no datasheet peak)")
     if mfu.get("floor_s_ceiling") is not None:
-        t.add_row("Floor at ceiling", _secs(mfu["floor_s_ceiling"]))
+        t.add_row("Floor at ceiling", seconds(mfu["floor_s_ceiling"]))
     parts: list = [t]
     if mfu.get("reported_mfu_pct") is not None:
         parts.append(Text(f"Printed MFU {mfu['reported_mfu_pct']:.1f}% ({mfu.get('reported_source')}):",
@@ -98,20 +89,20 @@ def mfu_panel(mfu: dict) -> Panel:
 
 # ------------------------------------------------------------------------------------ samplers
 _NVML_COLS = [("gpu_util_pct", "GPU util", lambda v: _num(v, "{:.0f}", "%")),
-              ("sm_clock_share", "SM clock/max", _pct),
-              ("power_share", "power/limit", _pct),
-              ("mem_used_bytes", "mem used", _bytes),
+              ("sm_clock_share", "SM clock/max", pct),
+              ("power_share", "power/limit", pct),
+              ("mem_used_bytes", "mem used", gib),
               ("temp_c", "temp", lambda v: _num(v, "{:.0f}", " °C")),
-              ("pcie_rx_bytes_s", "PCIe rx", _bytes_s),
-              ("pcie_tx_bytes_s", "PCIe tx", _bytes_s)]
+              ("pcie_rx_bytes_s", "PCIe rx", bytes_per_s),
+              ("pcie_tx_bytes_s", "PCIe tx", bytes_per_s)]
 _HOST_COLS = [("cpu_pct", "CPU", lambda v: _num(v, "{:.0f}", "%")),
               ("cpu_pct_max_core", "max core", lambda v: _num(v, "{:.0f}", "%")),
               ("own_cpu_cores", "this run", lambda v: _num(v, "{:.2f}")),  # cores
               ("others_cpu_cores", "others", lambda v: _num(v, "{:.2f}")),  # cores
-              ("rss_bytes", "RSS", _bytes),
-              ("read_bytes_s", "reads", _bytes_s),
+              ("rss_bytes", "RSS", gib),
+              ("read_bytes_s", "reads", bytes_per_s),
               ("major_faults_s", "faults", lambda v: _num(v, "{:.1f}", "/s")),
-              ("disk_read_bytes_s", "disk", _bytes_s)]
+              ("disk_read_bytes_s", "disk", bytes_per_s)]
 _PHASE_ORDER = ["data", "h2d", "forward", "backward", "optimizer", "eval", "other", "warmup", "outside"]
 
 
@@ -196,8 +187,8 @@ def log_analysis_panel(result: dict) -> Panel:
     t = _kv_table()
     t.add_row("Log", f"{r.get('iter_lines')} iteration lines (iters {r.get('first_iter')}-{r.get('last_iter')}), "
               f"{r.get('eval_lines')} eval lines in {r.get('path')}")
-    t.add_row("Step time (median)", f"{_secs(r.get('step_s_median'))} "
-              f"[dim](p10 {_secs(r.get('step_s_p10'))}, p90 {_secs(r.get('step_s_p90'))})[/dim]")
+    t.add_row("Step time (median)", f"{seconds(r.get('step_s_median'))} "
+              f"[dim](p10 {seconds(r.get('step_s_p10'))}, p90 {seconds(r.get('step_s_p90'))})[/dim]")
     rep = r.get("reported_mfu_pct")
     t.add_row("Printed MFU (median)", NM if rep is None else f"{rep:.1f}%")
     t.add_row("Tokens / step / GPU", NM if r.get("tokens_per_step") is None else f"{r['tokens_per_step']:,}")
@@ -209,13 +200,13 @@ def log_analysis_panel(result: dict) -> Panel:
               f"{imp / 1e6:,.0f}M parameters [dim]({r.get('implied_params_method')})[/dim]")
     peak = r.get("peak_tflops")
     t.add_row(f"Peak ({r.get('dtype')}, {r.get('gpu_name') or 'no GPU given'})",
-              (_tflops(peak) + f" [dim]{r.get('peak_source')}[/dim]") if peak else NM)
-    t.add_row("True MFU", _pct(r.get("true_mfu")))
+              (flops_rate(peak) + f" [dim]{r.get('peak_source')}[/dim]") if peak else NM)
+    t.add_row("True MFU", pct(r.get("true_mfu")))
     floor = r.get("floor_s")
     if floor is not None:
         exp = r.get("expected_step_s") or {}
-        t.add_row("Step-time floor", f"{_secs(floor)} at 100% of peak; expected "
-                  + ", ".join(f"{_secs(v)} at {k}" for k, v in exp.items())
+        t.add_row("Step-time floor", f"{seconds(floor)} at 100% of peak; expected "
+                  + ", ".join(f"{seconds(v)} at {k}" for k, v in exp.items())
                   + (f"; logged {r['step_over_floor']:.2f}× the floor" if r.get("step_over_floor") else ""))
     else:
         t.add_row("Step-time floor", NM)
@@ -227,8 +218,8 @@ def log_analysis_panel(result: dict) -> Panel:
     for m in r.get("misreport") or []:
         parts.append(Text(f"  - {m['text']}", style="red" if m.get("cause") == "impossible" else ""))
     if r.get("size_table"):
-        rows = [[row["model"], f"{row['params'] / 1e6:,.0f}M", _secs(row.get("floor_s")),
-                 _pct(row.get("true_mfu_at_step")), _pct(row.get("nanogpt_mfu_at_step"))] for row in r["size_table"]]
+        rows = [[row["model"], f"{row['params'] / 1e6:,.0f}M", seconds(row.get("floor_s")),
+                 pct(row.get("true_mfu_at_step")), pct(row.get("nanogpt_mfu_at_step"))] for row in r["size_table"]]
         parts.append(Text("If the model were…", style="italic"))
         parts.append(FitTable([(col, "right") for col in ("model", "params", "floor", "true MFU at logged step",
                                                           "nanoGPT would print")], rows, show_edge=False))

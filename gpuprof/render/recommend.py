@@ -13,32 +13,22 @@ from gpuprof.recommend.config import flags
 from gpuprof.recommend.plan import Candidate, Recommendation, token_window
 from gpuprof.recommend.tokens import describe_tokens
 from gpuprof.dims import param_count
+from gpuprof.units import count, nbytes, seconds
 
-GB = 1000**3
 
 
+# The report's words for each figure (gpuprof.units), "-" where a cell has none. Memory in
+# recommend is decimal GB, as --memory-gb and the datasheets ("141 GB") state it.
 def _gb(n: int | None) -> str:
-    return "-" if n is None else f"{n / GB:,.1f} GB"
+    return "-" if n is None else nbytes(n)
 
 
 def _secs(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s >= 10:
-        return f"{s:,.1f} s"
-    if s >= 0.1:
-        return f"{s:.2f} s"
-    return f"{s * 1e3:.1f} ms"
+    return "-" if s is None else seconds(s)
 
 
 def _rate(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if x >= 1e6:
-        return f"{x / 1e6:.2f}M"
-    if x >= 1e3:
-        return f"{x / 1e3:.1f}K"
-    return f"{x:.0f}"
+    return "-" if x is None else count(x)
 
 
 def _fits(c: Candidate) -> Text:

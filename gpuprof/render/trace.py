@@ -23,12 +23,11 @@ with each other. Everything not measured is said in otherData, never invented.
 from __future__ import annotations
 
 import json
-import math
 
 from gpuprof.profile import Profile, StepRecord, checked_ranks, rank_profile
 from gpuprof.report.words import saving_text
 from gpuprof.stats import PHASES
-from gpuprof.units import seconds
+from gpuprof.units import finite, seconds
 
 # Layout order of a step's phases (the loop's own order per micro-step is forward, data, h2d,
 # backward, then optimizer; the aggregate per step cannot say which came when).
@@ -145,7 +144,7 @@ def _counters(pid: int, tl: dict, groups, prefix: str = "") -> list[dict]:
             for key, label in series:
                 vals = tl.get(key)
                 v = vals[i] if isinstance(vals, list) else None
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                if finite(v) is not None:
                     args[label] = v
             if args:
                 out.append({"name": prefix + name, "ph": "C", "ts": _us(t), "pid": pid,

@@ -20,6 +20,7 @@ from typing import Callable, Protocol
 import torch
 
 from gpuprof.errors import GpuprofError
+from gpuprof.hardware import TRAIN_DTYPES, normalize_dtype, torch_dtype
 from gpuprof.measure.budget import PostRunBudget
 from gpuprof.measure.cuda import cuda_device, is_cuda, memory_stats, resolve_device
 from gpuprof.measure.instruments import guarded, start_instruments, stop_instruments
@@ -30,8 +31,6 @@ from gpuprof.profile import Profile
 from gpuprof.runners.data import LoaderFaults, MemmapLoader, generated_dataset
 from gpuprof.dims import GPTConfig, param_count, preset_config
 from gpuprof.runners.gpt import GPT
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -72,8 +71,7 @@ class LoopConfig:
                 raise GpuprofError(f"--{key.replace('_', '-')} must be positive, got {getattr(self, key)}")
         if self.warmup < 0:
             raise GpuprofError(f"--warmup must be zero or positive, got {self.warmup}")
-        if self.dtype not in DTYPES:
-            raise GpuprofError(f"unknown dtype {self.dtype!r}; choose one of: {', '.join(DTYPES)}")
+        self.dtype = normalize_dtype(self.dtype, allowed=TRAIN_DTYPES)  # bfloat16, BF16 -> bf16
         dev = str(self.device)
         try:
             d = torch.device(dev)
@@ -185,7 +183,7 @@ def _init_distributed(cfg: LoopConfig, timeout_s: float | None) -> dict | None:
         raise GpuprofError(f"--grad-accum {cfg.grad_accum} is not a multiple of the world size {world} "
                            f"(each rank runs grad_accum / world_size micro-steps, as nanoGPT)")
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = str(cfg.device).startswith("cuda")
+    cuda = is_cuda(cfg.device)
     device = f"cuda:{local}" if cuda else "cpu"
     backend = "nccl" if cuda else "gloo"
     if not dist.is_initialized():
@@ -214,7 +212,7 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
     _check_tokens_fit_vocab(data_path, gcfg.vocab_size)
 
     model = GPT(gcfg).to(device)
-    ptdtype = DTYPES[cfg.dtype]
+    ptdtype = torch_dtype(cfg.dtype)
     device_type = "cuda" if cuda else "cpu"
     autocast_dtype = ptdtype if ptdtype != torch.float32 else None
     ctx = (torch.autocast(device_type=device_type, dtype=ptdtype) if autocast_dtype

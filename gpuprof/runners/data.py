@@ -17,6 +17,7 @@ import torch
 
 from gpuprof.errors import GpuprofError
 from gpuprof.files import atomic_write
+from gpuprof.measure.cuda import is_cuda
 
 TOKEN_BYTES = 2  # uint16, as nanoGPT's prepare.py writes
 DEFAULT_TOKENS = 4 * 1024 * 1024  # 8 MiB: plenty of distinct offsets for any block size
@@ -89,7 +90,7 @@ class MemmapLoader:
         self.batch_size = batch_size
         self.block_size = block_size
         self.device = device
-        self.cuda = str(device).startswith("cuda")
+        self.cuda = is_cuda(device)
         self.pin_memory = pin_memory and self.cuda
         self.faults = faults or LoaderFaults()
         self.generator = generator

@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from gpuprof.errors import GpuprofError
+from gpuprof.units import gib
 
 # The launcher options gpuprof passes through to torchrun (CLI name -> torchrun flag).
 AGENT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, n))
@@ -160,15 +161,11 @@ def check_capacity(nproc: int, *, cuda: bool, rank_bytes: int = 0, rank_bytes_so
     per_rank = floor + rank_bytes
     available = psutil.virtual_memory().available
     if nproc * per_rank > available:
-        extra = f" + {_gib(rank_bytes)} {rank_bytes_source}" if rank_bytes else ""
-        raise GpuprofError(f"--nproc-per-node {nproc}: {nproc} ranks need at least {_gib(nproc * per_rank)} "
-                           f"of memory ({_gib(floor)} each for a Python process with torch loaded, as "
-                           f"gpuprof's own is now{extra}), and {_gib(available)} is available; use at most "
+        extra = f" + {gib(rank_bytes)} {rank_bytes_source}" if rank_bytes else ""
+        raise GpuprofError(f"--nproc-per-node {nproc}: {nproc} ranks need at least {gib(nproc * per_rank)} "
+                           f"of memory ({gib(floor)} each for a Python process with torch loaded, as "
+                           f"gpuprof's own is now{extra}), and {gib(available)} is available; use at most "
                            f"{max(0, available // per_rank)}")
-
-
-def _gib(n: float) -> str:
-    return f"{n / 1024**3:.1f} GiB"
 
 
 def _launch(spec: dict, launcher: dict, standalone: bool, folder: str, result: LaunchResult) -> None:

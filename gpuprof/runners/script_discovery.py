@@ -16,11 +16,10 @@ import types
 import torch
 from torch.utils.data import Dataset
 
+from gpuprof.hardware import normalize_dtype
 from gpuprof.measure.data_hooks import data_like_name
 from gpuprof.measure.stacks import is_user_file
 
-DTYPE_NAMES = {"float32": "fp32", "fp32": "fp32", "float": "fp32", "bfloat16": "bf16", "bf16": "bf16",
-               "float16": "fp16", "fp16": "fp16", "half": "fp16"}
 DIMS = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size")
 # Scalar nanoGPT config names kept verbatim (for a corrected config written back later).
 SCRIPT_KEYS = ("batch_size", "block_size", "gradient_accumulation_steps", "dtype", "compile", "device",
@@ -78,7 +77,11 @@ def read_config(run, eager, compiled: bool, first) -> None:
     raw_dtype, where = _lookup(spaces, "dtype")
     if raw_dtype is not None:
         name = str(raw_dtype).replace("torch.", "")
-        put("dtype", DTYPE_NAMES.get(name, name), where)
+        try:
+            name = normalize_dtype(name)
+        except ValueError:
+            pass  # a name gpuprof does not know is kept as the script wrote it
+        put("dtype", name, where)
     if compiled:
         cfg["compile"], src["compile"] = True, "observed: the model is compiled (torch.compile)"
     put("compile", False, "observed: the model is not a torch.compile wrapper")

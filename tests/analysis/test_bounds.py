@@ -11,7 +11,7 @@ from rich.console import Console
 
 from gpuprof.analysis.bounds import enforce, violations
 from gpuprof.analysis.pipeline import analyze
-from gpuprof.measure.host import _within_cores
+from gpuprof.measure.cpu_bounds import within_cores
 from gpuprof.profile import Profile, StepRecord
 
 
@@ -63,7 +63,7 @@ def test_process_cpu_above_the_cores_is_dropped_by_the_sampler():
             "phases": {"outside": {"samples": 1, "proc_cpu_pct": 627.0}, "forward": {"samples": 8, "proc_cpu_pct": 170.0}}}
     p = _profile({"forward": 1.0}, measurements={"host": dict(host)})
     assert len(violations(p)) == 2
-    report = _within_cores(host)  # what the host sampler does to its own report before storing it
+    report = within_cores(host)  # what the host sampler does to its own report before storing it
     assert host["summary"]["proc_cpu_pct"]["max"] is None and host["phases"]["outside"]["proc_cpu_pct"] is None
     assert host["phases"]["forward"]["proc_cpu_pct"] == 170.0 and len(report["dropped_above_bound"]) == 2
     assert violations(_profile({"forward": 1.0}, measurements={"host": report})) == []
@@ -137,7 +137,7 @@ def _random_profile(rng: random.Random) -> Profile:
                  n=rng.choice([1, 3]))
     for s in p.steps:
         s.extra = {"h2d_pageable": rng.choice([0, 8]), "h2d_pageable_bytes": rng.random() * 1e9}
-    _within_cores(p.measurements["host"])  # the sampler keeps its own figures in bounds
+    within_cores(p.measurements["host"])  # the sampler keeps its own figures in bounds
     return p
 
 

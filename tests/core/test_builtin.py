@@ -80,6 +80,13 @@ def test_bad_config(change, message):
         run_builtin(LoopConfig(**{**SMALL, **change}))
 
 
+@pytest.mark.parametrize("name", ["bfloat16", "BF16", "torch.bfloat16"])
+def test_torch_and_upper_case_dtype_names_are_accepted(name):
+    cfg = LoopConfig(**{**SMALL, "dtype": name})
+    cfg.validate()
+    assert cfg.dtype == "bf16"
+
+
 def test_short_data_file(tmp_path):
     path = tmp_path / "short.bin"
     np.arange(10, dtype=np.uint16).tofile(path)

@@ -8,8 +8,9 @@ from gpuprof.errors import GpuprofError
 from gpuprof.preflight import Ceiling, check_memory, device_ceiling, estimate_step, preflight_run
 from gpuprof.recommend.memory import estimate_memory
 from gpuprof.runners.builtin import LoopConfig
+from gpuprof.units import GiB, gib
 
-GIB = 1024**3
+
 FAST = dict(n_layer=1, n_embd=64, n_head=2, batch_size=2, block_size=32, grad_accum=2, steps=3, warmup=1)
 
 
@@ -24,7 +25,7 @@ def _fits(loop, batch, block, capacity):
 
 def test_block_size_100000_does_not_fit_and_the_largest_that_do_are_exact():
     loop = LoopConfig(block_size=100_000)
-    cap = 16 * GIB
+    cap = 16 * GiB
     m = check_memory(loop, capacity=(cap, "available RAM"))
     assert not m.fits and m.estimate.total_bytes > cap
     assert m.estimate.total_bytes == estimate_memory(preset_config("tiny", 100_000), 8, dtype="fp32",
@@ -34,14 +35,14 @@ def test_block_size_100000_does_not_fit_and_the_largest_that_do_are_exact():
     assert _fits(loop, 8, m.max_block, cap) and not _fits(loop, 8, m.max_block + 1, cap)
     msg = m.message(loop)
     assert msg.startswith(f"this run would not fit: its peak memory is estimated at "
-                          f"{m.estimate.total_bytes / GIB:.1f} GiB (memory model")
+                          f"{gib(m.estimate.total_bytes)} (memory model")
     assert "vs 16.0 GiB available RAM (15.2 GiB after a 5% margin)" in msg
     assert (f"largest that fit (estimated): --batch-size {m.max_batch} at --block-size 100000 or "
             f"--block-size {m.max_block} at --batch-size 8") in msg
 
 
 def test_a_model_too_big_for_any_batch_says_so():
-    m = check_memory(LoopConfig(model="gpt2-xl", block_size=1024), capacity=(8 * GIB, "available RAM"))
+    m = check_memory(LoopConfig(model="gpt2-xl", block_size=1024), capacity=(8 * GiB, "available RAM"))
     assert (m.max_batch, m.max_block) == (0, 0)
     assert "not even --batch-size 1 at --block-size 1 fits" in m.message(LoopConfig(model="gpt2-xl"))
 
@@ -105,19 +106,19 @@ def test_the_cpu_probe_is_short_and_labelled():
 def test_a_slow_step_is_said_up_front_and_an_hour_long_run_refused_unless_allowed():
     loop = LoopConfig(**FAST)
     slow = Ceiling(1e6, "a fake 1 MFLOP/s ceiling")
-    warning = preflight_run(loop, ceiling=slow, capacity=(16 * GIB, "available RAM"))
+    warning = preflight_run(loop, ceiling=slow, capacity=(16 * GiB, "available RAM"))
     assert warning == ("one optimizer step is estimated at 4.0 min (2.4e8 FLOPs per step by the "
                        "nanoGPT formula ÷ a fake 1 MFLOP/s ceiling); the 4 steps of this run "
                        "(warmup + measured) ≈ 16.2 min; running it, Ctrl-C stops it")
     slower = Ceiling(2e5, "a fake 0.2 MFLOP/s ceiling")
     with pytest.raises(GpuprofError) as exc:
-        preflight_run(loop, ceiling=slower, capacity=(16 * GIB, "available RAM"))
+        preflight_run(loop, ceiling=slower, capacity=(16 * GiB, "available RAM"))
     assert "≈ 81.0 min; pass --allow-slow" in str(exc.value)
-    assert preflight_run(loop, ceiling=slower, allow_slow=True, capacity=(16 * GIB, "RAM")).endswith("Ctrl-C stops it")
-    assert preflight_run(loop, ceiling=Ceiling(1e9, "fast"), capacity=(16 * GIB, "RAM")) is None
+    assert preflight_run(loop, ceiling=slower, allow_slow=True, capacity=(16 * GiB, "RAM")).endswith("Ctrl-C stops it")
+    assert preflight_run(loop, ceiling=Ceiling(1e9, "fast"), capacity=(16 * GiB, "RAM")) is None
 
 
 def test_memory_is_checked_before_anything_is_probed(monkeypatch):
     monkeypatch.setattr(preflight, "probe_ceiling", lambda *a: pytest.fail("probed"))
     with pytest.raises(GpuprofError, match="would not fit"):
-        preflight_run(LoopConfig(block_size=100_000), capacity=(16 * GIB, "available RAM"))
+        preflight_run(LoopConfig(block_size=100_000), capacity=(16 * GiB, "available RAM"))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gpuprof.disk import bench, fs
-from gpuprof.disk.units import KiB, MiB
+from gpuprof.units import KiB, MiB
 from gpuprof.errors import GpuprofError
 
 TICK = 1 / 1024  # exact in binary floating point: fake-clock sums stay exact

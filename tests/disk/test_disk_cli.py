@@ -7,9 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuprof.cli import app
-from gpuprof.disk.units import MiB
+from gpuprof.units import MiB
 
-FAST = ["--size", "2M", "--duration", "0.01", "--readers", "2", "--batch-size", "2",
+FAST = ["--size", "2Mi", "--duration", "0.01", "--readers", "2", "--batch-size", "2",
         "--block-size", "64", "--seed", "0"]
 
 
@@ -50,7 +50,9 @@ def test_not_a_regular_file():
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["--size", "lots"], "not a size"),
+    (["--size", "lots"], "cannot read --size 'lots'; use e.g. 4096, 64Ki, 256Mi, 1GiB or 1e9 "
+                         "(K/M/G = 10^3/10^6/10^9, Ki/Mi/Gi = 2^10/2^20/2^30)"),
+    (["--size", "1.5"], "--size '1.5' is not a whole number of bytes"),
     (["--size", "64K"], "too small"),
     (["--repeats", "1"], "at least 2"),
     (["--duration", "0"], "above 0"),
@@ -106,3 +108,15 @@ def test_terminal_report(tmp_path):
                  "sequential 1MiB", "get_batch", "requirement", "headroom"):
         assert text in out, text
     assert os.listdir(tmp_path) == []
+
+
+def test_size_options_state_the_suffix_rule_and_the_default_is_binary():
+    import typer.main
+
+    from gpuprof.units import SUFFIX_RULE
+
+    cmd = typer.main.get_command(app).commands["bench-disk"]
+    opts = {p.name: p for p in cmd.params}
+    assert opts["size"].default == "256Mi"
+    for name in ("size", "sample_bytes"):
+        assert SUFFIX_RULE in opts[name].help, name

@@ -6,7 +6,8 @@ from collections import namedtuple
 import pytest
 
 from gpuprof.disk import fs
-from gpuprof.disk.units import KiB, MiB, parse_bytes, size_label
+from gpuprof.disk.units import parse_bytes, size_label
+from gpuprof.units import KiB, MiB
 from gpuprof.errors import GpuprofError
 
 
@@ -130,11 +131,17 @@ def test_cache_bypass_falls_back_to_fadvise(tmp_path, monkeypatch):
 
 
 def test_units():
-    assert parse_bytes("256M") == 256 * MiB
+    # gpuprof's one grammar (units.parse_quantity): K/M/G decimal, Ki/Mi/Gi binary, B/iB the unit
+    assert parse_bytes("256Mi") == parse_bytes("256MiB") == parse_bytes("256 MiB") == 256 * MiB
+    assert parse_bytes("256M") == parse_bytes("256MB") == 256_000_000
     assert parse_bytes("1GiB") == 1024 * MiB
-    assert parse_bytes("4096") == 4096
-    assert parse_bytes("2k") == 2048
-    with pytest.raises(GpuprofError):
-        parse_bytes("lots")
+    assert parse_bytes("4096") == parse_bytes("4096B") == 4096
+    assert parse_bytes("2k") == 2000 and parse_bytes("2Ki") == parse_bytes("2KiB") == 2048
+    assert parse_bytes("1.5Ki") == 1536 and parse_bytes("1e6") == 10**6 and parse_bytes("2^20") == MiB
+    assert parse_bytes("1TiB") == 2**40 and parse_bytes("1T") == 10**12
+    assert parse_bytes(4096) == 4096
+    for bad in ("lots", "1iB", "-5", "1.0001K"):
+        with pytest.raises(GpuprofError):
+            parse_bytes(bad)
     assert [size_label(n) for n in (2048, 4096, 2050, MiB, 512)] == \
         ["2KiB", "4KiB", "2050B", "1MiB", "512B"]

@@ -81,7 +81,7 @@ def test_residency_unknown_for_files_user_neither_owns_nor_can_write(shared_dir)
 
 
 def _readonly_dir_result(d):
-    result = CliRunner().invoke(app, ["bench-disk", d, "--size", "2M", "--duration", "0.01"])
+    result = CliRunner().invoke(app, ["bench-disk", d, "--size", "2Mi", "--duration", "0.01"])
     return {"code": result.exit_code, "stderr": result.stderr, "stdout": result.stdout}
 
 

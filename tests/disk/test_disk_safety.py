@@ -12,7 +12,7 @@ import time
 import pytest
 
 from gpuprof.disk import bench, fs, suite, target
-from gpuprof.disk.units import MiB
+from gpuprof.units import MiB
 from gpuprof.errors import GpuprofError
 
 TINY = dict(size_bytes=2 * MiB, duration_s=0.01, repeats=2, readers=2, block_size=64,
@@ -152,7 +152,7 @@ def test_file_too_small_for_pattern(tmp_path):
 def test_real_signal_mid_run_removes_test_file(populated, sig, code):
     before = _snapshot(populated)
     proc = subprocess.Popen([sys.executable, "-m", "gpuprof", "bench-disk", str(populated),
-                             "--size", "8M", "--duration", "2"],
+                             "--size", "8Mi", "--duration", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
     try:

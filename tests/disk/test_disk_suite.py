@@ -3,7 +3,7 @@
 import pytest
 
 from gpuprof.disk import fs, suite
-from gpuprof.disk.units import MiB
+from gpuprof.units import MiB
 
 TINY = dict(size_bytes=4 * MiB, duration_s=0.02, repeats=2, readers=2, block_size=64,
             batch_size=2, seed=0)

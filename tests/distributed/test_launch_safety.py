@@ -56,7 +56,7 @@ def test_capacity_counts_gpus_cores_and_memory(monkeypatch, fake_cuda):
     launch.check_capacity(3, cuda=False, rank_bytes=2**30, rank_bytes_source="for the model")
     with pytest.raises(GpuprofError) as exc:
         launch.check_capacity(4, cuda=False, rank_bytes=2**30, rank_bytes_source="for the model")
-    assert "4 ranks need at least" in str(exc.value) and "+ 1.0 GiB for the model" in str(exc.value)
+    assert "4 ranks need at least" in str(exc.value) and "+ 1.00 GiB for the model" in str(exc.value)
     assert str(exc.value).endswith("use at most 3")
 
 

@@ -76,7 +76,7 @@ def test_live_panel_shows_shares_and_keeps_script_lines_whole(monkeypatch):
     text = c.file.getvalue()
     assert "measured 2/2" in text and "500 ms median" in text and "2,000 tokens/s" in text
     assert "data      " in text and "50.0%" in text
-    assert "GPU utilization 87% (NVML, latest sample) · memory used 3.0 GiB" in text
+    assert "GPU utilization 87% (NVML, latest sample) · memory used 3.00 GiB" in text
 
 
 def test_cli_json_has_no_progress_and_plain_lines_otherwise():

@@ -38,6 +38,8 @@ def test_overrides_map_onto_the_loop_and_the_script():
     cfg = loop_config_with(LoopConfig(batch_size=1, grad_accum=8),
                            {"batch_size": 8, "gradient_accumulation_steps": 1, "dtype": "bfloat16"})
     assert (cfg.batch_size, cfg.grad_accum, cfg.dtype) == (8, 1, "bf16")
+    with pytest.raises(GpuprofError, match="unknown dtype 'int8'; choose fp32, bf16 or fp16"):
+        loop_config_with(LoopConfig(), {"dtype": "int8"})  # the user's error, not a ValueError
     with pytest.raises(GpuprofError, match="no option for `warmup_iters`"):
         loop_config_with(LoopConfig(), {"warmup_iters": 3})
     args, used = script_args_with(["cfg.py", "--max_iters=5"], {"batch_size": 8, "foo": 1}, {"batch_size": 4})

@@ -112,3 +112,36 @@ def test_normalize_dtype():
     assert normalize_dtype("float8_e4m3fn") == "fp8"
     with pytest.raises(ValueError):
         normalize_dtype("int4")
+
+
+@pytest.mark.parametrize("name, canonical", [
+    ("bf16", "bf16"), ("BF16", "bf16"), ("bfloat16", "bf16"), ("torch.bfloat16", "bf16"),
+    ("Torch.BFloat16", "bf16"), ("half", "fp16"), ("float16", "fp16"), ("float", "fp32"),
+    ("float32", "fp32"), ("FP32", "fp32"),
+])
+def test_every_dtype_name_is_accepted_the_same_way(name, canonical):
+    from gpuprof.hardware import TRAIN_DTYPES
+
+    assert normalize_dtype(name) == canonical
+    assert normalize_dtype(name, allowed=TRAIN_DTYPES) == canonical
+
+
+@pytest.mark.parametrize("name", ["int8", "tf32", "fp8", ""])
+def test_a_dtype_a_step_cannot_run_in_is_the_users_error(name):
+    from gpuprof.errors import GpuprofError
+    from gpuprof.hardware import TRAIN_DTYPES
+
+    with pytest.raises(GpuprofError, match=r"unknown dtype .*; choose fp32, bf16 or fp16"):
+        normalize_dtype(name, allowed=TRAIN_DTYPES)
+
+
+def test_dtype_tables_cover_the_same_names():
+    import torch
+
+    from gpuprof.hardware import ELEMENT_BYTES, TORCH_NAME, TRAIN_DTYPES, torch_dtype
+
+    assert set(TRAIN_DTYPES) <= set(TORCH_NAME) == set(ELEMENT_BYTES)
+    for name, attr in TORCH_NAME.items():
+        assert torch_dtype(name) is getattr(torch, attr)
+        assert torch_dtype(name).itemsize == ELEMENT_BYTES[name]
+    assert torch_dtype("torch.bfloat16") is torch.bfloat16 and torch_dtype("half") is torch.float16

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from gpuprof.dims import (GPT2_SIZES, PRESETS, GPTConfig, flops_per_token, gpt_flops_per_token,
-                          gpt_param_count, param_count, preset_config)
+                          gpt_param_count, param_count, preset_config, preset_dims)
+from gpuprof.errors import GpuprofError
 from gpuprof.measure.flops import FlopsInstrument, count_flops
 from gpuprof.measure.timer import PhaseTimer
 from gpuprof.profile import Profile, StepRecord
@@ -29,9 +30,18 @@ def test_analytic_formula_matches_the_model_code():
         assert gpt_flops_per_token(cfg.to_dict()) == flops_per_token(cfg)
         assert gpt_param_count(**cfg.to_dict()) == param_count(cfg)
     assert gpt_param_count(**GPTConfig(bias=False).to_dict()) == param_count(GPTConfig(bias=False))
-    for name, dims in GPT2_SIZES.items():  # the fact table agrees with the presets
+    # The GPT-2 family is PRESETS' rows: the published shapes, GPTConfig's padded vocab.
+    published = {"gpt2": (12, 12, 768), "gpt2-medium": (24, 16, 1024), "gpt2-large": (36, 20, 1280),
+                 "gpt2-xl": (48, 25, 1600)}
+    assert GPT2_SIZES == {name: dict(n_layer=L, n_head=H, n_embd=d, vocab_size=50304)
+                          for name, (L, H, d) in published.items()}
+    for name, dims in GPT2_SIZES.items():
+        assert preset_dims(name) == dims and preset_config(name).vocab_size == 50304
         assert {k: PRESETS[name][k] for k in ("n_layer", "n_head", "n_embd")} == {
             k: dims[k] for k in ("n_layer", "n_head", "n_embd")}
+    assert preset_dims("tiny") == dict(n_layer=2, n_head=4, n_embd=128, vocab_size=4096)
+    with pytest.raises(GpuprofError, match="unknown model preset 'gpt5'"):
+        preset_dims("gpt5")
     # FACTS.md: GPT-2 124M at T=1024 is 0.855 GFLOPs/token.
     assert gpt_flops_per_token(dict(GPT2_SIZES["gpt2"], block_size=1024)) / 1e9 == pytest.approx(0.855, abs=0.001)
 

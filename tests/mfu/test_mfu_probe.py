@@ -74,6 +74,7 @@ def test_cuda_probe_times_the_measured_device_not_the_current_one(gpu_matmuls):
 def new_precision_api():
     """The script used torch 2.13's new TF32 API: reading the legacy flag now raises."""
     m = torch.backends.cuda.matmul
+    m.allow_tf32 = False  # torch refuses the legacy read only when the two APIs disagree
     m.fp32_precision = "tf32"
     with pytest.raises(RuntimeError):
         m.allow_tf32

@@ -20,7 +20,10 @@ def restore_tf32():
 
 
 def test_tf32_read_through_the_new_api_without_raising(fake_cuda, restore_tf32):
-    torch.backends.cuda.matmul.fp32_precision = "tf32"  # a script on torch 2.13's new API
+    # A script on torch 2.13's new API. The legacy flag is set off first: torch only refuses the
+    # legacy read when the two disagree, and an earlier test in this process may have set it on.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
     with pytest.raises(RuntimeError):
         torch.backends.cuda.matmul.allow_tf32  # what gpuprof used to read
     model = torch.nn.Linear(4, 4)

@@ -42,7 +42,9 @@ def test_text_report_names_the_winner_and_breakdown():
     assert "Recommended: batch_size=" in r.output
     assert "Memory for batch_size=" in r.output and "loss_backward" in r.output
     assert "FLOP estimate: not measured" in r.output
-    assert "FLOP floor: 0.91 s" in r.output
+    assert "FLOP floor: 906 ms" in r.output  # units.seconds, as every report
+    # memory in decimal GB, as --memory-gb and the datasheet ("141 GB"), 3 significant figures
+    assert "memory  141 GB from NVIDIA H200 SXM" in r.output and "of 141 GB (" in r.output
 
 
 def test_write_new_file_and_refuse_existing(tmp_path):
@@ -136,3 +138,13 @@ def _check_one_line_error(args, fragment):
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpuprof: error: ")
     assert fragment in lines[0]
+
+
+def test_target_tokens_help_states_the_suffix_rule():
+    import typer.main
+
+    from gpuprof.units import SUFFIX_RULE
+
+    cmd = typer.main.get_command(app).commands["recommend"]
+    target = next(p for p in cmd.params if p.name == "target_tokens")
+    assert SUFFIX_RULE in target.help

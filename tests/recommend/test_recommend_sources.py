@@ -33,6 +33,11 @@ def test_config_over_profile_and_explicit_over_config():
     assert inp.dtype == "fp32" and inp.compile is False
 
 
+@pytest.mark.parametrize("name, canonical", [("half", "fp16"), ("BF16", "bf16"), ("torch.float32", "fp32")])
+def test_dtype_names_are_accepted_as_everywhere(name, canonical):
+    assert resolve(gpu="h200", dtype=name, detect=no_cuda).dtype == canonical
+
+
 def test_profile_alone_gives_model_and_current():
     inp = resolve(profile_path=PROFILE, memory_gb=16, detect=no_cuda)
     assert inp.model.n_embd == 128 and inp.model.block_size == 64
@@ -50,7 +55,7 @@ def test_init_from_preset_uses_pretrained_dims(tmp_path):
     cfg = tmp_path / "ft.py"
     cfg.write_text("init_from = 'gpt2-medium'\nn_layer = 2\nbatch_size = 1\n")
     inp = resolve(config_files=[cfg], gpu="h100", detect=no_cuda)
-    assert inp.model.n_layer == 24 and inp.model.vocab_size == 50257 and inp.model.bias
+    assert inp.model.n_layer == 24 and inp.model.vocab_size == 50257 and inp.model.bias  # from_pretrained: unpadded
 
 
 def test_world_size_divides_nanogpt_accum():

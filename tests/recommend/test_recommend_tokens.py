@@ -27,6 +27,8 @@ from gpuprof.recommend.tokens import describe_tokens, parse_tokens
     ("1G", 10**9),
     ("1B", 10**9),
     ("1Gi", 2**30),
+    ("1T", 10**12),
+    ("1Ti", 2**40),
     (" 1M ", 1_000_000),
     (".5Mi", 524_288),
     (1048576, 1_048_576),
@@ -47,12 +49,18 @@ def test_target_forms(text, expected):
     ("-5", "cannot read"),
     ("2^100", "too large"),
     ("1e99", "out of range"),
+    ("1MiB", "cannot read"),  # bytes are no unit of tokens
 ])
 def test_bad_targets(text, fragment):
     with pytest.raises(GpuprofError) as exc:
         parse_tokens(text)
     assert fragment in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+def test_an_unreadable_target_states_the_rule():
+    with pytest.raises(GpuprofError, match=r"K/M/G = 10\^3/10\^6/10\^9, Ki/Mi/Gi = 2\^10/2\^20/2\^30"):
+        parse_tokens("abc")
 
 
 def test_describe_prints_exact_counts():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.render.format import nbytes, pct, seconds
+from gpuprof.units import gib, pct, seconds
 from gpuprof.render.html import CSP, render_html
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,8 +159,9 @@ def test_gpu_report_draws_the_nvml_timeline(merged_profile):
     page = check_self_contained(text)
     words = " ".join(page.text)
     assert "NVIDIA H200: utilization (NVML)" in words and "NVIDIA H200: memory used (NVML)" in words
-    # The memory chart's top is the GPU's total, from the profile (units.nbytes: 3 significant figures).
-    assert nbytes(150_000_000_000) == "150 GB" and "150 GB" in words
+    # The memory chart's top is the GPU's total, from the profile: memory in binary units
+    # (units.gib: 3 significant figures).
+    assert gib(150_000_000_000) == "140 GiB" and "140 GiB" in words
     assert "GPU idle exposed" in words  # the phase table on the GPU timeline
     assert "no finding: nothing in this run stands out" in words
 

@@ -13,7 +13,7 @@ from gpuprof.analysis.findings import Finding
 from gpuprof.analysis.pipeline import analyze
 from gpuprof.analysis.rules import batching, gpu, logs, machine, phases, precision
 from gpuprof.hardware import find_gpu
-from gpuprof.render.format import evidence_words
+from gpuprof.units import evidence_words
 from gpuprof.render.terminal import findings_table
 from gpuprof.units import bytes_per_s, flops_rate, nbytes, pct, seconds
 from render_report.profiles import cpu_profile, gpu_profile
@@ -189,7 +189,7 @@ def test_evidence_words_infers_units_from_the_keys():
           "timeline": "host", "step_s": 0.727, "mean_step_s": 0.73, "not_measured_here": None,
           "rates_gflop_s": {"fp32": 154.3}, "first_step_ms": 30200.0}
     assert evidence_words(ev) == ("data exposed 1.20 s; share of the step 26.8%; mfu vs ceiling 43.6%; "
-                                  "memory needed 11.0 MB; pinned 24.0 GB/s; ratio 1.93×; reported 164.1%; cores 2; "
+                                  "memory needed 10.5 MiB; pinned 24.0 GB/s; ratio 1.93×; reported 164.1%; cores 2; "
                                   "fused no; timeline host; rates fp32 154.3 GFLOP/s; first step 30.20 s")
 
 

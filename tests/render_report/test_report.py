@@ -125,7 +125,7 @@ def test_fits_the_width_with_no_truncated_cell_and_no_broken_word(reports, name,
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_sampler_tables_keep_every_cell_whole(reports, width):
-    """Today's `backwa…` and `1.07 / GB`: at 80 columns the columns continue in a second table,
+    """Today's `backwa…` and `1020 / MiB`: at 80 columns the columns continue in a second table,
     each row's cells stay on its line."""
     p, a = reports["cuda"]
     lines = render(p, a, width, details=True).splitlines()
@@ -137,7 +137,8 @@ def test_sampler_tables_keep_every_cell_whole(reports, width):
             for key, _, fmt in cols:
                 assert fmt(row.get(key)) in joined, (section, phase, key)
     text = "\n".join(lines)
-    assert "│ backward  │" in text and "1.07 GB" in text
+    # 1.07e9 bytes of memory (RSS, GPU memory used): binary units, units.gib
+    assert "│ backward  │" in text and "1020 MiB" in text
 
 
 def test_verdict_and_fixes_come_first_details_only_when_asked(reports):

@@ -41,9 +41,7 @@ def _capacity(ctx: Context) -> tuple[int | None, str]:
 def _estimate(ctx: Context, gcfg, batch: int, capacity: int | None):
     from gpuprof.recommend.memory import estimate_memory
 
-    dtype = ctx.config.get("dtype") or "fp32"
-    dtype = "fp32" if str(dtype).lower() == "tf32" else dtype  # TF32 stores fp32 tensors
-    return estimate_memory(gcfg, batch, dtype=dtype, compile=bool(ctx.config.get("compile")),
+    return estimate_memory(gcfg, batch, dtype=ctx.config.get("dtype") or "fp32", compile=bool(ctx.config.get("compile")),
                            grad_accum=micro_steps(ctx), device="cuda" if on_cuda(ctx) else "cpu",
                            capacity_bytes=capacity)
 

@@ -4,13 +4,14 @@ comes from ctx.stats (gpuprof.stats): the typical step and its phases."""
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context
+from gpuprof.measure.cuda import is_cuda
 from gpuprof.stats import HOST_ONLY_PHASES
 
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
 
 
 def on_cuda(ctx: Context) -> bool:
-    return str(ctx.config.get("device") or ctx.profile.environment.get("device") or "").startswith("cuda")
+    return is_cuda(ctx.config.get("device") or ctx.profile.environment.get("device") or "")
 
 
 def on_gpu_timeline(ctx: Context) -> bool:

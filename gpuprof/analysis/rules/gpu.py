@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, on_gpu_timeline, step_s
+from gpuprof.hardware import normalize_dtype
 from gpuprof.units import bytes_per_s, count, flops_rate, nbytes, pct, seconds, times
 
 OPTIMIZER_MIN_SHARE = 0.10
@@ -131,8 +132,11 @@ def no_tensor_cores(ctx: Context) -> list[Finding]:
             return []
         dtype = "fp32"
     else:
-        dtype = (ctx.config.get("dtype") or "").lower()
-        if dtype not in ("fp32", "float32") or ctx.config.get("tf32_matmul") or ctx.config.get("autocast_dtype"):
+        try:
+            dtype = normalize_dtype(ctx.config.get("dtype") or "")
+        except ValueError:
+            return []
+        if dtype != "fp32" or ctx.config.get("tf32_matmul") or ctx.config.get("autocast_dtype"):
             return []
     spec = ctx.gpu
     if spec is None or not getattr(spec, "tensor_cores", True) or not spec.bf16:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import mode, on_cuda, step_s
-from gpuprof.hardware import MARKED_FASTER as MARKED, pick_faster
+from gpuprof.hardware import MARKED_FASTER as MARKED, TORCH_NAME, pick_faster
 from gpuprof.units import flops_rate, seconds, times
 
 MIN_SHARE = 0.02  # ... and worth at least 2% of the step
 BWD_FWD_HIGH, BWD_FWD_LOW = 4.0, 1.0  # backward is ~2x forward (two matmuls per forward one)
-NANOGPT_DTYPE = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def measured_precisions(ctx: Context) -> dict:
@@ -32,7 +31,7 @@ def _fix(current: str, best: str, on_gpu: bool, script: bool, dtype_setting: boo
                 "nanoGPT's train.py sets it at import"), {}
     if best == "fp32":
         where = "" if on_gpu else " on the CPU (autocast only where the device has fast bf16/fp16, e.g. device_type == 'cuda')"
-        drop = f"drop the torch.autocast(..., dtype=torch.{NANOGPT_DTYPE[current]}) around the forward"
+        drop = f"drop the torch.autocast(..., dtype=torch.{TORCH_NAME[current]}) around the forward"
         if not dtype_setting:
             return drop + where, {}
         how = "dtype = 'float32'" + where
@@ -43,9 +42,9 @@ def _fix(current: str, best: str, on_gpu: bool, script: bool, dtype_setting: boo
         return ("dtype = 'float16' (with torch.amp.GradScaler, as nanoGPT does for float16)"
                 + ("; bf16 is only emulated on this GPU" if on_gpu and current == "bf16" else "")), {"dtype": "float16"}
     if on_gpu:
-        return f"dtype = '{NANOGPT_DTYPE[best]}' (torch.autocast(dtype=torch.{NANOGPT_DTYPE[best]}) around the forward)", {"dtype": NANOGPT_DTYPE[best]}
+        return f"dtype = '{TORCH_NAME[best]}' (torch.autocast(dtype=torch.{TORCH_NAME[best]}) around the forward)", {"dtype": TORCH_NAME[best]}
     # nanoGPT's train.py uses nullcontext on a CPU: its dtype setting does nothing there
-    return (f"wrap the forward in torch.autocast('cpu', dtype=torch.{NANOGPT_DTYPE[best]}) (nanoGPT's "
+    return (f"wrap the forward in torch.autocast('cpu', dtype=torch.{TORCH_NAME[best]}) (nanoGPT's "
             f"train.py autocasts only on CUDA, so its dtype setting alone changes nothing on a CPU)"), {}
 
 

@@ -1,0 +1,77 @@
+"""What the OS counts, as the host sampler reads it (Linux /proc and /sys, with psutil's names):
+the block device holding a file, the whole disks among psutil's per-disk names, a process's major
+page faults and direct children, one core's busy and total seconds, and the clock tick the CPU
+counters are truncated to. Each reader returns None (or an empty list) where the OS has no such
+counter; none raises."""
+
+from __future__ import annotations
+
+import os
+
+try:
+    TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")  # /proc CPU counters count clock ticks (10 ms)
+except (AttributeError, ValueError, OSError):
+    TICK_S = 0.01
+
+
+def disk_for_path(path: str | None) -> tuple[str | None, str | None]:
+    """(block device name as psutil.disk_io_counters(perdisk=True) knows it, reason if None)."""
+    if not path:
+        return None, "no data file known"
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return None, f"cannot stat {path}: {exc.strerror}"
+    major, minor = os.major(st.st_dev), os.minor(st.st_dev)
+    if major == 0:
+        return None, "the data file is on a filesystem without a block device (overlay, tmpfs, network)"
+    sys_link = f"/sys/dev/block/{major}:{minor}"
+    if not os.path.exists(sys_link):
+        return None, f"no {sys_link} (not Linux?)"
+    return os.path.basename(os.path.realpath(sys_link)), None
+
+
+def whole_disks(names) -> list[str]:
+    """Physical whole disks among psutil's per-disk names (no partitions, loop, ram, zram)."""
+    out = []
+    for n in names:
+        if n.startswith(("loop", "ram", "zram", "dm-", "md")):
+            continue
+        if os.path.exists(f"/sys/block/{n}") or not os.path.exists("/sys/block"):
+            out.append(n)
+    return out
+
+
+def major_faults(pid: int) -> int | None:
+    """Major page faults of the process from /proc/<pid>/stat (Linux), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return int(rest[9])  # field 12 (majflt); `rest` starts at field 3
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_children(pid: int) -> list[int]:
+    """Direct children of `pid` from /proc/<pid>/task/<tid>/children (Linux): a few small reads,
+    where psutil's children() scans every process on the machine (~1.6 ms with 74 processes)."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def core_counters(t) -> tuple[float, float]:
+    """(busy, total) seconds of one core's cpu_times, as psutil.cpu_percent counts them: guest time
+    is already in user/nice on Linux; idle and iowait are not busy; steal (a VM's CPU taken by the
+    hypervisor) is."""
+    total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+    return total - t.idle - getattr(t, "iowait", 0.0), total
