@@ -146,7 +146,7 @@ def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]
         rows.append(("precision", precision_line(prec)))
     if run.get("data_path"):
         rows.append(("data", str(run["data_path"]) + (" (generated)" if run.get("data_generated") else "")))
-    if run.get("ended") in ("failed", "interrupted", "stopped") or run.get("partial"):
+    if run.get("ended") in ("failed", "interrupted") or run.get("partial"):
         err = run.get("error") or {}
         rows.append(("ended", f"{run.get('ended') or 'partial'}"
                      + (f": {err.get('type', '')} {err.get('message', '')}".rstrip() if err else "")))
