@@ -13,8 +13,9 @@ from rich.console import Console
 from gpuprof import profile as profile_io
 from gpuprof.analysis.pipeline import Analysis, AnalysisOptions, analyze as analyze_profile
 from gpuprof.cli.app import app, guarded
+from gpuprof.cli import options
 from gpuprof.cli.options import load_disk_report, peak_options, positive
-from gpuprof.cli.output import FORCE_HELP, emit, exit_for, plan_outputs
+from gpuprof.cli.output import emit, exit_for, plan_outputs
 from gpuprof.errors import GpuprofError
 
 
@@ -24,9 +25,9 @@ def analyze(
     file: Optional[Path] = typer.Argument(None, help="A saved profile (gpuprof diagnose --out)."),
     stored: bool = typer.Option(False, "--stored", help="Show the analysis saved in the file as it was made, instead of judging the measurements again with this gpuprof's rules."),
     log: Optional[Path] = typer.Option(None, help="A nanoGPT training log to analyse without running anything."),
-    gpu: Optional[str] = typer.Option(None, help="GPU name or key for the peak, e.g. h200."),
-    peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s (overrides the table)."),
-    reported_mfu: Optional[float] = typer.Option(None, help="An MFU % the script printed."),
+    gpu: Optional[str] = options.GPU,
+    peak_tflops: Optional[float] = options.PEAK_TFLOPS,
+    reported_mfu: Optional[float] = options.REPORTED_MFU,
     batch_size: Optional[int] = typer.Option(None, help="Log mode: the run's batch_size."),
     block_size: Optional[int] = typer.Option(None, help="Log mode: the run's block_size."),
     grad_accum: Optional[int] = typer.Option(None, help="Log mode: gradient_accumulation_steps."),
@@ -35,13 +36,13 @@ def analyze(
     n_embd: Optional[int] = typer.Option(None, help="Log mode: model width."),
     vocab_size: Optional[int] = typer.Option(None, help="Log mode: vocabulary size."),
     world_size: Optional[int] = typer.Option(None, help="Log mode: data-parallel ranks."),
-    disk_report: Optional[Path] = typer.Option(None, help="A `gpuprof bench-disk --json` result for the data's storage."),
-    write: Optional[Path] = typer.Option(None, help="Write the corrected config (nanoGPT `key = value` format) here."),
-    force: bool = typer.Option(False, help=FORCE_HELP),
+    disk_report: Optional[Path] = options.DISK_REPORT,
+    write: Optional[Path] = options.WRITE,
+    force: bool = options.FORCE,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of the report."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Also write a Chrome trace-event JSON here."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
-    details: bool = typer.Option(False, "--details", help="Show everything: the MFU table, samplers, attribution."),
+    trace: Optional[Path] = options.TRACE,
+    html: Optional[Path] = options.HTML,
+    details: bool = options.DETAILS,
 ):
     """Judge a saved profile again with this gpuprof's rules (nothing is rerun), show the analysis
     saved in it (--stored), or analyse a nanoGPT log (--log)."""

@@ -13,8 +13,9 @@ from rich.console import Console
 from gpuprof import session
 from gpuprof.analysis.pipeline import AnalysisOptions, analyze
 from gpuprof.cli.app import app, guarded
+from gpuprof.cli import options
 from gpuprof.cli.options import load_disk_report, peak_options
-from gpuprof.cli.output import FORCE_HELP, emit, exit_for, plan_outputs
+from gpuprof.cli.output import emit, exit_for, plan_outputs
 from gpuprof.cli.verify import run_verify
 from gpuprof.errors import GpuprofError, ScriptFailed
 from gpuprof.render.live import LiveProgress
@@ -48,17 +49,17 @@ def diagnose(
     stop: bool = typer.Option(True, "--stop/--no-stop", help="Script mode: stop the script after warmup+steps optimizer steps."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the profile JSON here (atomic; checked before the run; a write that still fails goes to a fallback file, exit 3)."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile JSON instead of the report."),
-    gpu: Optional[str] = typer.Option(None, help="GPU name or key for the peak (overrides detection), e.g. h200."),
-    peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s to compute MFU against (overrides the table)."),
-    reported_mfu: Optional[float] = typer.Option(None, help="An MFU % your script printed, to check against the true one."),
+    gpu: Optional[str] = options.GPU,
+    peak_tflops: Optional[float] = options.PEAK_TFLOPS,
+    reported_mfu: Optional[float] = options.REPORTED_MFU,
     samplers: bool = typer.Option(True, "--samplers/--no-samplers", help="NVML/host sampling and the matmul ceiling probe."),
-    disk_report: Optional[Path] = typer.Option(None, help="A `gpuprof bench-disk --json` result for the data's storage."),
-    write: Optional[Path] = typer.Option(None, help="Write the corrected config (nanoGPT `key = value` format) here."),
-    force: bool = typer.Option(False, help=FORCE_HELP),
+    disk_report: Optional[Path] = options.DISK_REPORT,
+    write: Optional[Path] = options.WRITE,
+    force: bool = options.FORCE,
     allow_slow: bool = typer.Option(False, "--allow-slow", help="Built-in loop: run even when the run is estimated at an hour or more (refused otherwise)."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Also write a Chrome trace-event JSON here (opens in ui.perfetto.dev and chrome://tracing)."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here (no network requests)."),
-    details: bool = typer.Option(False, "--details", help="Show everything: the MFU table, the GPU and host samplers, user-code attribution."),
+    trace: Optional[Path] = options.TRACE,
+    html: Optional[Path] = options.HTML,
+    details: bool = options.DETAILS,
     verify: bool = typer.Option(False, "--verify", help="Then run again with the top config fix applied (built-in loop, or a script taking --key=value) and show predicted vs achieved."),
     post_budget: Optional[float] = typer.Option(None, "--post-budget", help="Seconds the measurements after the run share (ceiling and precisions, FLOP count, micro-batch curve); default max(15, 25% of the run)."),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", "--nproc_per_node", help="Data parallel: launch this many ranks per node through torch.distributed.run (torchrun); every rank is profiled and this node's ranks merged.", rich_help_panel="torchrun"),

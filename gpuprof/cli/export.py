@@ -8,8 +8,9 @@ from typing import Optional
 
 import typer
 
+from gpuprof.cli import options
 from gpuprof.cli.app import app, guarded
-from gpuprof.cli.output import FORCE_HELP, exit_for, plan_outputs, report_saved, write_outputs
+from gpuprof.cli.output import exit_for, plan_outputs, report_saved, write_outputs
 from gpuprof.errors import GpuprofError
 
 
@@ -29,7 +30,7 @@ def export(
     file: Path = typer.Argument(..., help="A saved profile (gpuprof diagnose --out)."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Write Chrome trace-event JSON here (opens in ui.perfetto.dev and chrome://tracing)."),
     html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here (no network requests)."),
-    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    force: bool = options.FORCE,
 ):
     """Export a saved profile as a trace (--trace) and/or an HTML report (--html).
 

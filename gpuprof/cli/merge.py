@@ -10,9 +10,10 @@ from typing import List, Optional
 import typer
 
 from gpuprof import profile as profile_io
+from gpuprof.cli import options
 from gpuprof.cli.app import app, guarded
 from gpuprof.cli.options import peak_options
-from gpuprof.cli.output import FORCE_HELP, emit, exit_for, plan_outputs
+from gpuprof.cli.output import emit, exit_for, plan_outputs
 from gpuprof.errors import GpuprofError
 
 
@@ -24,7 +25,7 @@ def merge(
     gpu: Optional[str] = typer.Option(None, help="GPU name or key for the peak, e.g. h200."),
     peak_tflops: Optional[float] = typer.Option(None, help="Peak TFLOP/s (overrides the table)."),
     as_json: bool = typer.Option(False, "--json", help="Print the merged profile JSON instead of the report."),
-    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    force: bool = options.FORCE,
 ):
     """Join per-node (or per-rank) profiles of one data-parallel run into one profile with every
     rank, then report the merged run (slowest rank, communication, the fixes)."""

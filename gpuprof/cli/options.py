@@ -7,7 +7,25 @@ import math
 from pathlib import Path
 from typing import Optional
 
+import typer
+
 from gpuprof.errors import GpuprofError
+
+# Options several verbs take, declared once so that they read the same in every --help.
+FORCE_HELP = ("Let an output replace an existing file that is not gpuprof's own file of that kind "
+              "(never the script, an input or a file the run opened).")
+GPU = typer.Option(None, "--gpu", help="GPU name or key for the peak (overrides detection), e.g. h200.")
+PEAK_TFLOPS = typer.Option(None, "--peak-tflops", help="Peak TFLOP/s to compute MFU against (overrides the table).")
+REPORTED_MFU = typer.Option(None, "--reported-mfu", help="An MFU % the script printed, to check against the true one.")
+DISK_REPORT = typer.Option(None, "--disk-report", help="A `gpuprof bench-disk --json` result for the data's storage.")
+WRITE = typer.Option(None, "--write", help="Write the corrected config (nanoGPT `key = value` format) here (an "
+                                           "existing file only with --force).")
+FORCE = typer.Option(False, "--force", help=FORCE_HELP)
+TRACE = typer.Option(None, "--trace", help="Also write a Chrome trace-event JSON here (opens in ui.perfetto.dev "
+                                           "and chrome://tracing).")
+HTML = typer.Option(None, "--html", help="Also write a self-contained HTML report here (no network requests).")
+DETAILS = typer.Option(False, "--details", help="Show everything: the MFU table, the GPU and host samplers, "
+                                                "user-code attribution.")
 
 
 def positive(option: str, value: Optional[float], *, zero: bool = False) -> None:

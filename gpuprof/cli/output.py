@@ -26,8 +26,6 @@ OUTPUTS = {
     "--html": ("html", "the HTML report"),
 }
 
-FORCE_HELP = ("Let an output replace an existing file that is not gpuprof's own file of that kind "
-              "(never the script, an input or a file the run opened).")
 
 
 def plan_outputs(paths: dict[str, Optional[Path]], *, force: bool = False,

@@ -8,9 +8,10 @@ from typing import Optional
 
 import typer
 
+from gpuprof.cli import options
 from gpuprof.cli.app import app, guarded, stdout_is_tty
 from gpuprof.cli.options import positive
-from gpuprof.cli.output import FORCE_HELP, exit_for, plan_outputs, report_saved
+from gpuprof.cli.output import exit_for, plan_outputs, report_saved
 from gpuprof.errors import GpuprofError
 
 
@@ -39,7 +40,7 @@ def recommend_cmd(
     measure: bool = typer.Option(False, "--measure", help="Time forward+backward at micro-batch 1, 2, 4, … on this machine's device."),
     measure_budget: float = typer.Option(60.0, "--measure-budget", help="Seconds the --measure sweep may take."),
     write: Optional[Path] = typer.Option(None, "--write", help="Write the corrected config (nanoGPT format) to this new file."),
-    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    force: bool = options.FORCE,
     as_json: bool = typer.Option(False, "--json", help="Print JSON (keys documented in docs/recommend.md)."),
 ) -> None:
     """Which batch_size × gradient_accumulation_steps reaches a token target, fits in memory,
