@@ -37,26 +37,25 @@ _CURRENT_KEYS = {"batch_size": "batch_size", "block_size": "block_size",
                  "gradient_accumulation_steps": "grad_accum", "dtype": "dtype", "compile": "compile"}
 
 
-def merge(findings: list, run_config: dict | None = None) -> CorrectedConfig:
-    """Merge the config_overrides of ranked findings (dicts or Finding objects)."""
+def merge(findings, run_config: dict | None = None) -> CorrectedConfig:
+    """Merge the config_overrides of ranked Findings."""
     out = CorrectedConfig()
     run_config = run_config or {}
     # A profiled script takes only the settings it defines itself (nanoGPT's configurator asserts
     # so); an argparse script has none: its fixes stay in the findings' `fix` text.
     own = run_config.get("script_globals")
     for f in findings:
-        d = f if isinstance(f, dict) else f.to_dict()
-        if d.get("kind") != "fix":
+        if f.kind != "fix":
             continue
-        for key, value in (d.get("config_overrides") or {}).items():
+        for key, value in (f.config_overrides or {}).items():
             if key not in NANOGPT_KEYS or (own is not None and key not in own):
                 continue
             if key in out.overrides:
                 if out.overrides[key] != value:
-                    out.overridden.append((d["id"], key, value))
+                    out.overridden.append((f.id, key, value))
                 continue
             out.overrides[key] = value
-            out.sources[key] = d["id"]
+            out.sources[key] = f.id
             ours = _CURRENT_KEYS.get(key)
             if ours and run_config.get(ours) is not None:
                 out.current[key] = run_config[ours]
