@@ -2,11 +2,12 @@
 versioned JSON, atomic save, validated load (with migration from older schemas).
 
 A Profile holds what ran (`run`, `environment`), the measured steps (`steps`, `warmup_steps`),
-each instrument's section (`measurements.<name>`, owned by its producer) and, for a merged
-data-parallel run, every rank's entry (`ranks`). It holds no judgement: the step statistics are
-derived from the steps on demand (`stats`, gpuprof.stats) and MFU, findings and the corrected
-config are an Analysis (gpuprof.analysis), saved beside the measurements under "analysis" in
-the same file (`to_json(analysis)`, `read`) but never part of the Profile.
+each instrument's section (`measurements.<name>`, a dict owned by its producer, read typed
+through `sections`: gpuprof.sections) and, for a merged data-parallel run, every rank's entry
+(`ranks`). It holds no judgement: the step statistics are derived from the steps on demand
+(`stats`, gpuprof.stats) and MFU, findings and the corrected config are an Analysis
+(gpuprof.analysis), saved beside the measurements under "analysis" in the same file
+(`to_json(analysis)`, `read`) but never part of the Profile.
 
 Schema 2. A schema-1 file (which kept a summary and the findings inside the profile) loads: its
 measurements are kept, what was derived from them is dropped and derived again.
@@ -23,6 +24,7 @@ from pathlib import Path
 from gpuprof import __version__
 from gpuprof.errors import GpuprofError, one_line
 from gpuprof.files import atomic_write, read_user_text
+from gpuprof.sections import Sections
 from gpuprof.stats import HOST_ONLY_PHASES, PHASES, StepStats, step_stats  # noqa: F401 - the vocabulary
 
 SCHEMA_VERSION = 2
@@ -129,6 +131,14 @@ class Profile:
         """The measured steps' statistics (gpuprof.stats): the typical step, its phases, the
         irregular steps. None without a measured step."""
         return step_stats(self.steps)
+
+    @property
+    def sections(self) -> Sections:
+        """The measurements typed, one attribute per section (gpuprof.sections), each always
+        there: what rules and renderers read instead of the dicts. Read from `measurements` as
+        they are now (a fraction of a millisecond), so a view is never stale however the dicts
+        were changed; a reader that looks often keeps the one it got (the rules' Context does)."""
+        return Sections.from_measurements(self.measurements)
 
     def to_dict(self) -> dict:
         return {

@@ -77,8 +77,8 @@ def measured_violations(profile) -> list[str]:
             out.append(f"step {st.index}: negative time")
         elif st.wall_s and abs(sum(st.phases.values()) - st.wall_s) > 0.02 * st.wall_s + 1e-6:
             out.append(f"step {st.index}: phases add up to {sum(st.phases.values()):.4g} s, the step is {st.wall_s:.4g} s")
-    out += _cpu_violations(profile.measurements or {})
-    out += _comm_violations("measurements.comm", (profile.measurements or {}).get("comm"))
+    out += _cpu_violations(profile.sections)
+    out += _comm_violations("measurements.comm", profile.sections.comm.raw)
     for e in getattr(profile, "ranks", None) or []:  # every rank's own profile, as measured
         if isinstance(e, dict) and isinstance(e.get("profile"), dict):
             from gpuprof.profile import Profile
@@ -141,15 +141,15 @@ def _distributed_violations(d) -> list[str]:
     return out
 
 
-def _cpu_violations(meas: dict) -> list[str]:
+def _cpu_violations(sections) -> list[str]:
     out = []
-    host = meas.get("host") or {}
-    cores = finite(host.get("cpu_count"))
-    for where, key, limit in cpu_out_of_bounds(host, cores):
+    host = sections.host
+    # The sampler's own check of its CPU figures, over the section as it stored it.
+    for where, key, limit in cpu_out_of_bounds(host.raw, finite(host.cpu_count)):
         out.append(f"measurements.host.{where}.{key} = {limit[1]:.4g}% is above {limit[0]:.0f}%")
-    for g in ((meas.get("nvml") or {}).get("gpus") or []):
+    for g in sections.nvml.gpus:
         for key in ("gpu_util_pct", "mem_util_pct"):
-            v = finite(((g.get("summary") or {}).get(key) or {}).get("max"))
+            v = finite(g.stat(key).max)
             if v is not None and v > 100 + TOL:
                 out.append(f"measurements.nvml {key} max {v:.4g}% is above 100%")
     return out

@@ -23,25 +23,24 @@ METHOD = ("busy = step − exposed all-reduce (time after the rank's own backwar
 
 def _comm(prof: Profile) -> dict | None:
     """A rank's all-reduce figures: medians over its measured steps, as CommMeter stores them."""
-    c = prof.measurements.get("comm")
-    if not c or "not_measured" in c or not c.get("per_step"):
+    c = prof.sections.comm
+    if not c.present or c.not_measured is not None or not c.per_step:
         return None
-    per = c["per_step"]
-    return {"in_flight_s": median(s.get("in_flight_s") for s in per),
-            "exposed_s": median(s.get("exposed_s") for s in per),
-            "extra_rounds_exposed_s": median(s.get("extra_rounds_exposed_s") for s in per),
-            "extra_rounds_in_flight_s": median(s.get("extra_rounds_in_flight_s") for s in per),
-            "rounds_per_step": int(round(median(s["rounds"] for s in per))),  # a count: an int
-            "bytes_per_round": c.get("bytes_per_round"), "busbw_Bps": c.get("busbw_Bps"),
-            "algbw_Bps": c.get("algbw_Bps"), "backend": c.get("backend"), "clock": c.get("clock"),
-            "link": c.get("link")}
+    per = c.per_step
+    return {"in_flight_s": median(s.in_flight_s for s in per),
+            "exposed_s": median(s.exposed_s for s in per),
+            "extra_rounds_exposed_s": median(s.extra_rounds_exposed_s for s in per),
+            "extra_rounds_in_flight_s": median(s.extra_rounds_in_flight_s for s in per),
+            "rounds_per_step": int(round(median(s.rounds for s in per))),  # a count: an int
+            "bytes_per_round": c.bytes_per_round, "busbw_Bps": c.busbw_Bps,
+            "algbw_Bps": c.algbw_Bps, "backend": c.backend, "clock": c.clock, "link": c.link}
 
 
 def _busy(prof: Profile) -> dict:
     """Per measured step: busy = step − that step's exposed all-reduce, and each phase with the
     backward's exposed all-reduce taken out (the rank's own compute). The row shows medians over
     the steps; the per-step figures (`_steps`) pair the ranks step by step for the straggler."""
-    exposed = {s["index"]: s["exposed_s"] for s in prof.measurements["comm"]["per_step"]}
+    exposed = {s.index: s.exposed_s for s in prof.sections.comm.per_step}
     gpu = prof.stats.timeline == "gpu"
     per: dict[int, dict] = {}
     for st in prof.steps:
@@ -74,7 +73,7 @@ def _rank_row(e: dict) -> dict:
     row["ended_in"] = prof.run.get("ended_in")
     row.update(step_s=s.step_s, phases=phases, data_s=phases.get("data", 0.0), micro_steps=s.micro_steps,
                tokens_per_step=s.tokens_per_step, n_steps=s.n_steps, comm=comm,
-               comm_not_measured=(prof.measurements.get("comm") or {}).get("not_measured"))
+               comm_not_measured=prof.sections.comm.not_measured)
     if comm is not None and s.step_s:
         row.update(_busy(prof))
     return row

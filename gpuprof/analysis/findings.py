@@ -5,9 +5,11 @@ internals."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Callable
 
 from gpuprof.profile import Profile
+from gpuprof.sections import Sections
 from gpuprof.stats import StepStats
 
 
@@ -63,6 +65,12 @@ class Context:
     @property
     def measurements(self) -> dict:
         return self.profile.measurements
+
+    @cached_property
+    def sections(self) -> Sections:
+        """The profile's measurements, typed (gpuprof.sections): what rules read. Read once per
+        Context (one analysis)."""
+        return self.profile.sections
 
     def share(self, phase: str) -> float:
         return self.stats.share(phase)

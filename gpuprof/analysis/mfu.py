@@ -40,13 +40,13 @@ def compute_dtype(config: dict) -> tuple[str, bool]:
 
 def flops_per_step(profile) -> tuple[float | None, str | None, dict]:
     """(FLOPs per optimizer step, method, detail) from measurements['flops'], else the config."""
-    fl = (profile.measurements or {}).get("flops") or {}
-    detail = {"analytic_per_step": fl.get("analytic_per_step"), "counted_per_step": fl.get("counted_per_step"),
-              "agreement": fl.get("agreement")}
-    if fl.get("used") == "analytic" and fl.get("analytic_per_step"):
-        return float(fl["analytic_per_step"]), "analytic", detail
-    if fl.get("used") == "counted" and fl.get("counted_per_step"):
-        return float(fl["counted_per_step"]), "counted", detail
+    fl = profile.sections.flops
+    detail = {"analytic_per_step": fl.analytic_per_step, "counted_per_step": fl.counted_per_step,
+              "agreement": fl.agreement}
+    if fl.used == "analytic" and fl.analytic_per_step:
+        return float(fl.analytic_per_step), "analytic", detail
+    if fl.used == "counted" and fl.counted_per_step:
+        return float(fl.counted_per_step), "counted", detail
     cfg = profile.run.get("config", {}) if profile.run else {}
     dims = cfg.get("model_dims")
     tokens = cfg.get("tokens_per_step") or (profile.stats.tokens_per_step if profile.stats else None)
@@ -103,7 +103,7 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
     env = profile.environment or {}
     cfg = (profile.run or {}).get("config", {}) or {}
     stats = profile.stats
-    meas = profile.measurements or {}
+    sections = profile.sections
     dtype, tf32 = compute_dtype(cfg)
     peak = resolve_peak(env.get("device"), env.get("device_name"), dtype, tf32, gpu=gpu, peak_tflops=peak_tflops)
     warnings = list(peak.pop("warnings"))
@@ -117,20 +117,20 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
 
     achieved = flops / step_s / 1e12 if flops and step_s else None
     p = peak["peak_tflops"]
-    probe = meas.get("probe") or {}
-    ceiling = probe.get("tflops")
-    ceiling_method = probe.get("method")
+    probe = sections.probe
+    ceiling = probe.tflops
+    ceiling_method = probe.method
     # The ceiling is the best this device showed in this dtype: the square product, or the model's
     # own matmul shapes when they ran faster (a square product can take a slower path).
-    shaped = ((probe.get("precisions") or {}).get("tflops") or {}).get(peak["dtype"])
-    if shaped and (ceiling is None or shaped > ceiling) and probe.get("dtype") in (None, peak["dtype"]):
+    shaped = probe.precisions.rate(peak["dtype"])
+    if shaped and (ceiling is None or shaped > ceiling) and probe.dtype in (None, peak["dtype"]):
         ceiling, ceiling_method = shaped, "the model's own matmul shapes (measure/precisions.py)"
-    if probe.get("error"):
-        warnings.append(f"matmul probe failed: {probe['error']}")
-    if ceiling and probe.get("dtype") and probe["dtype"] != peak["dtype"]:
+    if probe.error:
+        warnings.append(f"matmul probe failed: {probe.error}")
+    if ceiling and probe.dtype and probe.dtype != peak["dtype"]:
         # A ceiling in another dtype is not this step's ceiling (an fp32 probe beside a TF32
         # step would be 7x low on an H200): leave it out rather than divide by it.
-        warnings.append(f"the matmul ceiling was measured in {probe['dtype']}, the step runs in "
+        warnings.append(f"the matmul ceiling was measured in {probe.dtype}, the step runs in "
                         f"{peak['dtype']}: MFU vs ceiling not measured")
         ceiling = None
     out = {
@@ -144,7 +144,7 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
         "step_s": step_s, "timeline": stats.timeline if stats else None,
         "achieved_tflops": achieved,
         "mfu": achieved / p if achieved and p else None,
-        "ceiling_tflops": ceiling, "ceiling_method": ceiling_method, "ceiling_dtype": probe.get("dtype"),
+        "ceiling_tflops": ceiling, "ceiling_method": ceiling_method, "ceiling_dtype": probe.dtype,
         "ceiling_share_of_peak": ceiling / p if ceiling and p else None,
         "mfu_vs_ceiling": achieved / ceiling if achieved and ceiling else None,
         "floor_s": flops / (p * 1e12) if flops and p else None,
@@ -153,18 +153,18 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
         "step_over_floor": (step_s / (flops / (p * 1e12))) if flops and p and step_s else None,
         "warnings": warnings,
     }
-    if ceiling is None and not probe:
+    if ceiling is None and not probe.present:
         out["warnings"].append("no matmul ceiling measured")
     if out["mfu"] is not None and out["mfu"] > 1.0:
         out["warnings"].append("measured MFU above 100%: the FLOP count or the peak is wrong")
 
-    script = (meas.get("script") or {}).get("reported") or {}
+    script = sections.script.reported
     rep, rep_src = reported_mfu_pct, "--reported-mfu"
-    if rep is None and script.get("mfu_pct_median") is not None:
-        rep, rep_src = script["mfu_pct_median"], "script output"
+    if rep is None and script.mfu_pct_median is not None:
+        rep, rep_src = script.mfu_pct_median, "script output"
     out["reported_mfu_pct"] = rep
     out["reported_source"] = rep_src if rep is not None else None
-    out["reported_step_s"] = script["step_ms_median"] / 1e3 if script.get("step_ms_median") else None
+    out["reported_step_s"] = script.step_ms_median / 1e3 if script.step_ms_median else None
     out["misreport"] = explain_misreport(out, rep) if rep is not None else []
     out["reported_impossible"] = bool(rep is not None and rep > 100.0)
     return out

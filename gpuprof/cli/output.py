@@ -67,9 +67,8 @@ def profile_inputs(profile) -> dict[str, str]:
     from gpuprof.files import same_file_key
 
     run = profile.run or {}
-    storage = (profile.measurements or {}).get("storage") or {}
     command = run.get("command") if run.get("mode") == "script" else None
-    found = [("the run's dataset", run.get("data_path")), ("the run's dataset", storage.get("data_path")),
+    found = [("the run's dataset", run.get("data_path")), ("the run's dataset", profile.sections.storage.data_path),
              ("the run's dataset", (run.get("config") or {}).get("data_path")),
              ("the run's script", command[0] if isinstance(command, list) and command else None)]
     return {same_file_key(p): what for what, p in found if isinstance(p, str) and p}

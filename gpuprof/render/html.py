@@ -222,28 +222,28 @@ def _series(tl: dict, keys: list[tuple[str, str]]) -> list[tuple[str, list, list
 
 
 def _gpu(p: Profile) -> str:
-    nv = (p.measurements or {}).get("nvml") or {}
-    if not nv.get("available"):
-        why = nv.get("reason") or nv.get("not_measured")
+    nv = p.sections.nvml
+    if not nv.available:
+        why = nv.reason or nv.not_measured
         return _nm(f"GPU utilization and memory: {NM}" + (f" ({why})" if why else ""))
     out = []
-    for g in nv.get("gpus") or []:
-        tl = g.get("timeline") or {}
-        name = g.get("name") or "GPU"
+    for g in nv.gpus:
+        tl = g.timeline or {}
+        name = g.name or "GPU"
         out.append(_line_chart(f"{name}: utilization (NVML)", _series(tl, [("gpu_util_pct", "GPU busy %"), ("mem_util_pct", "memory busy %")]),
                                lambda v: f"{v:.0f}%", y_max=100.0, bands=_windows(p)))
         out.append(_line_chart(f"{name}: memory used (NVML)", _series(tl, [("mem_used_bytes", "used")]), gib,
-                               y_max=g.get("memory_total_bytes"), bands=_windows(p)))
+                               y_max=g.memory_total_bytes, bands=_windows(p)))
     return "".join(out) or _nm(f"GPU utilization and memory: {NM}")
 
 
 def _host(p: Profile) -> str:
-    hs = (p.measurements or {}).get("host") or {}
-    if not hs.get("available"):
-        why = hs.get("reason") or hs.get("not_measured")
+    hs = p.sections.host
+    if not hs.available:
+        why = hs.reason or hs.not_measured
         return _nm(f"host CPU: {NM}" + (f" ({why})" if why else ""))
-    tl = hs.get("timeline") or {}
-    cores = hs.get("cpu_count")
+    tl = hs.timeline or {}
+    cores = hs.cpu_count
     return (_line_chart("Host CPU (psutil)", _series(tl, [("cpu_pct", "machine %"), ("cpu_pct_max_core", "busiest core %")]),
                         lambda v: f"{v:.0f}%", y_max=100.0, bands=_windows(p))
             + _line_chart(f"CPU cores used (of {cores or NM})", _series(tl, [("own_cpu_cores", "this run"), ("others_cpu_cores", "other processes")]),

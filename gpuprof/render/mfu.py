@@ -1,6 +1,7 @@
 """Rich renderables for MFU, the samplers and a log analysis. Builds, never prints.
 
-Every figure comes from the dict passed in; a missing one reads "not measured".
+Every figure comes from the dict passed in (the samplers: the typed sections, gpuprof.sections);
+a missing one reads "not measured".
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuprof.render.format import FitTable
+from gpuprof.sections import HostSection, SamplerSection, Sections
 from gpuprof.units import NM, bytes_per_s, flops_rate, gib, pct, seconds
 
 
@@ -106,77 +108,74 @@ _HOST_COLS = [("cpu_pct", "CPU", lambda v: _num(v, "{:.0f}", "%")),
 _PHASE_ORDER = ["data", "h2d", "forward", "backward", "optimizer", "eval", "other", "warmup", "outside"]
 
 
-def _phase_table(section: dict, cols) -> FitTable:
+def _phase_table(section: SamplerSection, cols) -> FitTable:
     """A sampler's figures per phase. Its cells never wrap or truncate: at a narrow width the
     columns continue in a second table under the first (format.FitTable)."""
-    phases = section.get("phases") or {}
-    overall = section.get("summary") or {}
-    rows = [["[bold]steps[/bold]", str(sum(p.get("samples", 0) for k, p in phases.items()
-                                           if k not in ("warmup", "outside"))),
-             *[fmt((overall.get(key) or {}).get("mean")) for key, _, fmt in cols]]]
+    phases = section.phases
+    rows = [["[bold]steps[/bold]", str(sum(p.samples for k, p in phases.items() if k not in ("warmup", "outside"))),
+             *[fmt(section.mean(key)) for key, _, fmt in cols]]]
     for ph in sorted(phases, key=lambda p: _PHASE_ORDER.index(p) if p in _PHASE_ORDER else 99):
         row = phases[ph]
-        rows.append([ph, str(row.get("samples", 0)), *[fmt(row.get(key)) for key, _, fmt in cols]])
+        rows.append([ph, str(row.samples), *[fmt(row.figure(key)) for key, _, fmt in cols]])
     headers = [("phase", "left"), ("n", "right")] + [(label, "right") for _, label, _ in cols]
     return FitTable(headers, rows, show_edge=False, pad_edge=False)
 
 
-def _quality(section: dict) -> str:
-    cost = section.get("cost") or {}
-    share = cost.get("share_of_one_core")
-    return (f"samples {section.get('samples', 0)} every {_num(section.get('interval_s'), '{:g}', ' s')}, "
-            f"late {section.get('late_ticks', 0)}, errors {section.get('errors', 0)}; "
-            f"cost {_num(cost.get('thread_cpu_s'), '{:.3f}', ' s')} CPU"
+def _quality(section: SamplerSection) -> str:
+    share = section.cost.share_of_one_core
+    return (f"samples {section.samples or 0} every {_num(section.interval_s, '{:g}', ' s')}, "
+            f"late {section.late_ticks or 0}, errors {section.errors or 0}; "
+            f"cost {_num(section.cost.thread_cpu_s, '{:.3f}', ' s')} CPU"
             + (f" ({share * 100:.2f}% of one core)" if share is not None else ""))
 
 
-def _host_quality(section: dict) -> str:
+def _host_quality(section: HostSection) -> str:
     """The host sampler's merged and dropped samples (CPU rates over too short or impossible intervals)."""
     out = ""
-    if section.get("merged_short"):
-        out += f", {section['merged_short']} short intervals merged into the next"
-    dropped = section.get("dropped") or {}
-    if dropped:
-        out += ", dropped " + ", ".join(f"{n} ({reason.replace('_', ' ')})" for reason, n in sorted(dropped.items()))
+    if section.merged_short:
+        out += f", {section.merged_short} short intervals merged into the next"
+    if section.dropped:
+        out += ", dropped " + ", ".join(f"{n} ({reason.replace('_', ' ')})"
+                                        for reason, n in sorted(section.dropped.items()))
     return out
 
 
-def samplers_panel(measurements: dict) -> Panel:
-    """GPU (NVML) and host (psutil) samples, overall and per phase, with each sampler's quality."""
+def samplers_panel(measurements: dict | Sections) -> Panel:
+    """GPU (NVML) and host (psutil) samples, overall and per phase, with each sampler's quality.
+    `measurements`: a profile's sections (Profile.sections), or its measurements dict."""
+    sections = measurements if isinstance(measurements, Sections) else Sections.from_measurements(measurements)
     parts: list = []
-    nv = (measurements or {}).get("nvml")
+    nv = sections.nvml
     parts.append(Text("GPU (NVML)", style="bold underline"))
-    if not nv:
+    if not nv.present:
         parts.append(Text(f"  {NM}"))
-    elif not nv.get("available"):
-        parts.append(Text(f"  {NM}: {nv.get('reason')}"))
+    elif not nv.available:
+        parts.append(Text(f"  {NM}: {nv.reason}"))
     else:
-        g = (nv.get("gpus") or [{}])[0]
-        parts.append(Text(f"  {g.get('name') or 'GPU'}  {_quality(nv)}", style="dim"))
+        parts.append(Text(f"  {nv.first.name or 'GPU'}  {_quality(nv)}", style="dim"))
         parts.append(_phase_table(nv, _NVML_COLS))
-        thr = nv.get("throttle_share")
+        thr = nv.throttle_share
         if thr:
             parts.append(Text("  clock-event reasons: " + ", ".join(
                 f"{k} {v * 100:.0f}% of samples" for k, v in sorted(thr.items(), key=lambda kv: -kv[1]))))
-        if nv.get("unreadable"):
-            parts += _notes([f"could not read {k}: {v}" for k, v in nv["unreadable"].items()])
-    hs = (measurements or {}).get("host")
+        if nv.unreadable:
+            parts += _notes([f"could not read {k}: {v}" for k, v in nv.unreadable.items()])
+    hs = sections.host
     parts.append(Text("Host (psutil)", style="bold underline"))
-    if not hs:
+    if not hs.present:
         parts.append(Text(f"  {NM}"))
-    elif not hs.get("available"):
-        parts.append(Text(f"  {NM}: {hs.get('reason')}"))
+    elif not hs.available:
+        parts.append(Text(f"  {NM}: {hs.reason}"))
     else:
-        disk = hs.get("disk") or NM
-        parts.append(Text(f"  {_quality(hs)}{_host_quality(hs)}; data disk {disk}", style="dim"))
+        parts.append(Text(f"  {_quality(hs)}{_host_quality(hs)}; data disk {hs.disk or NM}", style="dim"))
         parts.append(_phase_table(hs, _HOST_COLS))
-        if hs.get("cpu_count"):
-            parts.append(Text(f"  this run, others: cores of {hs['cpu_count']}; this run = this process + its child "
+        if hs.cpu_count:
+            parts.append(Text(f"  this run, others: cores of {hs.cpu_count}; this run = this process + its child "
                               "processes (DataLoader workers); others = machine busy - this run", style="dim"))
-        if hs.get("disk_reason"):
-            parts += _notes([f"data disk: {hs['disk_reason']}"])
-        if hs.get("unreadable"):
-            parts += _notes([f"could not read {k}: {v}" for k, v in hs["unreadable"].items()])
+        if hs.disk_reason:
+            parts += _notes([f"data disk: {hs.disk_reason}"])
+        if hs.unreadable:
+            parts += _notes([f"could not read {k}: {v}" for k, v in hs.unreadable.items()])
     return Panel(Group(*parts), title="What the machine did", expand=False)
 
 

@@ -59,8 +59,8 @@ def render_diagnosis(profile, analysis, console: Console, *, details: bool = Fal
 
     if analysis.mfu:
         console.print(mfu_panel(analysis.mfu))
-    if profile.measurements:
-        console.print(samplers_panel(profile.measurements))
+    if profile.sections.present:
+        console.print(samplers_panel(profile.sections))
     for line in report.attribution:
         console.print(Text(f"  {line}"))
 

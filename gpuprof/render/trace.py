@@ -26,6 +26,7 @@ import json
 
 from gpuprof.profile import Profile, StepRecord, checked_ranks, rank_profile
 from gpuprof.report.words import saving_text
+from gpuprof.sections import SamplerSection, Sections
 from gpuprof.stats import PHASES
 from gpuprof.units import finite, seconds
 
@@ -152,36 +153,35 @@ def _counters(pid: int, tl: dict, groups, prefix: str = "") -> list[dict]:
     return out
 
 
-def _available(sec: dict, key: str, notes: dict, absent: str) -> bool:
+def _available(sec: SamplerSection, key: str, notes: dict, absent: str) -> bool:
     """Whether a sampler section can be drawn; notes[key] says why not."""
-    if not sec:
+    if not sec.present:
         notes[key] = f"not measured ({absent})"
-    elif not sec.get("available"):
-        notes[key] = f"not measured: {sec.get('reason') or sec.get('not_measured')}"
+    elif not sec.available:
+        notes[key] = f"not measured: {sec.reason or sec.not_measured}"
     else:
         return True
     return False
 
 
-def _sampler_tracks(pid: int, meas: dict, notes: dict, who: str) -> list[dict]:
+def _sampler_tracks(pid: int, sections: Sections, notes: dict, who: str) -> list[dict]:
     out = []
-    nv = meas.get("nvml") or {}
+    nv = sections.nvml
     if _available(nv, f"{who}nvml", notes, "no NVML sampler in this run: a CPU run, or --no-samplers"):
-        gpus = nv.get("gpus") or []
-        for g in gpus:
-            why = _timeline_ok(g.get("timeline"))
-            prefix = f"{g.get('name') or 'GPU'}: " if len(gpus) > 1 else ""
+        for g in nv.gpus:
+            why = _timeline_ok(g.timeline)
+            prefix = f"{g.name or 'GPU'}: " if len(nv.gpus) > 1 else ""
             if why:
                 notes[f"{who}nvml"] = f"counters omitted: {why}"
             else:
-                out += _counters(pid, g["timeline"], NVML_COUNTERS, prefix)
-    hs = meas.get("host") or {}
+                out += _counters(pid, g.timeline, NVML_COUNTERS, prefix)
+    hs = sections.host
     if _available(hs, f"{who}host", notes, "no host sampler in this run"):
-        why = _timeline_ok(hs.get("timeline"))
+        why = _timeline_ok(hs.timeline)
         if why:
             notes[f"{who}host"] = f"counters omitted: {why}"
         else:
-            out += _counters(pid, hs["timeline"], HOST_COUNTERS)
+            out += _counters(pid, hs.timeline, HOST_COUNTERS)
     return out
 
 
@@ -206,15 +206,16 @@ def _process(pid: int, prof: Profile, name: str, notes: dict, who: str) -> list[
               _meta(pid, 0, "process_sort_index", {"sort_index": pid})]
     body = _host_track(pid, steps)
     gpu = _gpu_track(pid, steps)
-    timer = prof.measurements.get("timer") or {}
-    why = "; ".join(timer.get("reasons") or [])
+    sections = prof.sections
+    timer = sections.timer
+    why = "; ".join(timer.reasons)
     if not gpu:
         notes[f"{who}gpu_track"] = (f"not measured: {why}" if why
                                     else "not measured: no CUDA event times (a CPU run has no GPU timeline)")
-    elif timer.get("steps_unresolved"):
-        notes[f"{who}gpu_track"] = (f"steps {timer['steps_unresolved']} have no GPU span (their CUDA "
+    elif timer.steps_unresolved:
+        notes[f"{who}gpu_track"] = (f"steps {timer.steps_unresolved} have no GPU span (their CUDA "
                                     f"events could not be read: {why or 'no reason recorded'})")
-    body += gpu + _sampler_tracks(pid, prof.measurements or {}, notes, who)
+    body += gpu + _sampler_tracks(pid, sections, notes, who)
     used = sorted({e["tid"] for e in body} | {TID_STEPS})
     for tid in used:
         events.append(_meta(pid, tid, "thread_name", {"name": THREAD_NAMES[tid]}))

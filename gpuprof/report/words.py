@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Finding
 from gpuprof.profile import Profile
+from gpuprof.sections import Sections
 from gpuprof.stats import PHASES, StepStats
 from gpuprof.units import NM, count, evidence_words, flops_rate, pct, seconds, tokens
 
@@ -160,62 +161,59 @@ def not_measured_lines(profile: Profile, analysis) -> list[str]:
     """What could not be measured in this run, and why (a failed probe, unreadable CUDA events),
     and what the bounds check had to leave out."""
     lines = []
-    timer = profile.measurements.get("timer") or {}
-    if timer.get("reasons"):
-        which = timer.get("steps_unresolved") or []
+    sections = Sections.of(profile)
+    timer = sections.timer
+    if timer.reasons:
+        which = timer.steps_unresolved
         scope = f"{len(which)} step(s)" if which else "this run"
-        lines.append(f"GPU timeline not measured for {scope} (host wall time used): {'; '.join(timer['reasons'])}")
-    for name, section in profile.measurements.items():
-        if isinstance(section, dict) and section.get("not_measured"):
-            lines.append(f"{name}: not measured: {section['not_measured']}")
+        lines.append(f"GPU timeline not measured for {scope} (host wall time used): {'; '.join(timer.reasons)}")
+    for name, reason in sections.unmeasured():
+        lines.append(f"{name}: not measured: {reason}")
     return lines
 
 
 def attribution_lines(profile: Profile) -> list[str]:
     """Script mode: where each phase's host time went in the user's code (stack sampler), e.g.
     "data: 93% of samples in get_batch (train.py:117), hottest line 121"."""
-    section = profile.measurements.get("script") or {}
-    top = section.get("top_functions") or {}
+    script = Sections.of(profile).script
     lines = []
     order = {p: i for i, p in enumerate(PHASES)}
-    for phase, entries in sorted(top.items(), key=lambda kv: order.get(kv[0], len(order))):
-        if not entries:
+    for phase in sorted(script.top_functions, key=lambda p: order.get(p, len(order))):
+        e = script.top_function(phase)
+        if e is None:
             continue
-        e = entries[0]
-        func = "module level" if e["function"] == "<module>" else e["function"]
-        lines.append(f"{phase}: {e['share']:.0%} of samples in {func} ({e['file']}:{e['line']}), "
-                     f"hottest line {e['hot_line']}")
-    s = section.get("sampler")
-    if lines and s:
-        lines.insert(0, f"user code by phase (stack samples every {s['interval_s'] * 1e3:.0f} ms: "
-                        f"{s['samples']} samples, {s['misses']} missed):")
-    note = (section.get("hooks") or {}).get("h2d_note")
-    if note:
-        lines.append(f"h2d: {note}")
+        func = "module level" if e.function == "<module>" else e.function
+        lines.append(f"{phase}: {e.share:.0%} of samples in {func} ({e.file}:{e.line}), "
+                     f"hottest line {e.hot_line}")
+    s = script.sampler
+    if lines and s is not None:
+        lines.insert(0, f"user code by phase (stack samples every {s.interval_s * 1e3:.0f} ms: "
+                        f"{s.samples} samples, {s.misses} missed):")
+    if script.h2d_note:
+        lines.append(f"h2d: {script.h2d_note}")
     return lines
 
 
 def script_log_line(profile: Profile, stats: StepStats | None) -> str | None:
     """Script mode: the script's own step time (any log format gpuprof.steplog reads) beside
     gpuprof's typical step."""
-    rep = (profile.measurements.get("script") or {}).get("reported") or {}
-    if not rep.get("lines"):
+    rep = Sections.of(profile).script.reported
+    if not rep.lines:
         return None
-    fmt = rep.get("format") or "nanogpt"  # profiles before other formats were read: nanoGPT only
-    ms = rep.get("step_ms_median")
+    fmt = rep.format or "nanogpt"  # profiles before other formats were read: nanoGPT only
+    ms = rep.step_ms_median
     what = {"nanogpt": "time", "build-nanogpt": "dt", "llm.c": "step time"}.get(fmt, "step time")
-    parts = [f"{fmt} format, {rep['lines']} {'log' if fmt == 'hf-trainer' else 'step'} lines"]
+    parts = [f"{fmt} format, {rep.lines} {'log' if fmt == 'hf-trainer' else 'step'} lines"]
     if ms is None:
-        parts.append(f"no per-step time: {rep['note']}" if rep.get("note") else "no step time")
-    elif (rep.get("step_ms_source") or "").startswith("train_steps_per_second"):
+        parts.append(f"no per-step time: {rep.note}" if rep.note else "no step time")
+    elif (rep.step_ms_source or "").startswith("train_steps_per_second"):
         parts.append(f"{ms:.2f} ms per step from train_steps_per_second (a whole-run average)")
     else:
         parts.append(f"median {what} {ms:.2f} ms")
-    tps = rep.get("tokens_per_s_median")
-    if tps is not None:
-        parts.append(f"{count(tps)} tok/s")
-    if rep.get("mfu_pct_median") is not None:
-        parts.append(f"mfu {rep['mfu_pct_median']:.2f}%")
+    if rep.tokens_per_s_median is not None:
+        parts.append(f"{count(rep.tokens_per_s_median)} tok/s")
+    if rep.mfu_pct_median is not None:
+        parts.append(f"mfu {rep.mfu_pct_median:.2f}%")
     text = "the script's own log: " + ", ".join(parts)
     ours = stats.step_s if stats else None
     if ours:

@@ -27,8 +27,7 @@ def _gpt_config(ctx: Context):
 def _capacity(ctx: Context) -> tuple[int | None, str]:
     """Memory a micro-batch must fit in: the GPU's, or this host's available RAM on CPU."""
     if on_cuda(ctx):
-        mem = (ctx.profile.measurements.get("memory") or {}).get("capacity_bytes") or \
-            ctx.profile.environment.get("device_memory_bytes")
+        mem = ctx.sections.memory.capacity_bytes or ctx.profile.environment.get("device_memory_bytes")
         if mem:
             return int(mem), "GPU memory (measured)"
         if ctx.gpu is not None:
@@ -54,15 +53,15 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
     the run even when the run itself was slower (a loaded host slows both alike): the fixed
     share of a micro-step is fixed / t(B), and a split (B2, n2) with the same tokens costs
     n2·t(B2) / (n·t(B)) of today's forward+backward time."""
-    mb = ctx.profile.measurements.get("microbatch") or {}
-    fixed = mb.get("fixed_s")
+    mb = ctx.sections.microbatch
+    fixed = mb.fixed_s
     total = step_s(ctx)
     n = micro_steps(ctx)
     batch = ctx.config.get("batch_size")
-    measured = {p["batch_size"]: p["seconds"] for p in mb.get("points", [])}
+    measured = mb.seconds_by_batch()
     if fixed is None or not total or not batch or n <= 1 or batch not in measured:
         return []
-    per_sample = mb.get("per_sample_s", 0.0)
+    per_sample = mb.per_sample_s if mb.per_sample_s is not None else 0.0
 
     def t(b: int) -> float:  # forward+backward of one micro-step: measured where we can
         return measured.get(b, fixed + per_sample * b)
@@ -129,8 +128,8 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
 
 def memory_headroom(ctx: Context) -> list[Finding]:
     """The GPU has room for a larger micro-batch (measured peak far under capacity)."""
-    mem = ctx.profile.measurements.get("memory") or {}
-    peak, cap = mem.get("peak_allocated_bytes"), mem.get("capacity_bytes")
+    mem = ctx.sections.memory
+    peak, cap = mem.peak_allocated_bytes, mem.capacity_bytes
     batch = ctx.config.get("batch_size")
     if not peak or not cap or not batch or peak / cap > HEADROOM_MAX_USED:
         return []

@@ -32,21 +32,21 @@ def h2d_pageable(ctx: Context) -> list[Finding]:
     pageable_bytes = _per_step(ctx, "h2d_pageable_bytes")
     pageable = _per_step(ctx, "h2d_pageable")
     blocking = _per_step(ctx, "h2d_blocking")
-    counts = ((ctx.profile.measurements.get("script") or {}).get("hooks") or {}).get("counts") or {}
+    script = ctx.sections.script
     if not any(s.extra for s in ctx.profile.steps):  # a profile from before per-step counts
-        pageable = counts.get("h2d_pageable", 0) if counts.get("h2d_copies") else (
+        pageable = script.count("h2d_pageable") if script.count("h2d_copies") else (
             0 if ctx.config.get("pin_memory", True) else 1)
-        blocking = counts.get("h2d_blocking", 0)
+        blocking = script.count("h2d_blocking")
     if not (pageable or blocking) or not total:
         return []
     h2d = ctx.stats.phases.get("h2d")
     h2d_gpu = h2d.seconds if h2d is not None and on_gpu_timeline(ctx) else None
-    bw = ctx.profile.measurements.get("copies") or {}
+    bw = ctx.sections.copies
     ev = {"pageable_copies_per_step": pageable, "blocking_copies_per_step": blocking,
           "pageable_bytes_per_step": pageable_bytes, "h2d_host_s": h2d.host_seconds if h2d else 0.0}
-    if bw.get("pageable_bytes_s") and bw.get("pinned_bytes_s") and pageable_bytes:
-        saving = pageable_bytes * max(1 / bw["pageable_bytes_s"] - 1 / bw["pinned_bytes_s"], 0.0)
-        ev.update(pageable_gb_s=bw["pageable_bytes_s"] / 1e9, pinned_gb_s=bw["pinned_bytes_s"] / 1e9)
+    if bw.pageable_bytes_s and bw.pinned_bytes_s and pageable_bytes:
+        saving = pageable_bytes * max(1 / bw.pageable_bytes_s - 1 / bw.pinned_bytes_s, 0.0)
+        ev.update(pageable_gb_s=bw.pageable_bytes_s / 1e9, pinned_gb_s=bw.pinned_bytes_s / 1e9)
         note = ("estimate: bytes per step × (1/pageable − 1/pinned bandwidth), both measured after the "
                 "run; the host also stops blocking on the GPU queue at every copy, which is not counted")
     elif h2d_gpu:
@@ -67,8 +67,8 @@ def h2d_pageable(ctx: Context) -> list[Finding]:
     because = (f"{pageable:.0f} copies per step from pageable memory moved {nbytes(pageable_bytes)}" if pageable
                else f"{blocking:.0f} copies per step blocked the host until the GPU had them")
     if "pageable_gb_s" in ev:
-        because += (f"; measured after the run, host-to-device copies ran at {bytes_per_s(bw['pageable_bytes_s'])} "
-                    f"from pageable memory and {bytes_per_s(bw['pinned_bytes_s'])} from pinned memory, so the "
+        because += (f"; measured after the run, host-to-device copies ran at {bytes_per_s(bw.pageable_bytes_s)} "
+                    f"from pageable memory and {bytes_per_s(bw.pinned_bytes_s)} from pinned memory, so the "
                     f"same bytes move {seconds(saving)} faster pinned")
     elif "h2d_gpu_s" in ev:
         because += f"; the copies span {seconds(h2d_gpu)} per step on the GPU timeline"
@@ -124,7 +124,7 @@ def no_tensor_cores(ctx: Context) -> list[Finding]:
     when the precisions were not measured (precision-slow speaks from measurements otherwise)."""
     if not on_cuda(ctx):
         return []
-    if ((ctx.profile.measurements.get("probe") or {}).get("precisions") or {}).get("tflops"):
+    if ctx.sections.probe.precisions.tflops:
         return []
     prec = ctx.config.get("precision") or {}
     if prec.get("compute_dtype"):  # what the run was observed to compute in
@@ -242,21 +242,21 @@ def launch_bound(ctx: Context) -> list[Finding]:
 
 def sync_in_step(ctx: Context) -> list[Finding]:
     """Host-device synchronizations inside every micro-step."""
-    syncs = ctx.profile.measurements.get("syncs") or {}
-    per_step = syncs.get("per_step", 0)
+    syncs = ctx.sections.syncs
+    per_step = syncs.per_step or 0
     n = micro_steps(ctx)
     if not per_step or per_step < n:
         return []
     total = step_s(ctx)
     other = ctx.stats.phases.get("other")
     other_idle = other.idle_exposed_s if other is not None else None
-    ev = {"syncs_per_step": per_step, "micro_steps": n, "per_phase": syncs.get("per_phase")}
+    ev = {"syncs_per_step": per_step, "micro_steps": n, "per_phase": syncs.per_phase}
     saving = other_idle if other_idle else None
     because = f"{per_step:.0f} host-device synchronizations per step over {n} micro-steps"
-    where = {k: v for k, v in (syncs.get("per_phase") or {}).items()  # totals over the measured steps
+    where = {k: v for k, v in (syncs.per_phase or {}).items()  # totals over the measured steps
              if k != "h2d" and isinstance(v, (int, float)) and v}  # per_step leaves the copies' own out
     if where:
-        steps = max(int(syncs.get("measured_steps") or 1), 1)
+        steps = max(int(syncs.measured_steps or 1), 1)
         because += " (" + ", ".join(f"{k} {v / steps:.3g}" for k, v in where.items()) + ")"
     if saving:
         ev["gpu_idle_in_other_s"] = saving

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import COMPUTE_PHASES, on_cuda, step_s
+from gpuprof.sections import HostSection
 from gpuprof.units import flops_rate, join_notes, pct, seconds
 
 CPU_SATURATED = 0.90
@@ -63,23 +64,23 @@ def gpu_throttled(ctx: Context) -> list[Finding]:
     saving, compute time x (1 - SM clock share while computing), is given only with a slowdown
     reason, and is an upper bound: without the slowdown the clock would still sit under max boost
     at the power limit, and memory-bound kernels do not speed up with the SM clock."""
-    nvml = ctx.profile.measurements.get("nvml") or {}
-    if not nvml.get("available"):
+    nvml = ctx.sections.nvml
+    if not nvml.available:
         return []
-    throttle = nvml.get("throttle_share") or {}
-    slow = {r: throttle[r] for r in SLOWDOWN_REASONS if (throttle.get(r) or 0) >= THROTTLE_SHARE_MIN}
+    slow = {r: nvml.throttle(r) for r in SLOWDOWN_REASONS if (nvml.throttle(r) or 0) >= THROTTLE_SHARE_MIN}
     if not slow:
         return []
-    phases = nvml.get("phases") or {}
-    shares = [phases[p]["sm_clock_share"] for p in COMPUTE_PHASES
-              if p in phases and phases[p].get("sm_clock_share") is not None]
+    # The SM clock's share of its maximum while each compute phase ran (as stored: a phase of an
+    # older or hand-made section may not keep its sample count).
+    clocks = [nvml.phases[p].figure("sm_clock_share") for p in COMPUTE_PHASES if p in nvml.phases]
+    shares = [c for c in clocks if c is not None]
     clock = min(shares) if shares else None
     phase_s = {p: ctx.seconds(p) for p in COMPUTE_PHASES}
     compute = sum(phase_s.values())
     lost = 1 - clock if clock is not None and clock < 1 else None
     saving = compute * lost if lost else None
     total = step_s(ctx)
-    power_cap = throttle.get("sw_power_cap")
+    power_cap = nvml.throttle("sw_power_cap")
     if saving:
         note = ("upper bound: assumes compute time scales with the SM clock up to max boost; at its power "
                 "limit the GPU would stay below max boost, and memory-bound kernels gain less")
@@ -97,7 +98,7 @@ def gpu_throttled(ctx: Context) -> list[Finding]:
         id="gpu-throttled",
         title="the GPU slowed itself: " + ", ".join(f"{r} {s:.0%} of samples" for r, s in slow.items()),
         saving_s=saving, saving_share=saving / total if saving and total else None,
-        evidence={"slowdown_share": slow, "throttle_share": throttle, "power_cap_share": power_cap,
+        evidence={"slowdown_share": slow, "throttle_share": nvml.throttle_share, "power_cap_share": power_cap,
                   "sm_clock_share_compute": clock, "compute_s": compute},
         confidence="medium",
         fix=("check cooling and power delivery: nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER names the "
@@ -113,12 +114,11 @@ def cpu_saturated(ctx: Context) -> list[Finding]:
     limit. Who held the cores decides the fix: this run (its process and child processes, e.g.
     DataLoader workers) or other processes on the machine. A profile from before the host sampler
     split the two gets the machine-wide reading only."""
-    host = ctx.profile.measurements.get("host") or {}
-    summary = host.get("summary") or {}
-    mean = (summary.get("cpu_pct") or {}).get("mean")
+    host = ctx.sections.host
+    mean = host.mean("cpu_pct")
     if mean is None or mean / 100.0 < CPU_SATURATED:
         return []
-    cores = host.get("cpu_count")
+    cores = host.cpu_count
     ev = {"cpu_busy_mean": mean / 100.0, "cores": cores}
     split = _cpu_split(host)
     kind = "info" if not on_cuda(ctx) else "fix"
@@ -168,11 +168,10 @@ def cpu_saturated(ctx: Context) -> list[Finding]:
     )]
 
 
-def _cpu_split(host: dict) -> tuple[float, float, float] | None:
+def _cpu_split(host: HostSection) -> tuple[float, float, float] | None:
     """(machine busy, this run's, other processes') CPU in cores over the measured steps, or None
     when the profile does not have them."""
-    summary = host.get("summary") or {}
-    vals = [(summary.get(k) or {}).get("mean") for k in ("cpu_busy_cores", "own_cpu_cores", "others_cpu_cores")]
-    if any(v is None for v in vals) or not host.get("cpu_count"):
+    vals = [host.mean(k) for k in ("cpu_busy_cores", "own_cpu_cores", "others_cpu_cores")]
+    if any(v is None for v in vals) or not host.cpu_count:
         return None
     return vals[0], vals[1], vals[2]

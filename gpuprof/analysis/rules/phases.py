@@ -87,8 +87,7 @@ def data_loading_exposed(ctx: Context) -> list[Finding]:
                         f"{free['others_cpu_cores']:.1f} of {free['cores']} cores over the measured steps: "
                         "a background loader would compete with them and with compute for the same cores")
     saturated = busy is not None and busy > 0.9
-    counts = ((ctx.profile.measurements.get("script") or {}).get("hooks") or {}).get("counts") or {}
-    if mode(ctx) == "script" and counts.get("dataloader_next"):
+    if mode(ctx) == "script" and ctx.sections.script.count("dataloader_next"):
         cheaper = ("make each sample cheaper to load (pre-tokenized uint16 files read with memmap, "
                    "no per-sample decoding)")
         if free is not None:
@@ -153,11 +152,11 @@ def _data_because(ctx: Context, exp: float, total: float, busy: float | None, fr
         text += f"; the machine's CPUs were {pct(busy, 0)} busy while it loaded"
     if free is not None:
         text += f"; {free['free_cores']:.1f} of {free['cores']} cores were free to this run"
-    top = (((ctx.profile.measurements.get("script") or {}).get("top_functions") or {}).get("data") or [None])[0]
-    if top and top.get("function"):
-        func = "module level" if top["function"] == "<module>" else top["function"]
-        text += (f"; in the script, {pct(top.get('share'), 0)} of the data phase's stack samples were in "
-                 f"{func} ({top.get('file')}:{top.get('line')})")
+    top = ctx.sections.script.top_function("data")
+    if top is not None and top.function:
+        func = "module level" if top.function == "<module>" else top.function
+        text += (f"; in the script, {pct(top.share, 0)} of the data phase's stack samples were in "
+                 f"{func} ({top.file}:{top.line})")
     return text
 
 
@@ -166,33 +165,28 @@ def _free_cores(ctx: Context) -> dict | None:
     cores - other processes' busy CPU - this process's CPU (the training loop and torch's compute
     threads). This run's child processes (existing workers) are not subtracted: their loading is the
     work more workers would share. None when the profile does not have the split."""
-    host = ctx.profile.measurements.get("host") or {}
-    summary = host.get("summary") or {}
-    cores = host.get("cpu_count")
-    others = (summary.get("others_cpu_cores") or {}).get("mean")
-    proc_pct = (summary.get("proc_cpu_pct") or {}).get("mean")
+    host = ctx.sections.host
+    cores = host.cpu_count
+    others = host.mean("others_cpu_cores")
+    proc_pct = host.mean("proc_cpu_pct")
     if not cores or others is None or proc_pct is None:
         return None
     proc = proc_pct / 100.0
-    children = (summary.get("children_cpu_cores") or {}).get("mean")
+    children = host.mean("children_cpu_cores")
     return {"cores": cores, "others_cpu_cores": others, "proc_cpu_cores": proc,
             "children_cpu_cores": children, "free_cores": max(0.0, cores - others - proc)}
 
 
 def _own_cpu_during(ctx: Context, phase: str) -> float | None:
     """This run's mean CPU, in cores (its process and child processes), while `phase` ran, or None."""
-    host = ctx.profile.measurements.get("host") or {}
-    entry = (host.get("phases") or {}).get(phase) or {}
-    val = entry.get("own_cpu_cores")
-    return float(val) if val is not None and entry.get("samples") else None
+    val = ctx.sections.host.phase(phase, "own_cpu_cores")
+    return float(val) if val is not None else None
 
 
 def _host_busy_during(ctx: Context, phase: str) -> float | None:
     """Mean system-wide CPU busy fraction while `phase` ran (host sampler), or None."""
-    host = ctx.profile.measurements.get("host") or {}
-    entry = (host.get("phases") or {}).get(phase) or {}
-    val = entry.get("cpu_pct")
-    return float(val) / 100.0 if val is not None and entry.get("samples") else None
+    val = ctx.sections.host.phase(phase, "cpu_pct")
+    return float(val) / 100.0 if val is not None else None
 
 
 def eval_in_measured_steps(ctx: Context) -> list[Finding]:
@@ -213,22 +207,22 @@ def eval_in_measured_steps(ctx: Context) -> list[Finding]:
                  "with fewer eval_iters"),
             claims={"eval": eval_s},
         ))
-    script = ctx.profile.measurements.get("script") or {}
-    first = (script.get("reported") or {}).get("first_step_ms")
-    median = (script.get("reported") or {}).get("step_ms_median")
-    if not out and first and median and first > 3 * median and script.get("eval_forwards"):
+    script = ctx.sections.script
+    first = script.reported.first_step_ms
+    median = script.reported.step_ms_median
+    if not out and first and median and first > 3 * median and script.eval_forwards:
         out.append(Finding(
             id="eval-in-measured-steps",
             title=(f"the script's own time for its first iteration ({first:,.0f} ms) includes "
                    f"evaluation: {first / median:.0f}x its median step"),
             saving_s=None, saving_share=None,
             evidence={"first_step_ms": first, "step_ms_median": median,
-                      "eval_forwards": script.get("eval_forwards")},
+                      "eval_forwards": script.eval_forwards},
             confidence="medium", kind="info",
             note="the script's printed first-iteration time is not a training step time",
             because=(f"the script printed {seconds(first / 1e3)} for its first iteration and "
                      f"{seconds(median / 1e3)} for its median one ({times(first / median)}); "
-                     f"{script.get('eval_forwards')} evaluation forward passes ran in the profiled steps"),
+                     f"{script.eval_forwards} evaluation forward passes ran in the profiled steps"),
         ))
     return out
 

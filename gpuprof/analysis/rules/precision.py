@@ -6,16 +6,16 @@ from __future__ import annotations
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import mode, on_cuda, step_s
 from gpuprof.hardware import MARKED_FASTER as MARKED, TORCH_NAME, pick_faster
+from gpuprof.sections import Precisions
 from gpuprof.units import flops_rate, seconds, times
 
 MIN_SHARE = 0.02  # ... and worth at least 2% of the step
 BWD_FWD_HIGH, BWD_FWD_LOW = 4.0, 1.0  # backward is ~2x forward (two matmuls per forward one)
 
 
-def measured_precisions(ctx: Context) -> dict:
-    """measurements.probe.precisions when it holds rates, else {}."""
-    prec = (ctx.profile.measurements.get("probe") or {}).get("precisions") or {}
-    return prec if prec.get("tflops") else {}
+def measured_precisions(ctx: Context) -> Precisions:
+    """measurements.probe.precisions (its `tflops` empty when no rate was measured)."""
+    return ctx.sections.probe.precisions
 
 
 def compute_dtype(ctx: Context) -> str | None:
@@ -58,7 +58,7 @@ def precision_slow(ctx: Context) -> list[Finding]:
     step's matmul time (FLOPs ÷ measured rate) × (1 − current rate ÷ faster rate)."""
     prec = measured_precisions(ctx)
     current = compute_dtype(ctx)
-    rates = prec.get("tflops") or {}
+    rates = prec.tflops
     if not current or current not in rates:
         return []
     r_now = rates[current]
@@ -71,19 +71,19 @@ def precision_slow(ctx: Context) -> list[Finding]:
     total = step_s(ctx)
     if not compute:
         return []
-    switch = prec.get("switch") or {}
+    switch = prec.switch
     flops = (ctx.mfu or {}).get("flops_per_step")
     matmul_s = None
-    if switch.get("to") == best and switch.get("ratio"):
+    if switch.to == best and switch.ratio:
         # Measured: the model itself, forward+backward in the faster dtype vs the run's own.
-        gain = max(0.0, 1 - switch["ratio"])
+        gain = max(0.0, 1 - switch.ratio)
         saving = compute * gain
-        if switch.get("eager_fwd_bwd_per_micro_s"):
-            vs = f"{seconds(switch['eager_fwd_bwd_per_micro_s'])} in {current} (both eager; the run was compiled)"
+        if switch.eager_fwd_bwd_per_micro_s:
+            vs = f"{seconds(switch.eager_fwd_bwd_per_micro_s)} in {current} (both eager; the run was compiled)"
         else:
-            vs = f"the run's {seconds(switch['run_fwd_bwd_per_micro_s'])}"
+            vs = f"the run's {seconds(switch.run_fwd_bwd_per_micro_s)}"
         basis = (f"the model's forward+backward per micro-step timed after the run in {best}: "
-                 f"{seconds(switch['fwd_bwd_per_micro_s'])} vs {vs}")
+                 f"{seconds(switch.fwd_bwd_per_micro_s)} vs {vs}")
     else:
         # The matmul time of the step, its FLOPs at the measured rate (capped by the compute
         # time), sped up by the rate ratio; the rest of the compute is taken to stay.
@@ -92,16 +92,16 @@ def precision_slow(ctx: Context) -> list[Finding]:
         basis = ((f"the step's {flops:.3g} FLOPs at {flops_rate(r_now)} = {seconds(matmul_s)} of its "
                   f"{seconds(compute)} forward+backward" if flops else f"forward+backward ({seconds(compute)})")
                  + f", sped up by the measured matmul rate ratio ({flops_rate(r_now)} vs {flops_rate(rates[best])})")
-        if switch.get("not_measured"):
-            basis += f"; the model was not timed in {best}: {switch['not_measured']}"
+        if switch.not_measured:
+            basis += f"; the model was not timed in {best}: {switch.not_measured}"
     if not total or saving / total < MIN_SHARE:
         return []
     because = (f"at the model's matmul shapes this device ran {current} at {flops_rate(r_now)} and {best} at "
                f"{flops_rate(rates[best])} ({times(rates[best] / r_now)}); forward+backward take "
                f"{seconds(compute)} per step")
-    if switch.get("to") == best and switch.get("ratio"):
+    if switch.to == best and switch.ratio:
         because += (f"; the model itself, timed after the run, ran forward+backward in {best} in "
-                    f"{times(switch['ratio'])} the time")
+                    f"{times(switch.ratio)} the time")
     elif matmul_s is not None:
         because += f", of which {seconds(matmul_s)} is matmul time at the measured rate"
     own = ctx.config.get("script_globals")
@@ -121,8 +121,8 @@ def precision_slow(ctx: Context) -> list[Finding]:
         evidence={"compute_dtype": current, "faster_dtype": best,
                   "rates_gflop_s": {d: r * 1e3 for d, r in rates.items()},
                   "ratio": rates[best] / r_now, "compute_s": compute, "matmul_s": matmul_s,
-                  "model_time_ratio": switch.get("ratio") if switch.get("to") == best else None,
-                  "shapes": [f"{prec.get('m')}x{s['k']}x{s['n']}" for s in prec.get("shapes") or []]},
+                  "model_time_ratio": switch.ratio if switch.to == best else None,
+                  "shapes": [f"{prec.m}x{s.k}x{s.n}" for s in prec.shapes]},
         confidence="medium", fix=fix, note=note, config_overrides=overrides, because=because,
         claims={"forward": saving * fwd / compute, "backward": saving * bwd / compute},
     )]
@@ -143,7 +143,7 @@ def backward_forward_ratio(ctx: Context) -> list[Finding]:
         causes = ["activation checkpointing recomputing the forward inside the backward",
                   "backward hooks or gradient all-reduce work (DDP, custom hooks)",
                   "slow or emulated backward kernels (each forward matmul has two in the backward)"]
-        rates = prec.get("tflops") or {}
+        rates = prec.tflops
         if current in rates and any(r >= MARKED * rates[current] for d, r in rates.items() if d != current):
             causes.insert(0, f"{current} matmuls are slow on this device (see precision-slow): the "
                              "backward's twice-as-many matmuls pay it twice")

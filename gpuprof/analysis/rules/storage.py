@@ -18,30 +18,30 @@ def storage_too_slow(ctx: Context) -> list[Finding]:
     if not total:
         return []
     exposed = exposed_s(ctx, "data")
-    storage = ctx.profile.measurements.get("storage") or {}
+    storage = ctx.sections.storage
     if ctx.disk:
         f = _from_bench(ctx, exposed, total)
         if f:
             return [f]
-    if exposed / total < DATA_EXPOSED_MIN_SHARE or not storage:
+    if exposed / total < DATA_EXPOSED_MIN_SHARE or not storage.present:
         return []
-    fs = storage.get("filesystem") or {}
-    reasons, ev = [], {"data_exposed_s": exposed, "share": exposed / total, "filesystem": fs.get("type"),
-                       "mountpoint": fs.get("mountpoint")}
-    if fs.get("kind") in ("network", "fuse"):
-        reasons.append(fs.get("warning") or f"{fs.get('type')} is a {fs.get('kind')} filesystem")
-    res = storage.get("residency_start") or {}
-    if res.get("known") and res.get("fraction") is not None and res["fraction"] < 0.5 and not storage.get("fits_in_ram"):
-        ev["resident_at_start"] = res["fraction"]
-        ev["file_bytes"] = storage.get("file_bytes")
-        ev["ram_available_bytes"] = storage.get("ram_available_bytes")
-        reasons.append(f"only {res['fraction']:.0%} of the file was in the page cache and it does not "
+    fs = storage.filesystem
+    reasons, ev = [], {"data_exposed_s": exposed, "share": exposed / total, "filesystem": fs.type,
+                       "mountpoint": fs.mountpoint}
+    if fs.kind in ("network", "fuse"):
+        reasons.append(fs.warning or f"{fs.type} is a {fs.kind} filesystem")
+    res = storage.residency_start
+    if res.known and res.fraction is not None and res.fraction < 0.5 and not storage.fits_in_ram:
+        ev["resident_at_start"] = res.fraction
+        ev["file_bytes"] = storage.file_bytes
+        ev["ram_available_bytes"] = storage.ram_available_bytes
+        reasons.append(f"only {res.fraction:.0%} of the file was in the page cache and it does not "
                        "fit in RAM: most samples are read from the device")
     if not reasons:
         return []
     because = f"the step waits {seconds(exposed)} per step for data ({pct(exposed / total)} of the step)"
-    if fs.get("kind") in ("network", "fuse"):
-        because += f"; the data is on {fs.get('type')}, a {fs.get('kind')} filesystem at {fs.get('mountpoint')}"
+    if fs.kind in ("network", "fuse"):
+        because += f"; the data is on {fs.type}, a {fs.kind} filesystem at {fs.mountpoint}"
     if "resident_at_start" in ev:
         because += (f"; {pct(ev['resident_at_start'], 0)} of the file was in the page cache at the start and it "
                     "does not fit in RAM")

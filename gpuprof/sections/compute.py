@@ -1,0 +1,145 @@
+"""The post-run measurements of what the device computes (measure/probe.py, precisions.py,
+flops.py, microbatch.py, copies.py, syncs.py) and the CUDA memory figures (measure/cuda.py):
+`probe`, `flops`, `microbatch`, `memory`, `copies`, `syncs`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuprof.sections.base import Record, Section, items, key, mapping, number
+
+
+@dataclass(frozen=True)
+class Switch(Section):
+    """probe.precisions.switch: the model itself timed in the faster dtype (None figures and a
+    `not_measured` reason when it could not be)."""
+
+    from_: str | None = key("from")
+    to: str | None = None
+    ratio: float | None = None  # the faster dtype's forward+backward time ÷ the run's
+    fwd_bwd_per_micro_s: float | None = None
+    run_fwd_bwd_per_micro_s: float | None = None
+    eager_fwd_bwd_per_micro_s: float | None = None  # a compiled run: the current dtype, eager
+    method: str | None = None
+
+
+@dataclass(frozen=True)
+class MatmulShape(Record):
+    k: int | None = None
+    n: int | None = None
+    flops_share: float | None = None
+
+
+@dataclass(frozen=True)
+class Precisions(Section):
+    """probe.precisions: the matmul rate of each dtype at the model's own shapes."""
+
+    method: str | None = None
+    m: int | None = None
+    covered_share: float | None = None
+    tflops: dict[str, float] = field(default_factory=dict)  # dtype -> TFLOP/s (empty: not measured)
+    shapes: tuple[MatmulShape, ...] = ()
+    skipped: dict = field(default_factory=dict)
+    switch: Switch = field(default_factory=Switch)
+
+    @classmethod
+    def _nested(cls, d: dict) -> dict:
+        rates = {k: v for k, v in mapping(d.get("tflops")).items() if number(v) is not None}
+        shapes = tuple(MatmulShape.from_dict(s) for s in items(d.get("shapes")) if isinstance(s, dict))
+        return {"tflops": rates, "shapes": shapes, "switch": Switch.from_dict(d.get("switch"))}
+
+    def rate(self, dtype: str) -> float | None:
+        return self.tflops.get(dtype)
+
+
+@dataclass(frozen=True)
+class ProbeSection(Section):
+    """measurements.probe: the square-matmul ceiling of the device in the run's dtype, and the
+    precisions at the model's shapes (`not_measured` says why the ceiling is missing; the
+    precisions may still be there)."""
+
+    tflops: float | None = None
+    tflops_mean: float | None = None
+    method: str | None = None
+    dtype: str | None = None
+    requested_dtype: str | None = None
+    device: str | None = None
+    error: str | None = None
+    seconds: float | None = None
+    precisions: Precisions = field(default_factory=Precisions)
+
+    @classmethod
+    def _nested(cls, d: dict) -> dict:
+        return {"precisions": Precisions.from_dict(d.get("precisions"))}
+
+
+@dataclass(frozen=True)
+class FlopsSection(Section):
+    """measurements.flops: analytic and counted model FLOPs per optimizer step, and which is used."""
+
+    used: str | None = None  # "analytic" | "counted"
+    analytic_per_step: float | None = None
+    analytic_per_token: float | None = None
+    counted_per_step: float | None = None
+    counted_per_token: float | None = None
+    agreement: float | None = None  # counted ÷ analytic
+    tokens_per_step: int | None = None
+    micro_steps_per_step: int | None = None
+
+
+@dataclass(frozen=True)
+class MicrobatchPoint(Record):
+    batch_size: int | None = None
+    seconds: float | None = None  # forward+backward of one micro-batch of that size
+
+
+@dataclass(frozen=True)
+class MicrobatchSection(Section):
+    """measurements.microbatch: forward+backward time per micro-batch size, and its line fit."""
+
+    method: str | None = None
+    batch_size: int | None = None
+    fixed_s: float | None = None
+    per_sample_s: float | None = None
+    fixed_share_at_batch: float | None = None
+    points: tuple[MicrobatchPoint, ...] = ()
+
+    @classmethod
+    def _nested(cls, d: dict) -> dict:
+        return {"points": tuple(MicrobatchPoint.from_dict(p) for p in items(d.get("points")) if isinstance(p, dict))}
+
+    def seconds_by_batch(self) -> dict:
+        """batch size -> measured seconds of one micro-batch."""
+        return {p.batch_size: p.seconds for p in self.points}
+
+
+@dataclass(frozen=True)
+class MemorySection(Section):
+    """measurements.memory (CUDA): the peak memory the run allocated and the device's capacity."""
+
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    capacity_bytes: int | None = None
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class CopiesSection(Section):
+    """measurements.copies (CUDA): host-to-device bandwidth from pageable and pinned memory."""
+
+    pageable_bytes_s: float | None = None
+    pinned_bytes_s: float | None = None
+    pageable_copies: int | None = None
+    pinned_copies: int | None = None
+
+
+@dataclass(frozen=True)
+class SyncsSection(Section):
+    """measurements.syncs: host-device synchronizations in the measured steps."""
+
+    per_step: float | None = None  # outside the copies' own
+    per_phase: dict | None = None  # phase -> total over the measured steps
+    measured_steps: int | None = None
+    total: int | None = None
+    in_copies_per_step: float | None = None
+    calls: dict | None = None
