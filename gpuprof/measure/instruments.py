@@ -19,6 +19,7 @@ import os
 import sys
 from typing import Callable
 
+from gpuprof import interrupts
 from gpuprof.measure.comm import CommMeter
 from gpuprof.measure.copies import CopyBandwidthProbe
 from gpuprof.measure.cuda import is_cuda
@@ -113,14 +114,23 @@ def stop_instruments(instruments: list, ctx, budget=None) -> dict:
         return _stop_each(instruments, ctx, budget)
 
 
+def _stop_noted(budget) -> None:
+    """A stop noted since the run ended (gpuprof.interrupts): the post-run parts get no more time."""
+    if interrupts.take() and budget is not None:
+        budget.interrupt()
+
+
 def _stop_each(instruments: list, ctx, budget) -> dict:
     sections = {}
     if budget is not None:
         ctx.budget = budget
+    _stop_noted(budget)
     for inst in instruments:
         name = getattr(inst, "name", repr(inst))
+        _stop_noted(budget)
         try:
-            section = inst.stop(ctx)
+            with interrupts.interruptible():  # a stop during a part ends that part, not the profile
+                section = inst.stop(ctx)
         except KeyboardInterrupt:  # Ctrl-C, or torchrun stopping this rank: keep what was measured
             section = {"not_measured": "interrupted (Ctrl-C or the launcher) after the run"}
             if budget is not None:

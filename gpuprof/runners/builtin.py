@@ -19,6 +19,7 @@ from typing import Callable, Protocol
 
 import torch
 
+from gpuprof import interrupts
 from gpuprof.errors import GpuprofError
 from gpuprof.hardware import TRAIN_DTYPES, normalize_dtype, torch_dtype
 from gpuprof.measure.budget import PostRunBudget
@@ -241,37 +242,38 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
     run_t0 = time.perf_counter()
     interrupted = False
     try:
-        for it in range(total):
-            copied = dict(loader.copied)
-            timer.start_step()
-            for micro in range(accum):
-                # DDP: all-reduce the gradients only on the last micro-step (no_sync on the others).
-                with ddp.no_sync() if ddp is not None and micro < accum - 1 else contextlib.nullcontext():
-                    with timer.phase("forward"):
-                        with ctx:
-                            _, loss = step_model(X, Y)
-                            loss = loss / accum
-                    if faults.sync_every_micro:
-                        loss.item()  # a CPU-GPU sync point, as a print(loss.item()) would be
-                    with timer.phase("data"):
-                        X, Y = loader.get_batch()  # prefetch the next batch while the GPU computes
-                    with timer.phase("backward"):
-                        scaler.scale(loss).backward()
-            if faults.eval_every_step:
-                with timer.phase("eval"):
-                    _eval(step_model, loader, ctx, faults.eval_every_step)
-            with timer.phase("optimizer"):
-                if cfg.grad_clip:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
-            timer.end_step(tokens=tokens, micro_steps=accum,
-                           extra={k: v - copied[k] for k, v in loader.copied.items()} if cuda else None)
-            losses.append(loss.detach())
-            if on_step is not None:
-                on_step(it + 1, total)
+        with interrupts.interruptible():  # a stop lands in the loop, never while its steps are read
+            for it in range(total):
+                copied = dict(loader.copied)
+                timer.start_step()
+                for micro in range(accum):
+                    # DDP: all-reduce the gradients only on the last micro-step (no_sync on the others).
+                    with ddp.no_sync() if ddp is not None and micro < accum - 1 else contextlib.nullcontext():
+                        with timer.phase("forward"):
+                            with ctx:
+                                _, loss = step_model(X, Y)
+                                loss = loss / accum
+                        if faults.sync_every_micro:
+                            loss.item()  # a CPU-GPU sync point, as a print(loss.item()) would be
+                        with timer.phase("data"):
+                            X, Y = loader.get_batch()  # prefetch the next batch while the GPU computes
+                        with timer.phase("backward"):
+                            scaler.scale(loss).backward()
+                if faults.eval_every_step:
+                    with timer.phase("eval"):
+                        _eval(step_model, loader, ctx, faults.eval_every_step)
+                with timer.phase("optimizer"):
+                    if cfg.grad_clip:
+                        scaler.unscale_(optimizer)
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                    scaler.step(optimizer)
+                    scaler.update()
+                    optimizer.zero_grad(set_to_none=True)
+                timer.end_step(tokens=tokens, micro_steps=accum,
+                               extra={k: v - copied[k] for k, v in loader.copied.items()} if cuda else None)
+                losses.append(loss.detach())
+                if on_step is not None:
+                    on_step(it + 1, total)
     except KeyboardInterrupt:  # Ctrl-C (or torchrun stopping this rank): keep the steps done
         interrupted = True
         timer.abandon_step()

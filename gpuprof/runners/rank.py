@@ -10,8 +10,10 @@ writing one is reported by the launcher as missing, with the exit code torchrun 
 Signals: the launcher (torchrun's agent) stops the surviving ranks with SIGTERM when one fails,
 and forwards Ctrl-C as SIGINT (the terminal also sends it to every rank). The first of either is
 raised in the rank as StoppedByLauncher (a KeyboardInterrupt: the run ends "interrupted" and its
-completed steps are kept, with no post-run measurements); later ones are ignored so the profile
-is written. A rank blocked inside a collective runs no Python until the collective returns:
+completed steps are kept, with no post-run measurements) where gpuprof.interrupts allows it: in
+the training loop and in a post-run part. One that arrives after the loop ended (this rank's
+collective failed first) is noted, and the post-run parts skip; later ones are ignored so the
+profile is written. A rank blocked inside a collective runs no Python until the collective returns:
 `--rank-timeout` bounds that (the default timeout of init_process_group when the script gives
 none), and torchrun kills what is left after its shutdown timeout.
 """
@@ -27,6 +29,7 @@ import time
 import traceback
 from datetime import timedelta
 
+from gpuprof import interrupts
 from gpuprof.files import atomic_write
 from gpuprof.measure.opened import OpenedFiles
 
@@ -50,7 +53,11 @@ _signalled: list[str] = []
 
 
 def _on_signal(signum, frame):
-    _signalled.append(signal.Signals(signum).name)
+    name = signal.Signals(signum).name
+    _signalled.append(name)
+    if not interrupts.may_raise():  # the run has ended: its steps are being read (gpuprof.interrupts)
+        interrupts.note(name)
+        return
     for s in (signal.SIGINT, signal.SIGTERM):  # one is enough: the profile must get written
         signal.signal(s, signal.SIG_IGN)
     raise StoppedByLauncher(f"stopped by {signal.Signals(signum).name}")
@@ -151,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     opened = OpenedFiles()
     try:
         run = _run_builtin if spec["mode"] == "builtin" else _run_script
-        with opened:
+        with opened, interrupts.held():  # a stop is raised only inside the run's loop and post-run parts
             prof, ended, error = run(spec)
         status = {"failed": "failed", "interrupted": "interrupted"}.get(ended, "ok")
         if prof is None and status == "ok":

@@ -23,6 +23,7 @@ from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from typing import Callable
 
+from gpuprof import interrupts
 from gpuprof.errors import GpuprofError
 from gpuprof.measure.hooks import StopScript, TrainingHooks
 from gpuprof.measure.stacks import is_user_file
@@ -160,7 +161,8 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
         sys.stdout, sys.stderr = out, err
         hooks.install()
         try:
-            exec(code, module.__dict__)
+            with interrupts.interruptible():  # a stop lands in the script, never while its steps are read
+                exec(code, module.__dict__)
         except StopScript:
             ended = "stopped"
         except SystemExit as exc:
