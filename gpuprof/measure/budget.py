@@ -45,6 +45,11 @@ class PostRunBudget:
         total = max(MIN_S, RUN_SHARE * float(run_wall_s or 0.0))
         return cls(total, source=f"max({MIN_S:g} s, {RUN_SHARE:.0%} of the {run_wall_s or 0:.1f} s run)", **kw)
 
+    @classmethod
+    def none(cls, why: str, **kw) -> "PostRunBudget":
+        """No time at all, and why (nothing after the run may touch the GPU)."""
+        return cls(0.0, source=f"none: {why}", **kw)
+
     def left(self) -> float:
         if self.interrupted:
             return 0.0

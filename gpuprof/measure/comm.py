@@ -43,7 +43,7 @@ class HostClock:
     def mark(self):
         return time.perf_counter_ns()
 
-    def prepare(self, wait: bool = True) -> None:
+    def prepare(self, marks: list, wait: bool = True) -> None:
         pass
 
     def seconds(self, a, b) -> float:
@@ -62,19 +62,33 @@ class CudaClock:
         self._device = device
 
     def mark(self):
-        ev = self._torch.cuda.Event(enable_timing=True)
-        ev.record()  # the current stream: backward's (ready) or the one waiting on the collective
+        from gpuprof.measure.cuda import capture_under_way, cuda_device
+
+        cuda = self._torch.cuda
+        dev = cuda_device(self._device)
+        # Never during a CUDA graph capture; else on the measured device's current stream:
+        # backward's (ready) or, in the future's callback, the one waiting on the collective.
+        if capture_under_way(dev.index, self._torch):
+            raise RuntimeError("a CUDA graph was being captured")
+        stream = cuda.current_stream(dev)
+        ev = cuda.Event(enable_timing=True)
+        ev.record(stream)
         return ev
 
-    def prepare(self, wait: bool = True) -> None:
-        """Wait for the device so every event is complete; not after a failed or stopped run: an
-        NCCL collective whose peer died never completes, and a wait here would hang the rank (its
-        unfinished rounds are then counted as incomplete instead)."""
+    def prepare(self, marks: list, wait: bool = True) -> None:
+        """Let the GPU pass every mark, with a bound (gpuprof.measure.cuda.wait_for: polled, never
+        a blocking wait); not at all after a failed or stopped run or when the GPU never finished
+        the run's steps: an NCCL collective whose peer died never completes (its rounds are then
+        counted as incomplete)."""
         if not wait:
             return
-        from gpuprof.measure.cuda import cuda_device
+        from gpuprof.measure import cuda as measured
+        from gpuprof.measure.timer import FINISHED_GRACE_S
 
-        self._torch.cuda.synchronize(cuda_device(self._device))
+        deadline = measured._monotonic() + FINISHED_GRACE_S
+        for ev in marks:
+            if not measured.wait_for(ev.query, deadline):
+                return
 
     def seconds(self, a, b) -> float:
         return a.elapsed_time(b) / 1e3
@@ -143,17 +157,27 @@ class CommMeter:
         t = self._timer
         buf = bucket.buffer()
         rec = [t.step_index if t is not None else None, buf.numel() * buf.element_size(),
-               bool(bucket.is_last()), self._clock.mark(), None]
+               bool(bucket.is_last()), self._mark(), None]
         self._records.append(rec)
         buf.div_(dist.get_world_size(state))
         fut = dist.all_reduce(buf, group=state, async_op=True).get_future()
-        clock = self._clock
+        mark = self._mark
 
         def done(f):
-            rec[4] = clock.mark()
+            rec[4] = mark()
             return f.value()[0]
 
         return fut.then(done)
+
+    def _mark(self):
+        """A mark, or None: a mark that fails (an event under OOM, a capture) never raises into
+        the user's backward; its round is counted incomplete and the reason kept."""
+        try:
+            return self._clock.mark()
+        except Exception as exc:  # noqa: BLE001 - the user's training step comes first
+            if len(self._errors) < 5:
+                self._errors.append(f"a mark failed: {exc.__class__.__name__}: {exc}")
+            return None
 
     # -- stop: rounds, per step, the section ----------------------------------------------------
 
@@ -164,7 +188,7 @@ class CommMeter:
             current.append(rec)
             if rec[2]:  # DDP's last bucket of this backward
                 try:
-                    if any(r[4] is None for r in current):
+                    if any(r[3] is None or r[4] is None for r in current):
                         raise RuntimeError("an all-reduce never completed")
                     rounds.append(self._round(current))
                 except RuntimeError:  # a CUDA event not complete (a stopped run): not measured
@@ -189,7 +213,9 @@ class CommMeter:
             return None
         prof = getattr(ctx, "profile", None)
         ended = (getattr(prof, "run", None) or {}).get("ended") or "finished"
-        self._clock.prepare(wait=ended in ("finished", "stopped"))
+        unfinished = bool(getattr(self._timer, "gpu_unfinished", False))
+        self._clock.prepare([m for r in self._records for m in (r[3], r[4]) if m is not None],
+                            wait=ended in ("finished", "stopped") and not unfinished)
         rounds, incomplete = self._rounds()
         measured = [s.index for s in prof.steps] if prof is not None else []
         by_step = {i: [r for r in rounds if r["step"] == i] for i in measured}
@@ -232,6 +258,7 @@ class CommMeter:
             "algbw_Bps": median(algbw),
             "busbw_Bps": None if not algbw else median(algbw) * factor,
             "incomplete_rounds": incomplete,
+            "mark_errors": list(self._errors),
             "link": link_info(self._device, self._world),
             "per_step": per_step,
         }

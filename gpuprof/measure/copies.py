@@ -68,6 +68,10 @@ class CopyBandwidthProbe:
         nbytes = first.numel() * first.element_size() if first is not None else MIN_BYTES
         budget = getattr(ctx, "budget", None)
         seconds = min(self.budget_s, budget.allot(self.name)) if budget is not None else self.budget_s
+        if seconds <= 0:  # a stopped run, or one whose GPU never finished: touch nothing
+            if budget is not None:
+                budget.done(self.name, ["the copy bandwidths"])
+            return {"not_measured": f"no time left in the post-run budget ({budget.source if budget else 'none'})"}
         try:
             return measure_copy_bandwidth(ctx.device, nbytes, self.reps, seconds)
         finally:

@@ -13,9 +13,23 @@ measured device (the stream that was current there when timing began), and are n
 inside a step: the timer resolves them after the run. A record that fails (e.g. during a CUDA
 graph capture) never raises into the user's code: the event source remembers why and the steps
 it spoils are reported as not measured.
+
+Nothing here waits for the GPU without a bound: `CudaEvents.wait` polls `Event.query()` (which
+never blocks) until a deadline. cudaEventSynchronize has no timeout, and with NCCL a rank whose
+peer stopped has a collective on its stream that never completes: a blocking wait there hangs
+the rank until torchrun kills it, and its measured steps are lost. Polling also lets a stop
+from the launcher be seen (gpuprof.interrupts) while the rank waits.
 """
 
 from __future__ import annotations
+
+import time
+
+from gpuprof import interrupts
+
+_sleep = time.sleep  # the waits' clock and sleep: a fake GPU replaces both (its GPU works on
+_monotonic = time.monotonic  # while the host sleeps)
+POLL_S = 0.0005
 
 
 def is_cuda(device) -> bool:
@@ -54,6 +68,37 @@ def synchronize(device) -> None:
     torch.cuda.synchronize(cuda_device(device))
 
 
+def wait_for(done, deadline: float) -> bool:
+    """Poll `done()` (a query that never blocks, e.g. Event.query) until it is true (True), the
+    deadline passes or a stop is pending (False)."""
+    while not done():
+        if _monotonic() >= deadline or interrupts.pending():
+            return False
+        _sleep(POLL_S)
+    return True
+
+
+def capture_under_way(index: int, torch_module=None) -> bool:
+    """Whether a CUDA graph capture is under way where an event recorded on device `index` could
+    break it: on the current device's current stream (torch.cuda.is_current_stream_capturing
+    asks only about that one: with torch.cuda.graph's default global mode, a record on the legacy
+    default stream beside it would invalidate the capture), or on device `index`'s current
+    stream when that is not the current device (a script on cuda:1 that never called set_device
+    captures there while device 0 stays current)."""
+    import torch
+
+    cuda = (torch_module or torch).cuda
+    check = getattr(cuda, "is_current_stream_capturing", None)
+    if check is None:
+        return False
+    if check():
+        return True
+    if cuda.current_device() == index:
+        return False
+    with cuda.device(index):
+        return bool(check())
+
+
 def memory_stats(device) -> dict:
     """Peak allocated/reserved bytes and capacity of the measured device."""
     import torch
@@ -84,6 +129,7 @@ class CudaEvents:
         self.created = 0
         self.created_in_steps = 0
         self.recorded = 0
+        self.reused = 0
         self.failed: str | None = None  # why recording stopped working, once it did
         self.top_up(pool)
 
@@ -129,18 +175,37 @@ class CudaEvents:
             return None
 
     def _capturing(self) -> bool:
-        check = getattr(self._torch.cuda, "is_current_stream_capturing", None)
-        return bool(check()) if check is not None else False
+        return capture_under_way(self.device.index, self._torch)
 
     @staticmethod
     def elapsed_s(a, b) -> float:
         return a.elapsed_time(b) / 1000.0  # ms -> s
 
+    def done(self, ev) -> bool:
+        """Whether the GPU has passed `ev` (Event.query: never blocks, never syncs); False while a
+        capture is under way or when the query fails."""
+        try:
+            return not self._capturing() and bool(ev.query())
+        except Exception:  # noqa: BLE001 - read again after the run
+            return False
+
+    def recycle(self, events: list) -> None:
+        """Events whose times were read: free for later steps (recording one again is legal)."""
+        self._free.extend(events)
+        self.reused += len(events)
+
     @staticmethod
-    def wait(ev) -> None:
-        ev.synchronize()
+    def now() -> float:
+        return _monotonic()
+
+    @staticmethod
+    def wait(ev, deadline: float) -> bool:
+        """Whether `ev` completed before `deadline` (a `_monotonic()` time); polls, never blocks,
+        and gives up at once when a stop is pending (gpuprof.interrupts)."""
+        return wait_for(ev.query, deadline)
 
     def report(self) -> dict:
         return {"device": str(self.device), "stream": getattr(self.stream, "stream_id", None),
                 "events_created": self.created, "events_created_in_steps": self.created_in_steps,
-                "events_recorded": self.recorded, "record_error": self.failed}
+                "events_recorded": self.recorded, "events_reused": self.reused,
+                "record_error": self.failed}

@@ -92,7 +92,7 @@ class FlopsInstrument:
             allotted = budget.allot(self.name)
             # FlopCounterMode runs one eager forward (~2x its time with the counter's dispatch)
             est = 2 * per_micro_s(ctx, ("forward",))
-            if self.count and ctx.model is not None and est > allotted:
+            if self.count and ctx.model is not None and (est > allotted or allotted <= 0):
                 fits = False
                 out["errors"].append(f"count skipped: one forward takes ~{est / 2:.1f} s, over the "
                                      f"{allotted:.1f} s left for it in the post-run budget")

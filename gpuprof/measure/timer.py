@@ -14,6 +14,13 @@ the phase's span on the GPU timeline. For a phase that enqueues no GPU work (dat
 host) that span is exactly the time the GPU sat idle waiting for the host: the exposed idle. A
 step whose events cannot be read keeps its host times and is reported as not measured on the
 GPU timeline, with the reason.
+
+Events are reused: at each step's end the timer asks (Event.query, which never blocks or
+syncs) whether earlier steps have finished on the GPU, reads those, and returns their events to
+the pool; a run of any length holds only the events of the steps the GPU has not finished.
+After the run it waits for the rest with a bound (see `steps`): a stopped rank whose NCCL peer
+is gone has a collective that never completes, and its steps after it are reported as not
+finished on the GPU instead of hanging the rank.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ class _Pending:
     events: list  # [(event, label_of_span_that_ENDS_at_this_event)], first label is None
     extra: dict
     spans: tuple[int, int] = (0, 0)  # this step's slice of PhaseTimer.spans (joined after the run)
+    gpu: tuple | None = None  # (gpu_s, gpu_phases) once read; its events are back in the pool
 
 
 class PhaseTimer:
@@ -61,6 +69,8 @@ class PhaseTimer:
         self.enabled = True
         self.gpu_unavailable = gpu_unavailable  # why there is no GPU timeline at all
         self.unresolved: dict[int, str] = {}  # step index -> why its GPU timeline is not measured
+        self.gpu_unfinished = False  # the GPU had not finished the run's work when the steps were read
+        self._harvested = 0  # pending steps [0, n) whose GPU timelines are read
         # Host-time spans (start_ns, end_ns, label) relative to the origin, for aligning
         # sampler data to phases. Appending a tuple per transition is ~0.1 µs.
         self.spans: list[tuple[int, int, str]] = []
@@ -161,9 +171,23 @@ class PhaseTimer:
             except Exception:  # noqa: BLE001 - a display never ends the run
                 self.listener = None
         if self._events is not None:
+            self._harvest()
             # Refill the pool between steps, so the next step creates no event of its own.
             self._most_events = max(self._most_events, len(self._ev))
             self._events.top_up(self._most_events + 8)
+
+    def _harvest(self) -> None:
+        """Read the GPU timelines of the steps the GPU has finished (a query, never a wait) and
+        give their events back to the pool."""
+        while self._harvested < len(self._pending):
+            p = self._pending[self._harvested]
+            done = self._events.done(p.events[-1][0]) if p.events and p.events[-1][0] is not None else True
+            if not done:
+                return
+            p.gpu = self._gpu_timeline(p, None)
+            self._events.recycle([ev for ev, _ in p.events if ev is not None])
+            p.events = []
+            self._harvested += 1
 
     def open_step(self) -> dict | None:
         """Where an unfinished step is now: its index, the current phase, how long the step has
@@ -184,17 +208,24 @@ class PhaseTimer:
         """Drop an unfinished step (the run stopped in the middle of it)."""
         self._in_step = False
 
-    def _gpu_timeline(self, p: _Pending) -> tuple[float | None, dict | None]:
-        """(gpu_s, gpu_phases) of a pending step, waiting for its last event; (None, None) and a
-        reason in self.unresolved when its events cannot be read."""
+    def _gpu_timeline(self, p: _Pending, deadline: float | None) -> tuple[float | None, dict | None]:
+        """(gpu_s, gpu_phases) of a pending step, waiting for its last event until `deadline`
+        (None: it is complete); (None, None) and a reason in self.unresolved when its events
+        cannot be read."""
         if self._events is None:
             return None, None
+        if p.gpu is not None:
+            return p.gpu
         if not p.events or any(ev is None for ev, _ in p.events):
             self.unresolved[p.index] = self._events.failed or "a CUDA event of this step was not recorded"
             return None, None
         try:
             last = p.events[-1][0]
-            self._events.wait(last)  # every earlier event is on the same stream: done too
+            # Every earlier event is on the same stream: done once the last one is.
+            if deadline is not None and not self._events.wait(last, deadline):
+                self.gpu_unfinished = True
+                self.unresolved[p.index] = NOT_FINISHED
+                return None, None
             gpu_phases: dict[str, float] = {}
             spans: list = []  # [phase, start_s, seconds] on the GPU timeline, from the step's first event
             t = 0.0
@@ -214,10 +245,15 @@ class PhaseTimer:
             self.unresolved[p.index] = f"{exc.__class__.__name__}: {exc}"
             return None, None
 
-    def _resolve(self) -> None:
+    def _resolve(self, stopped: bool) -> None:
+        deadline = None
+        if self._events is not None and self._pending:
+            longest = max(p.wall_ns for p in self._pending) / 1e9
+            grace = max(STOPPED_GRACE_S, 2 * longest) if stopped else max(FINISHED_GRACE_S, 10 * longest)
+            deadline = self._events.now() + grace
         for p in self._pending:
             p.extra["spans"] = step_spans(self.spans[p.spans[0]:p.spans[1]], p.start_ns - self._origin)
-            gpu_s, gpu_phases = self._gpu_timeline(p)
+            gpu_s, gpu_phases = self._gpu_timeline(p, deadline)
             self._done.append(
                 StepRecord(
                     index=p.index,
@@ -232,11 +268,15 @@ class PhaseTimer:
                 )
             )
         self._pending.clear()
+        self._harvested = 0
 
-    def steps(self) -> list[StepRecord]:
-        """All closed steps. Called after the run: waits for the GPU to finish and reads the CUDA
-        events; a step whose events cannot be read keeps its host times (see `gpu_report`)."""
-        self._resolve()
+    def steps(self, stopped: bool = False) -> list[StepRecord]:
+        """All closed steps. Called after the run: waits for the GPU to finish them, with a bound,
+        and reads the CUDA events; a step whose events cannot be read keeps its host times (see
+        `gpu_report`). stopped: the run was stopped, failed or interrupted, so a peer may be gone
+        and a collective never complete: the GPU gets max(STOPPED_GRACE_S, 2 × the longest step)
+        to finish, else max(FINISHED_GRACE_S, 10 × the longest step); a pending stop ends the wait."""
+        self._resolve(stopped)
         return list(self._done)
 
     def gpu_report(self) -> dict | None:
@@ -246,6 +286,7 @@ class PhaseTimer:
         out = {"gpu_timeline": self._events is not None and not self.unresolved,
                "method": "CUDA events on the training stream, read after the run",
                "steps_unresolved": sorted(self.unresolved),
+               "gpu_unfinished": self.gpu_unfinished,
                "reasons": sorted(set(self.unresolved.values()))}
         if self.gpu_unavailable:
             out.update(gpu_timeline=False, reasons=[self.gpu_unavailable])
@@ -258,6 +299,12 @@ class PhaseTimer:
         return (self._clock() - self._origin) / 1e9
 
 
+STOPPED_GRACE_S = 5.0
+FINISHED_GRACE_S = 60.0
+NOT_FINISHED = ("the GPU had not finished this step when the run's steps were read (after a stop or "
+                "failure: an NCCL collective whose peer stopped never completes)")
+GPU_UNFINISHED = ("the GPU had not finished the run's work when its steps were read: nothing after "
+                  "the run touches the GPU (its queue waits behind a collective that may never complete)")
 MAX_SPANS = 600  # per step: a step with more phase changes keeps its first ones and says so
 
 

@@ -26,7 +26,7 @@ from gpuprof.measure.budget import PostRunBudget
 from gpuprof.measure.cuda import cuda_device, is_cuda, memory_stats, resolve_device
 from gpuprof.measure.instruments import guarded, start_instruments, stop_instruments
 from gpuprof.measure.precision import read_precision, tf32_matmul
-from gpuprof.measure.timer import NullTimer, PhaseTimer
+from gpuprof.measure.timer import GPU_UNFINISHED, NullTimer, PhaseTimer
 from gpuprof.measure.environment import environment
 from gpuprof.profile import Profile
 from gpuprof.runners.data import LoaderFaults, MemmapLoader, generated_dataset
@@ -281,7 +281,7 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
 
     # After the measured steps nothing may lose the run: each part that touches the GPU again
     # is guarded, and a failure is recorded as "not measured: <reason>".
-    records = timer.steps()  # waits for the GPU and reads the CUDA events (never raises)
+    records = timer.steps(stopped=interrupted)  # waits for the GPU, with a bound, and reads the events
     warm, measured = records[: cfg.warmup], records[cfg.warmup :]
     if interrupted and not measured:
         raise KeyboardInterrupt
@@ -309,21 +309,26 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
             "fused_adamw": bool(getattr(optimizer, "defaults", {}).get("fused")),
             "faults": asdict(faults) if (faults.loader.any() or faults.sync_every_micro or faults.eval_every_step) else None,
         },
-        "losses": guarded(lambda: [float(x) * accum for x in torch.stack(losses).cpu().tolist()] if losses else [],
-                          problems, "losses"),
+        # .cpu() waits for the GPU without a bound: only once it has finished every step.
+        "losses": (None if timer.gpu_unfinished else
+                   guarded(lambda: [float(x) * accum for x in torch.stack(losses).cpu().tolist()] if losses else [],
+                           problems, "losses")),
     }
     profile = Profile(run=run, steps=measured, warmup_steps=warm,
                       environment=environment(device))
     gpu_report = timer.gpu_report()
     if gpu_report:
         profile.measurements["timer"] = gpu_report
+    if timer.gpu_unfinished:
+        problems["losses"] = "not read: " + GPU_UNFINISHED
     if cuda:
         memory = guarded(lambda: memory_stats(device), problems, "memory")
         if memory:
             profile.measurements["memory"] = memory
     run_ctx.profile = profile
     # Interrupted: out now, with what was measured (no post-run measurements).
-    budget = PostRunBudget.for_run(run_wall, 0.0 if interrupted else post_budget_s, on_progress=on_progress)
+    budget = (PostRunBudget.none(GPU_UNFINISHED, on_progress=on_progress) if timer.gpu_unfinished else
+              PostRunBudget.for_run(run_wall, 0.0 if interrupted else post_budget_s, on_progress=on_progress))
     profile.measurements.update(stop_instruments(started, run_ctx, budget))
     if budget.interrupted:  # Ctrl-C during the post-run work: the steps stand, the run was stopped
         run["ended"], run["partial"] = "interrupted", True

@@ -8,6 +8,7 @@ import os
 from gpuprof.measure.budget import PostRunBudget
 from gpuprof.measure.instruments import stop_instruments
 from gpuprof.measure.precision import with_observed_matmul
+from gpuprof.measure.timer import GPU_UNFINISHED
 from gpuprof.measure.environment import environment
 from gpuprof.profile import Profile
 from gpuprof.stats import median
@@ -20,7 +21,7 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
         return None
     ended_in = timer.open_step() if ended != "finished" else None
     timer.abandon_step()
-    records = timer.steps()
+    records = timer.steps(stopped=ended in ("failed", "interrupted"))  # a bounded wait for the GPU
     if not records:
         return None
     w = run.warmup if len(records) > run.warmup else len(records) - 1
@@ -64,7 +65,8 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     # never a lost profile.
     # Ctrl-C (or the launcher stopping this rank) wants out now: no post-run measurements.
     post_budget = 0.0 if ended == "interrupted" else run.post_budget_s
-    budget = PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress)
+    budget = (PostRunBudget.none(GPU_UNFINISHED, on_progress=run.on_progress) if timer.gpu_unfinished else
+              PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress))
     profile.measurements.update(stop_instruments(run.instruments, run.ctx, budget))
     if budget.interrupted:  # Ctrl-C during the post-run work: the steps stand, the run was stopped
         run_info["ended"], run_info["partial"] = "interrupted", True

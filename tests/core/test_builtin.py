@@ -31,9 +31,12 @@ def test_injected_data_delay_appears_as_the_data_share():
     delay = 0.05
     prof = run_builtin(LoopConfig(**SMALL), faults=LoopFaults(loader=LoaderFaults(batch_delay_s=delay)))
     s = prof.stats
-    truth = SMALL["grad_accum"] * delay / s.step_s
-    assert truth > 0.15  # the injection is a large part of the step, even on a loaded machine
-    assert abs(s.phases["data"].share - truth) < 0.03
+    injected = SMALL["grad_accum"] * delay
+    assert injected / s.step_s > 0.15  # the injection is a large part of the step, even on a loaded machine
+    data = s.phases["data"].seconds
+    assert data >= injected * 0.99  # a sleep never ends early
+    # what the batch itself costs, and a sleep's overshoot on a loaded VM, stay a small part of the step
+    assert (data - injected) / s.step_s < 0.05, (data, injected, s.step_s)
 
 
 def test_eval_fault_is_its_own_phase():

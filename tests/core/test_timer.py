@@ -79,8 +79,8 @@ def test_gpu_phases_come_from_events_read_after_the_run(fake_cuda):
     timer = PhaseTimer.for_device("cuda", clock=clock, pool=16)
     _step_with_gpu_work(timer, clock, fake_cuda)
     assert fake_cuda.event_waits == 0  # nothing waited inside or at the end of the step
-    (step,) = timer.steps()  # now it waits for the last event
-    assert fake_cuda.event_waits == 1
+    (step,) = timer.steps()  # now it polls the last event until the GPU has passed it
+    assert fake_cuda.event_waits == 0  # never a blocking wait: cudaEventSynchronize has no timeout
     assert abs(step.gpu_s - 0.165) < 1e-9
     assert abs(step.gpu_phases["forward"] - 0.050) < 1e-9
     assert abs(step.gpu_phases["data"] - 0.015) < 1e-9  # idle: forward done at 50 ms, host at 65
@@ -191,3 +191,73 @@ def test_no_event_is_recorded_while_the_script_captures_a_cuda_graph(fake_cuda):
     first, second = timer.steps()
     assert first.gpu_phases is not None and second.gpu_phases is None
     assert "CUDA graph" in timer.gpu_report()["reasons"][0]
+
+
+# -- after a stop: a collective that never completes must not hang the rank (NCCL) -------------
+
+def _nccl_step(timer, clock, fake, block=False):
+    """A step whose backward ends in an all-reduce; `block`: the peer is gone, so that
+    collective (and everything queued after it on the stream) never completes."""
+    timer.start_step()
+    timer.switch("forward")
+    fake.enqueue(0.020)
+    clock.advance(0.001)
+    timer.switch("backward")
+    fake.enqueue(0.040)
+    if block:
+        fake.block()
+    clock.advance(0.001)  # NCCL blocks nothing on the host: the step ends at once
+    timer.end_step()
+
+
+def test_a_collective_that_never_completes_ends_the_wait_and_keeps_the_steps(fake_cuda):
+    from gpuprof.measure.timer import NOT_FINISHED, STOPPED_GRACE_S
+
+    clock = FakeClock()
+    timer = PhaseTimer.for_device("cuda", clock=clock, pool=16)
+    _nccl_step(timer, clock, fake_cuda)
+    _nccl_step(timer, clock, fake_cuda, block=True)  # the peer stopped during this step
+    _nccl_step(timer, clock, fake_cuda)  # queued behind the stuck collective
+    host_before = fake_cuda.host_now
+    steps = timer.steps(stopped=True)  # a fake CUDA raises WouldHang where CUDA would hang
+    assert len(steps) == 3 and all(s.wall_s > 0 for s in steps)  # host times of every step kept
+    assert steps[0].gpu_phases is not None
+    assert steps[1].gpu_phases is None and steps[2].gpu_phases is None
+    report = timer.gpu_report()
+    assert report["gpu_unfinished"] and report["steps_unresolved"] == [1, 2]
+    assert report["reasons"] == [NOT_FINISHED]
+    waited = fake_cuda.host_now - host_before
+    assert STOPPED_GRACE_S <= waited < STOPPED_GRACE_S + 0.01  # once, not once per step
+    assert fake_cuda.event_waits == 0
+
+
+def test_a_pending_stop_ends_the_wait_at_once(fake_cuda):
+    from gpuprof import interrupts
+
+    clock = FakeClock()
+    timer = PhaseTimer.for_device("cuda", clock=clock, pool=16)
+    _nccl_step(timer, clock, fake_cuda, block=True)
+    with interrupts.held():
+        interrupts.note("SIGTERM")  # torchrun stopping this rank while it waits
+        try:
+            (step,) = timer.steps(stopped=True)
+        finally:
+            interrupts.take()
+    assert step.gpu_phases is None and fake_cuda.host_now < 0.01
+
+
+def test_a_long_run_reuses_its_events(fake_cuda):
+    """Events of steps the GPU has finished go back to the pool at the next step's end: the
+    events a run holds do not grow with its length (script mode once kept ~8 per micro-step)."""
+    clock = FakeClock()
+    timer = PhaseTimer.for_device("cuda", clock=clock, pool=16)
+    for _ in range(200):
+        _step_with_gpu_work(timer, clock, fake_cuda)
+        fake_cuda.advance(0.2)  # the GPU keeps up with the host
+    assert fake_cuda.events_constructed <= 24  # the pool and one top-up, not 200 steps' worth
+    report = timer.gpu_report()
+    assert report["events_reused"] >= 199 * 5
+    steps = timer.steps()
+    assert len(steps) == 200 and all(s.gpu_phases is not None for s in steps)
+    assert all(abs(s.gpu_phases["backward"] - 0.100) < 1e-9 for s in steps)
+    assert fake_cuda.event_waits == 0 and not any(c[0] == "synchronize" for c in fake_cuda.calls)

@@ -60,8 +60,41 @@ def test_cuda_clock_reads_events_after_the_run(fake_cuda):
     b = clock.mark()
     with pytest.raises(RuntimeError):  # as CUDA: not complete yet, so never read during the run
         clock.seconds(a, b)
-    clock.prepare()
+    clock.prepare([a, b])  # polls (the GPU works on while the host sleeps): never a blocking wait
     assert clock.seconds(a, b) == pytest.approx(0.004)
+    assert fake_cuda.event_waits == 0 and not any(c[0] == "synchronize" for c in fake_cuda.calls)
+
+
+def test_cuda_clock_gives_up_on_a_collective_that_never_completes(fake_cuda):
+    """A peer stopped: the all-reduce's completion mark waits behind a kernel that never ends.
+    The finished run's bounded wait gives up (a fake CUDA raises WouldHang where CUDA hangs)."""
+    from gpuprof.measure.timer import FINISHED_GRACE_S
+
+    clock = CudaClock("cuda:0")
+    ready = clock.mark()
+    fake_cuda.block()
+    done = clock.mark()
+    clock.prepare([ready, done])
+    assert FINISHED_GRACE_S <= fake_cuda.host_now < FINISHED_GRACE_S + 0.01
+    with pytest.raises(RuntimeError):
+        clock.seconds(ready, done)
+
+
+def test_a_failing_mark_never_raises_into_the_users_backward(fake_cuda):
+    """An event that cannot be created or recorded (OOM, a capture) must not fail the step: the
+    hook still all-reduces, and its round is counted incomplete with the reason."""
+    meter = CommMeter(clock=CudaClock("cuda:0"))
+    fake_cuda.capturing = True
+    assert meter._mark() is None
+    fake_cuda.capturing = False
+
+    def broken(*a, **k):
+        raise RuntimeError("CUDA error: out of memory")
+
+    meter._clock.mark = broken
+    assert meter._mark() is None
+    assert meter._errors == ["a mark failed: RuntimeError: a CUDA graph was being captured",
+                             "a mark failed: RuntimeError: CUDA error: out of memory"]
 
 
 def _rank_profile(rank, data_s, exposed_s, *, steps=4, other=0.01, rounds=1, micro=2):

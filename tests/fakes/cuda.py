@@ -17,9 +17,16 @@ fake mirrors it from the source:
   raise under "error".
 
 The GPU is a clock per device: work enqueued on a stream finishes `seconds` after the stream's
-previous work (or now, if it was idle); `advance(s)` lets s seconds pass on every device. An event
-records the time its stream's queued work will finish; it is complete once the device's clock
-reaches it. Every call is logged in `calls`, and `contexts` holds the devices a call would
+previous work (or now, if it was idle); `advance(s)` lets s seconds pass on every device, and so
+does the host sleeping (`sleep`, installed as gpuprof.measure.cuda's sleep: the GPU works on while
+the host waits). An event records the time its stream's queued work will finish; it is complete
+once the device's clock reaches it; `Event.wait(stream)` makes the stream's later work wait for it.
+`block(stream)` queues work that never finishes, as an NCCL collective whose peer stopped: a
+query stays False, and a call that would wait for it (event or stream synchronize,
+`torch.cuda.synchronize`, `item()`) raises WouldHang, a BaseException no `except Exception`
+swallows, where CUDA would wait forever. A CUDA graph capture is per stream
+(`FakeStream.capturing`); `is_current_stream_capturing()` reads the current device's current
+stream, as torch does. Every call is logged in `calls`, and `contexts` holds the devices a call would
 have created a CUDA context on (a script on cuda:1 must not touch GPU 0).
 
 Use: `fake = FakeCuda(n_devices=2); fake.install(monkeypatch)`.
@@ -35,6 +42,11 @@ import torch
 from torch.cuda._utils import _get_device_index
 
 SYNC_WARNING = "called a synchronizing CUDA operation"
+NEVER = float("inf")  # the finish time of work that never completes
+
+
+class WouldHang(BaseException):
+    """The real call would wait forever here (GPU work that never completes)."""
 
 
 class FakeStream:
@@ -43,6 +55,7 @@ class FakeStream:
         self.device_index = device
         self.stream_id = stream_id
         self.tail = 0.0  # GPU time at which this stream's queued work completes
+        self.capturing = False  # a CUDA graph capture under way on this stream
 
     @property
     def device(self) -> torch.device:
@@ -64,6 +77,32 @@ class FakeStream:
 
     def __repr__(self):
         return f"<FakeStream cuda:{self.device_index} id={self.stream_id}>"
+
+
+def _device_class(fake: "FakeCuda"):
+    class FakeDevice:
+        """torch.cuda.device: the current device inside the block (a class: torch's validator
+        does isinstance(device, torch.cuda.device)); -1 is a no-op, as torch."""
+
+        def __init__(self, device):
+            self.idx = _get_device_index(device, optional=True)
+            self.prev = -1
+
+        def __enter__(self):
+            if self.idx < 0:
+                return self
+            if self.idx >= fake.n:
+                raise RuntimeError("CUDA error: invalid device ordinal")
+            self.prev, fake.current = fake.current, self.idx
+            fake._touch(self.idx)
+            return self
+
+        def __exit__(self, *exc):
+            if self.idx >= 0:
+                fake.current = self.prev
+            return False
+
+    return FakeDevice
 
 
 def _event_class(fake: "FakeCuda"):
@@ -101,7 +140,11 @@ def _event_class(fake: "FakeCuda"):
                 fake._reach(self.device_index, self.time)
 
         def wait(self, stream=None) -> None:
-            pass
+            """The stream's later work waits for this event (cudaStreamWaitEvent)."""
+            if self.time is None:
+                return  # an event never recorded: nothing to wait for
+            stream = stream if stream is not None else fake.current_stream()
+            stream.tail = max(stream.tail, self.time)
 
         def elapsed_time(self, end) -> float:
             if not (self.enable_timing and end.enable_timing):
@@ -132,6 +175,7 @@ class FakeCuda:
         self.contexts: set[int] = set()
         self.sync_mode = 0
         self.now = [0.0] * n_devices
+        self.host_now = 0.0
         self._streams = [FakeStream(self, i, 0) for i in range(n_devices)]
         self._current_stream = {i: self._streams[i] for i in range(n_devices)}
         self._next_stream_id = 1
@@ -139,9 +183,9 @@ class FakeCuda:
         self.events_constructed = 0
         self.events_created = 0
         self.event_waits = 0
-        self.capturing = False  # a CUDA graph capture under way on the current stream
         self.peak = [0] * n_devices
         self.Event = _event_class(self)
+        self.device = _device_class(self)
 
     # -- the GPU clock --------------------------------------------------------------------------
     def enqueue(self, seconds: float, stream: FakeStream | None = None) -> None:
@@ -155,7 +199,30 @@ class FakeCuda:
             self.now[i] += seconds
 
     def _reach(self, device: int, t: float) -> None:
+        if t == NEVER:
+            raise WouldHang(f"waiting on cuda:{device} for work that never completes")
         self.now[device] = max(self.now[device], t)
+
+    def block(self, stream: FakeStream | None = None) -> None:
+        """Queue work that never completes on `stream` (an NCCL kernel waiting for a dead peer)."""
+        (stream or self.current_stream()).tail = NEVER
+
+    def sleep(self, seconds: float) -> None:
+        """The host sleeps: host and GPU time both move on."""
+        self.host_now += seconds
+        self.advance(seconds)
+
+    def monotonic(self) -> float:
+        return self.host_now
+
+    @property
+    def capturing(self) -> bool:
+        """Whether the current device's current stream is capturing a CUDA graph."""
+        return self._current_stream[self.current].capturing
+
+    @capturing.setter
+    def capturing(self, value: bool) -> None:
+        self._current_stream[self.current].capturing = bool(value)
 
     def _touch(self, device: int) -> None:
         self.initialized = True
@@ -240,7 +307,7 @@ class FakeCuda:
             self._current_stream[stream.device_index] = prev
 
     def is_current_stream_capturing(self) -> bool:
-        return self.capturing
+        return self._current_stream[self.current].capturing  # torch: the current device's current stream
 
     def item(self) -> None:
         """What `.item()` on a CUDA tensor does: memcpy-and-sync on the current stream."""
@@ -320,11 +387,16 @@ class FakeCuda:
              "is_bf16_supported", "get_sync_debug_mode", "set_sync_debug_mode", "mem_get_info",
              "max_memory_allocated", "max_memory_reserved", "memory_allocated",
              "reset_peak_memory_stats", "empty_cache", "get_rng_state_all", "set_rng_state_all",
-             "get_rng_state", "set_rng_state", "is_current_stream_capturing",
+             "get_rng_state", "set_rng_state", "is_current_stream_capturing", "device",
              "Event")
 
     def install(self, monkeypatch) -> "FakeCuda":
         """Replace those attributes of torch.cuda for the test (monkeypatch undoes it)."""
+        import gpuprof.measure.cuda as measured
+
         for name in self.NAMES:
             monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+        # gpuprof's waits poll and sleep: while its host sleeps, this GPU works on.
+        monkeypatch.setattr(measured, "_sleep", self.sleep)
+        monkeypatch.setattr(measured, "_monotonic", self.monotonic)
         return self
