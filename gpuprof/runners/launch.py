@@ -26,6 +26,18 @@ from gpuprof.units import gib
 # The launcher options gpuprof passes through to torchrun (CLI name -> torchrun flag).
 AGENT_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, n))
 AGENT_ENV = ("OMP_NUM_THREADS", "TORCHELASTIC_SIGNALS_TO_HANDLE")
+# What a rank does when an NCCL collective times out (--rank-timeout) or fails, read by each
+# ProcessGroupNCCL when it is made (torch 2.11, ProcessGroupNCCL.hpp/.cpp). torchrun sets mode 1
+# (TearDown) unless it is set: the watchdog aborts the communicators and then SIGABRTs the
+# process from its own thread, so the rank never writes its entry. Mode 2 (CleanUpOnly) aborts
+# the communicators and lets the process live: a sync stuck behind the aborted kernel returns,
+# and the next collective raises DistBackendError in Python, where the rank's script fails and
+# its entry is written. DUMP_ON_TIMEOUT=0: otherwise the heartbeat monitor still SIGABRTs the
+# process after a timeout (it dumps, sleeps, then terminates). WAIT_TIMEOUT_DUMP_MILSEC: the
+# watchdog sleeps 4x this per failed collective before aborting (default 15 s: 60 s). A value the
+# user set is kept. Gloo ignores all three.
+NCCL_RANK_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
+                 "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC": "250"}
 
 LAUNCHER_FLAGS = ("nproc-per-node", "nnodes", "node-rank", "rdzv-endpoint", "rdzv-backend", "rdzv-id",
                   "rdzv-conf", "master-addr", "master-port", "max-restarts", "monitor-interval",
@@ -180,7 +192,8 @@ def _launch(spec: dict, launcher: dict, standalone: bool, folder: str, result: L
     args = _checked_args(parse_args, torchrun_args(launcher, standalone, spec_path,
                                                    log_dir=os.path.join(folder, "torchrun")))
     try:
-        run(args)
+        with rank_env():
+            run(args)
     except ChildFailedError as exc:
         for rank, failure in exc.failures.items():
             result.failures[int(rank)] = {
@@ -204,6 +217,19 @@ def check_launcher(launcher: dict, standalone: bool = False) -> None:
 
     with _agent_env_kept():  # log_dir os.devnull: torchrun's check makes no torchelastic_* folder
         _checked_args(parse_args, torchrun_args(launcher, standalone, "spec.json", log_dir=os.devnull))
+
+
+@contextlib.contextmanager
+def rank_env():
+    """NCCL_RANK_ENV for the ranks torchrun starts (they inherit this process's environment),
+    where the user has not set them; this process's environment is put back after."""
+    added = [k for k in NCCL_RANK_ENV if k not in os.environ]
+    os.environ.update({k: NCCL_RANK_ENV[k] for k in added})
+    try:
+        yield added
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from datetime import timedelta
 
 from gpuprof import interrupts
 from gpuprof.files import atomic_write
+from gpuprof.runners.launch import NCCL_RANK_ENV
 from gpuprof.measure.opened import OpenedFiles
 
 
@@ -174,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(s, signal.SIG_IGN)
     entry = {**{k: me[k] for k in ("rank", "local_rank", "node_rank", "host")},
              "world_size": me["world_size"], "status": status, "error": error, "profile": prof,
-             "files_opened": sorted(opened.paths)}  # the launcher's outputs never replace them
+             "files_opened": sorted(opened.paths),  # the launcher's outputs never replace them
+             "nccl_env": {k: os.environ.get(k) for k in NCCL_RANK_ENV}}  # how NCCL failures end here
     atomic_write(rank_file(spec["folder"], me["rank"]), json.dumps(entry))
     if status == "ok":  # with a dead peer, tearing down (NCCL) can block: just exit
         _destroy_process_group()

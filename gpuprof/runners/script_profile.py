@@ -65,8 +65,12 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     # never a lost profile.
     # Ctrl-C (or the launcher stopping this rank) wants out now: no post-run measurements.
     post_budget = 0.0 if ended == "interrupted" else run.post_budget_s
-    budget = (PostRunBudget.none(GPU_UNFINISHED, on_progress=run.on_progress) if timer.gpu_unfinished else
-              PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress))
+    if timer.gpu_unfinished:
+        budget = PostRunBudget.none(GPU_UNFINISHED, on_progress=run.on_progress)
+    elif ended == "failed" and run.ctx is not None and getattr(run.ctx, "ddp", None) is not None:
+        budget = PostRunBudget.none(DDP_FAILED, on_progress=run.on_progress)
+    else:
+        budget = PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress)
     profile.measurements.update(stop_instruments(run.instruments, run.ctx, budget))
     if budget.interrupted:  # Ctrl-C during the post-run work: the steps stand, the run was stopped
         run_info["ended"], run_info["partial"] = "interrupted", True
@@ -75,6 +79,15 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     if run.instrument_errors:
         profile.measurements["script"]["instrument_errors"] = run.instrument_errors
     return profile
+
+
+# torch 2.11's Reducer (reducer.cpp): DDP.forward sets expect_autograd_hooks_, and only the end of
+# a complete backward clears it. A rank that failed between the two (a peer's death surfacing in
+# the loss, an .item() or a forward collective) keeps it set, and then any backward through the
+# same parameters -- even on ddp.module, as the micro-batch curve and precision timing run --
+# launches the gradient all-reduces, which wait for a peer that is gone.
+DDP_FAILED = ("a data-parallel rank that failed: DDP's reducer may still expect a backward, and one "
+              "on its model would launch an all-reduce no peer answers, so nothing after the run runs the model")
 
 
 def _observed_precision(run, cfg: dict) -> None:

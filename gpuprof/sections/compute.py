@@ -143,3 +143,5 @@ class SyncsSection(Section):
     total: int | None = None
     in_copies_per_step: float | None = None
     calls: dict | None = None
+    torch_own_in_steps: int | None = None  # torch's own syncs (cudagraph_trees recording), apart
+    torch_own_places: dict | None = None

@@ -109,3 +109,38 @@ def test_sync_counter_keeps_other_warnings_and_does_nothing_on_cpu(fake_cuda):
     counter = SyncCounter()
     counter.start(types.SimpleNamespace(device="cpu", timer=PhaseTimer(), profile=None))
     assert counter.stop(None) is None and fake_cuda.sync_mode == 0
+
+
+def test_torchs_own_syncs_are_counted_apart(fake_cuda):
+    """torch.compile(mode="reduce-overhead"): cudagraph_trees synchronizes while it records a
+    CUDA graph, inside the user's forward. Those are torch's, not the script's: counted apart,
+    with their place, and never in the per-step figure the sync rule reads."""
+    import os
+
+    torch_dir = os.path.dirname(torch.__file__)
+    where = os.path.join(torch_dir, "_inductor", "cudagraph_trees.py")
+    ns = {"torch": torch, "warnings": warnings}
+    graphs = os.path.join(torch_dir, "cuda", "graphs.py")
+    exec(compile("def graph_enter():\n    torch.cuda.synchronize()\n", graphs, "exec"), ns)
+    exec(compile("def record_function():\n    torch.cuda.synchronize()\n    graph_enter()\n"
+                 "def warn_item():\n    warnings.warn_explicit('called a synchronizing CUDA operation',"
+                 " UserWarning, __file__, 1)\n", where, "exec"), {**ns, "__file__": where}, ns)
+    counter = SyncCounter()
+    timer = PhaseTimer.for_device("cuda", pool=64)
+    ctx = types.SimpleNamespace(device="cuda:0", timer=timer, profile=None)
+    counter.start(ctx)
+    for _ in range(3):
+        timer.start_step()
+        with timer.phase("forward"):
+            ns["record_function"]()  # cudagraph_trees: a sync, and torch.cuda.graph's own
+            ns["warn_item"]()
+            fake_cuda.item()  # the user's own .item()
+            ns["graph_enter"]()  # a torch.cuda.graph the script enters itself: the script's
+        timer.end_step()
+    records = timer.steps()
+    ctx.profile = types.SimpleNamespace(steps=records[1:], warmup_steps=records[:1])
+    out = counter.stop(ctx)
+    assert out["per_step"] == 2 and out["per_phase"] == {"forward": 4}  # .item() and its own graph
+    assert out["torch_own_in_steps"] == 6
+    assert out["torch_own_places"] == {"torch/_inductor/cudagraph_trees.py:record_function": 6,
+                                       "torch/_inductor/cudagraph_trees.py": 3}

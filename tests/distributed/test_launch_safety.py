@@ -143,3 +143,18 @@ def test_no_rank_outlives_gpuprof(tmp_path, data_dir, sig):
         assert p.returncode == -signal.SIGKILL
         launch.sweep_stale_folders()
         assert [n for n in os.listdir(tempfile.gettempdir()) if n.startswith(folder)] == []
+
+
+def test_ranks_get_the_nccl_settings_that_keep_their_entries(monkeypatch):
+    """NCCL's default under torchrun (TearDown) SIGABRTs a rank whose collective timed out before
+    it can write its entry; CleanUpOnly lets it raise in Python. A value the user set is kept."""
+    monkeypatch.setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")  # the user's own
+    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    monkeypatch.delenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", raising=False)
+    with launch.rank_env() as added:
+        assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"
+        assert os.environ["TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC"] == "250"
+        assert os.environ["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+        assert sorted(added) == ["TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC"]
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in os.environ
+    assert os.environ["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"

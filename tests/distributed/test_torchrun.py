@@ -109,6 +109,10 @@ def test_crashing_rank_reported_without_hang(tmp_path, data_dir):
     # rank 0 lost its peer: its collective failed, or torchrun stopped it; never "ok"
     assert by_rank[0]["status"] in ("failed", "interrupted")
     assert by_rank[0]["profile"]["steps"]  # its completed steps are kept
+    # A failed data-parallel rank runs nothing on its model after the run (DDP's reducer may still
+    # expect a backward: one would launch an all-reduce no peer answers).
+    post = by_rank[1]["profile"]["measurements"]["post_run"]
+    assert post["budget_s"] == 0 and post["source"].startswith("none: a data-parallel rank that failed")
 
 
 def test_builtin_loop_data_parallel(tmp_path):
@@ -124,6 +128,7 @@ def test_builtin_loop_data_parallel(tmp_path):
         assert p["run"]["config"]["grad_accum"] == 2  # 4 // world size, as nanoGPT
         assert rank_stats(e).micro_steps == 2
         assert p["measurements"]["comm"]["rounds_per_step"] == 1  # no_sync on the first micro-step
+        assert e["nccl_env"]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"  # set for the ranks by the launcher
     assert finding(prof, "ddp-sync-every-micro-step") is None
 
 
