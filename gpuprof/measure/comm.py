@@ -264,6 +264,14 @@ class CommMeter:
         }
 
 
+def _is_mig(nvml, handle) -> bool:
+    try:
+        flag = nvml.nvmlDeviceIsMigDeviceHandle(handle)
+    except Exception:  # noqa: BLE001 - NotSupported: a GPU that cannot be partitioned
+        return False
+    return bool(getattr(flag, "value", flag))
+
+
 def link_info(device: str, world: int, nvml=None) -> dict:
     """The link the all-reduce runs over and its nominal per-direction figure, where known.
     NVML: the active NVLink links and their version (an nvmlNvlinkVersion_t enum), else the
@@ -292,6 +300,10 @@ def link_info(device: str, world: int, nvml=None) -> dict:
 
             uuid = str(getattr(torch.cuda.get_device_properties(cuda_index(device)), "uuid", "") or "")
             h, _ = resolve_nvml_handle(pynvml, device, uuid=uuid or None)
+            if _is_mig(pynvml, h):
+                return {"name": "a MIG instance", "nominal_Bps": None,
+                        "why": ("MIG instances have no GPU-to-GPU peer path (NVLink or PCIe P2P, per NVIDIA's "
+                                "MIG user guide), and NVML answers link queries for whole GPUs only")}
             active, version = 0, None
             for link in range(18):
                 try:

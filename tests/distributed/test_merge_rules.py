@@ -285,3 +285,18 @@ def test_bounds_check_the_distributed_figures():
     assert any("exposed 0.05 s is more than the 0.02 s in flight" in v for v in found)
     assert any("rank 0: busy 5 s is outside 0..its step" in v for v in found)
     assert any(v.startswith("rank 1: measurements.comm.per_step[1]: negative") for v in found)
+
+
+def test_link_info_of_a_mig_instance_says_why_and_asks_nothing_nvml_refuses(fake_cuda, monkeypatch):
+    """NVML refuses link queries on a MIG handle (the strict fake too); MIG has no peer path."""
+    from fakes.nvml import FakeNvml
+
+    from gpuprof.measure.comm import link_info
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    mig = "MIG-" + fake_cuda.uuids[0]
+    monkeypatch.setattr(fake_cuda, "uuids", [mig[4:]] + fake_cuda.uuids[1:])
+    nvml = FakeNvml(uuids=["GPU-aaaa-1111"], migs=[mig], nvlinks=18, nvlink_version=6)
+    info = link_info("cuda:0", 2, nvml=nvml)
+    assert info["name"] == "a MIG instance" and info["nominal_Bps"] is None and "MIG" in info["why"]
+    assert not nvml.calls.get("nvlink") and not nvml.calls.get("pcie_max")

@@ -11,8 +11,8 @@ the real bindings (checked against nvidia-ml-py 13.615's pynvml.py).
   otherwise); like pynvml it takes str or bytes. `nvmlDeviceGetUUID` returns str (pynvml >= 11
   decodes), `nvmlDeviceGetName` bytes (as older bindings did), so callers must accept both.
 - MIG instances (`migs`, carved from GPU 0) are reachable only by their MIG- UUID, not by index
-  (NVML counts whole GPUs). On a MIG handle utilization, clocks and power answer NotSupported;
-  memory is the instance's own. `nvmlDeviceIsMigDeviceHandle` returns a ctypes c_uint, as
+  (NVML counts whole GPUs). On a MIG handle utilization, clocks, power, temperature,
+  throttle reasons and the PCIe/NVLink links answer NotSupported; memory is the instance's own. `nvmlDeviceIsMigDeviceHandle` returns a ctypes c_uint, as
   pynvml does; a GPU that cannot be partitioned (`mig_capable=False`) answers NotSupported.
 
 Handles are ints: GPU i is i, MIG instance j is MIG_BASE + j. `fail` names fields that raise
@@ -28,7 +28,11 @@ import pynvml
 
 MIG_BASE = 100
 # What a MIG device handle cannot answer (the parent GPU's business or not partitioned).
-MIG_NOT_SUPPORTED = {"utilization", "sm_clock", "sm_clock_max", "power", "power_limit"}
+# NVML answers a MIG device handle for the instance's own facts (name, UUID, memory, processes)
+# and NotSupported for the physical GPU's (clocks, power, temperature, throttle reasons, PCIe and
+# NVLink links): those belong to the parent handle.
+MIG_NOT_SUPPORTED = {"utilization", "sm_clock", "sm_clock_max", "power", "power_limit", "temperature",
+                     "throttle_reasons", "pcie", "pcie_max", "nvlink"}
 
 
 def nvml_error(code: int) -> pynvml.NVMLError:
