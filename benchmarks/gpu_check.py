@@ -1,6 +1,6 @@
 """The GPU check: one command that validates gpuprof's CUDA paths the moment a GPU is lent.
 
-    PYTHONPATH=. python3 benchmarks/gpu_check.py                       # every check, ~5 min on an H200
+    PYTHONPATH=. python3 benchmarks/gpu_check.py                       # every check that fits --budget
     PYTHONPATH=. python3 benchmarks/gpu_check.py --only sync-counts,nvml
     python benchmarks/gpu_check.py --cpu-smoke --report-dir /tmp/x     # the plumbing, on a CPU
 
@@ -13,7 +13,8 @@ machine and software versions, and per check its commands, wall time, every figu
 ("not measured" when the profile lacks it) and the verdict with its reason.
 
 Options:
-  --only NAME[,NAME]  run only these checks (`nvml` also runs `default-diagnose`, whose profile it reads)
+  --only NAME[,NAME]  run only these checks (`nvml` and `gpu-spans` also run `default-diagnose`,
+                      whose profile they read)
   --report-dir DIR    where the report goes (default: docs/measurements in this checkout)
   --budget SECONDS    the whole run's time limit (default 480); a check that would start with
                       less time left than it needs is SKIPped
@@ -149,6 +150,37 @@ class Ctx:
             f.seek(0)
             out = f.read()
         return Proc(argv, proc.returncode, out, wall, timed_out, timeout)
+
+    def run_until(self, argv: list[str], line_prefix: str, sig: int, budget_s: float) -> tuple[Proc, float | None]:
+        """argv in a process group of its own; when a line starting with `line_prefix` appears, `sig`
+        goes to the whole group (as a terminal's Ctrl-C). The run, and the seconds from the signal
+        to its exit (None when the line never came)."""
+        timeout = max(1.0, min(budget_s, self.left()))
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, cwd=REPO, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        lines, after, timed_out = [], None, False
+        try:
+            for line in proc.stdout:  # a hang here ends at the kill below (the budget's timer)
+                lines.append(line)
+                if line.startswith(line_prefix):
+                    signalled = time.monotonic()
+                    os.killpg(proc.pid, sig)
+                    rest, _ = proc.communicate(timeout=max(1.0, timeout - (signalled - t0)))
+                    lines.append(rest or "")
+                    after = time.monotonic() - signalled
+                    break
+                if time.monotonic() - t0 > timeout:
+                    timed_out = True
+                    break
+            else:
+                proc.wait(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(proc)
+            proc.wait()
+        return Proc(argv, proc.returncode, "".join(lines), time.monotonic() - t0, timed_out, timeout), after
 
     def diagnose(self, label: str, options: list[str], script: list[str] | None = None,
                  budget_s: float = 120.0) -> tuple[Proc, dict | None]:
@@ -395,6 +427,75 @@ def check_event_overhead(ctx: Ctx) -> Check:
     return c.decide(*judge_overhead(results))
 
 
+DDP_FIXTURE = REPO / "tests" / "fixtures" / "ddp_train.py"
+
+
+def check_nccl(ctx: Ctx) -> Check:
+    c = Check("nccl-one-rank")
+    if ctx.smoke:
+        return c.skip("needs CUDA: NCCL runs on GPUs only (the suite runs the same launcher on gloo)")
+    script = [str(DDP_FIXTURE), "--backend=nccl", "--device_kind=cuda", f"--data_dir={ctx.tmp / 'ddp'}",
+              "--max_iters=200"]
+    proc, prof = ctx.diagnose("nccl", ["--nproc-per-node", "1", "--steps", "5", "--warmup", "2"], script,
+                              budget_s=120)
+    if not _ran(c, proc, prof):
+        return c
+    e = rank_entry(prof) or {}
+    for k in ("backend", "clock", "measured_steps", "rounds_per_step", "buckets_per_round", "bytes_per_round",
+              "in_flight_s", "exposed_s", "algbw_Bps", "busbw_Bps", "busbw_note", "incomplete_rounds",
+              "mark_errors", "link"):
+        c.figures[f"comm.{k}"] = lookup(e.get("profile") or {}, f"measurements.comm.{k}")
+    c.figures["rank 0 nccl_env"] = e.get("nccl_env") or Missing("key missing: nccl_env")
+    ok, why = judge_nccl(prof)
+    if not ok:
+        return c.decide(False, why)
+    # Ctrl-C mid-run: the rank's entry is still written, within a bound.
+    out = ctx.tmp / "nccl-interrupted.json"
+    argv = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "1", "--steps", "100000",
+            "--warmup", "1", "--post-budget", "0", "--out", str(out), *script[:-1], "--max_iters=1000000"]
+    run, after = ctx.run_until(argv, "iter 5:", signal.SIGINT, 120)
+    c.runs.append(run)
+    try:
+        stopped = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        stopped = None
+    c.figures["interrupted: exit code"] = run.rc
+    c.figures["interrupted: seconds from SIGINT to exit"] = after if after is not None else Missing("no `iter 5:` line")
+    if after is None:
+        return c.decide(False, f"{why}; but the interrupted run never printed `iter 5:` (exit {run.rc})")
+    ok2, why2 = judge_interrupted_rank(stopped, run.rc, after)
+    return c.decide(ok2, f"{why}; {why2}")
+
+
+def check_cudagraphs(ctx: Ctx) -> Check:
+    c = Check("cudagraphs")
+    if ctx.smoke:
+        return c.skip("needs CUDA: torch.compile(mode='reduce-overhead') records CUDA graphs")
+    opts = ["--compile-mode", "reduce-overhead", "--n-layer", "4", "--batch-size", "8", "--block-size", "512",
+            "--grad-accum", "2", "--steps", "5", "--warmup", "3"]
+    proc, prof = ctx.diagnose("cudagraphs", opts, budget_s=240)
+    if not _ran(c, proc, prof):
+        return c
+    c.figures = run_figures(prof)
+    for k in ("measurements.timer", "measurements.syncs.per_step", "measurements.syncs.calls",
+              "measurements.syncs.torch_own_in_steps", "measurements.syncs.torch_own_places"):
+        c.figures[k] = lookup(prof, k)
+    return c.decide(*judge_cudagraphs(prof))
+
+
+def check_gpu_spans(ctx: Ctx) -> Check:
+    c = Check("gpu-spans")
+    if ctx.smoke:
+        return c.skip("needs CUDA: the GPU timeline comes from CUDA events")
+    prof = ctx.profiles.get("default")
+    if prof is None:
+        return c.decide(False, "no profile from default-diagnose to read")
+    steps = prof.get("steps") or []
+    c.figures = {"steps": len(steps), "first step gpu_spans": ((steps[0].get("extra") or {}).get("gpu_spans")
+                                                               if steps else Missing("no steps"))}
+    return c.decide(*judge_gpu_spans(prof))
+
+
 @dataclass(frozen=True)
 class Spec:
     name: str
@@ -409,12 +510,19 @@ CHECKS = [
     Spec("default-diagnose", check_default_diagnose, 40,
          "`gpuprof diagnose` with the CUDA defaults (GPT-2 124M, bf16): step time, phases on the GPU "
          "timeline, true MFU, and the bf16 matmul ceiling at 50-100% of the datasheet peak."),
-    Spec("compiled", check_compiled, 120,
-         "`gpuprof diagnose --batch-size 16 --block-size 1024 --grad-accum 8 --dtype bf16 --compile`: "
-         "the same figures and verdict as the default run."),
     Spec("nvml", check_nvml, 0,
          "From the default run's profile: NVML available, every field sampled or named unreadable, and the "
          "sampled GPU's UUID equal to torch's device 0."),
+    Spec("gpu-spans", check_gpu_spans, 0,
+         "From the default run's profile: per step, the GPU spans add up to the GPU phase totals and lie "
+         "inside the step, in order."),
+    Spec("nccl-one-rank", check_nccl, 60,
+         "tests/fixtures/ddp_train.py with --nproc-per-node 1 on NCCL, DDP on cuda:0: the all-reduce meter "
+         "counts one round per step on CUDA events, in flight and exposed measured, busbw not given for one "
+         "rank; then SIGINT mid-run: exit 130 within 60 s with the rank's steps kept."),
+    Spec("cudagraphs", check_cudagraphs, 90,
+         "The built-in loop with --compile-mode reduce-overhead (CUDA graphs): every measured step on the GPU "
+         "timeline, no event recorded during a capture, no sync counted as the loop's own."),
     Spec("nanogpt-data-delay", check_nanogpt_data_delay, 30,
          "tests/fixtures/nanogpt_train.py with 20 ms slept in every get_batch: gpuprof's data share vs the "
          "slept ÷ iteration time the fixture prints, within 5 points."),
@@ -432,6 +540,9 @@ CHECKS = [
          f"median on/off ratio ≤ {OVERHEAD_LIMIT}."),
     Spec("cuda-scenarios", check_cuda_scenarios, 40,
          "`gpuprof scenario run NAME` for every scenario whose device is cuda: each MATCHes (exit 0)."),
+    Spec("compiled", check_compiled, 120,
+         "`gpuprof diagnose --batch-size 16 --block-size 1024 --grad-accum 8 --dtype bf16 --compile`: "
+         "the same figures and verdict as the default run."),
 ]
 CHECK_WHAT = {s.name: s.what for s in CHECKS}
 
@@ -586,8 +697,8 @@ def parse_args(argv):
         unknown = [n for n in wanted if n not in names]
         if unknown:
             ap.error(f"unknown check(s) {', '.join(unknown)}; choose from {', '.join(names)}")
-        if "nvml" in wanted and "default-diagnose" not in wanted:
-            wanted.append("default-diagnose")  # nvml reads its profile
+        if {"nvml", "gpu-spans"} & set(wanted) and "default-diagnose" not in wanted:
+            wanted.append("default-diagnose")  # nvml and gpu-spans read its profile
         args.selected = [n for n in names if n in wanted]
     else:
         args.selected = names

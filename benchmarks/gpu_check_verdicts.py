@@ -431,6 +431,140 @@ def judge_overhead(results: dict, limit: float = OVERHEAD_LIMIT) -> tuple[bool, 
 
 
 # --------------------------------------------------------------------------------- the report
+# ------------------------------------------------------------------ data parallel on one GPU (NCCL)
+INTERRUPT_BOUND_S = 60.0  # SIGINT mid-step -> gpuprof exits with the rank's entry written, at most
+
+
+def rank_entry(p, rank: int = 0) -> dict | None:
+    return next((e for e in (p.get("ranks") or []) if isinstance(e, dict) and e.get("rank") == rank), None)
+
+
+def judge_nccl(p) -> tuple[bool, str]:
+    """One NCCL rank with DDP on cuda:0: the all-reduce meter counted every round on CUDA events,
+    in flight and exposed measured, no mark failed, busbw not given for one rank, and the rank ran
+    with the NCCL settings that keep its entry on a timeout."""
+    problems: list[str] = []
+    e = rank_entry(p)
+    if e is None:
+        return False, "no entry for rank 0 in the profile's ranks"
+    if e.get("status") != "ok":
+        problems.append(f"rank 0 ended {e.get('status')!r}: {(e.get('error') or {}).get('message')}")
+    rp = e.get("profile") or {}
+    comm = lookup(rp, "measurements.comm")
+    if isinstance(comm, Missing):
+        return False, comm.why
+    expect = {"backend": "nccl", "clock": "cuda events", "world_size": 1, "rounds_per_step": 1,
+              "incomplete_rounds": 0, "busbw_Bps": None}
+    for k, want in expect.items():
+        if comm.get(k) != want:
+            problems.append(f"comm.{k} is {comm.get(k)!r}, expected {want!r}")
+    if comm.get("mark_errors"):
+        problems.append(f"marks failed: {comm['mark_errors']}")
+    steps = comm.get("measured_steps")
+    if not steps or steps != len(rp.get("steps") or []):
+        problems.append(f"comm measured {steps!r} steps of {len(rp.get('steps') or [])}")
+    fl, ex = comm.get("in_flight_s"), comm.get("exposed_s")
+    if not isinstance(fl, (int, float)) or fl <= 0:
+        problems.append(f"in-flight time {fl!r}, expected > 0")
+    elif not isinstance(ex, (int, float)) or not 0 <= ex <= fl:
+        problems.append(f"exposed {ex!r} s outside [0, in flight {fl:.6f} s]")
+    if (e.get("nccl_env") or {}).get("TORCH_NCCL_ASYNC_ERROR_HANDLING") != "2":
+        problems.append(f"the rank ran with NCCL env {e.get('nccl_env')!r}, not CleanUpOnly (2)")
+    if lookup(rp, "measurements.timer.gpu_timeline") is not True:
+        problems.append(f"no GPU timeline: {lookup(rp, 'measurements.timer.reasons')}")
+    if problems:
+        return False, "; ".join(problems)
+    return True, (f"{steps} steps, 1 round each on CUDA events: in flight {fl * 1e3:.3f} ms, exposed "
+                  f"{ex * 1e3:.3f} ms; busbw not given for one rank; NCCL CleanUpOnly")
+
+
+def judge_interrupted_rank(p, rc, wall_s: float, bound_s: float = INTERRUPT_BOUND_S) -> tuple[bool, str]:
+    """SIGINT mid-step: exit 130 within the bound, rank 0's entry written "interrupted" with its
+    completed steps, no post-run work."""
+    problems: list[str] = []
+    if rc != 130:
+        problems.append(f"exit code {rc}, expected 130")
+    if wall_s > bound_s:
+        problems.append(f"took {wall_s:.1f} s after the signal, over {bound_s:.0f} s")
+    e = rank_entry(p) if p is not None else None
+    if e is None:
+        return False, "; ".join(problems + ["no entry for rank 0 written"])
+    n = len((e.get("profile") or {}).get("steps") or [])
+    if e.get("status") != "interrupted":
+        problems.append(f"rank 0 ended {e.get('status')!r}, expected 'interrupted'")
+    if n < 3:
+        problems.append(f"{n} measured steps kept, expected at least 3")
+    if problems:
+        return False, "; ".join(problems)
+    return True, f"exit 130 {wall_s:.1f} s after SIGINT, rank 0 interrupted with {n} measured steps kept"
+
+
+def judge_cudagraphs(p) -> tuple[bool, str]:
+    """torch.compile(mode="reduce-overhead") on the built-in loop: every measured step has a GPU
+    timeline (the graph replays sit between the phase events; none was recorded during a
+    capture), forward and backward take GPU time, and no sync is counted as the script's."""
+    problems: list[str] = []
+    timer = lookup(p, "measurements.timer")
+    if isinstance(timer, Missing):
+        return False, timer.why
+    if timer.get("gpu_timeline") is not True or timer.get("steps_unresolved"):
+        problems.append(f"GPU timeline incomplete: steps {timer.get('steps_unresolved')} ({timer.get('reasons')})")
+    if timer.get("record_error"):
+        problems.append(f"an event failed: {timer['record_error']}")
+    steps = p.get("steps") or []
+    if not steps:
+        problems.append("no measured steps")
+    for s in steps:
+        g = s.get("gpu_phases") or {}
+        if not (g.get("forward", 0) > 0 and g.get("backward", 0) > 0):
+            problems.append(f"step {s.get('index')}: forward/backward GPU time {g.get('forward')!r}/{g.get('backward')!r}")
+            break
+    per_step = _num(p, "measurements.syncs.per_step", problems)
+    if per_step is not None and per_step != 0:
+        problems.append(f"{per_step:g} syncs per step counted as the loop's own (it makes none)")
+    if problems:
+        return False, "; ".join(problems)
+    own = lookup(p, "measurements.syncs.torch_own_in_steps")
+    return True, (f"{len(steps)} steps on the GPU timeline, 0 syncs of the loop's own"
+                  f" ({own if not isinstance(own, Missing) else 'not measured'} of torch's own in the steps)")
+
+
+SPAN_TOLERANCE_S = 2e-6  # spans are stored rounded to 0.1 µs
+
+
+def judge_gpu_spans(p) -> tuple[bool, str]:
+    """Per measured step, the GPU spans (in the order the GPU ran them) add up to the GPU phase
+    totals and lie inside the step's GPU time, in order and without overlap."""
+    problems: list[str] = []
+    steps = [s for s in (p.get("steps") or []) if s.get("gpu_phases")]
+    if not steps:
+        return False, "no step with GPU phases"
+    n_spans = 0
+    for s in steps:
+        spans = (s.get("extra") or {}).get("gpu_spans")
+        i = s.get("index")
+        if not spans:
+            problems.append(f"step {i}: no gpu_spans")
+            continue
+        n_spans += len(spans)
+        tol = SPAN_TOLERANCE_S * (len(spans) + 1)
+        sums: dict = {}
+        end = 0.0
+        for label, start, dur in spans:
+            sums[label] = sums.get(label, 0.0) + dur
+            if start < end - tol or dur < 0:
+                problems.append(f"step {i}: span {label} at {start} overlaps the one before (ends {end})")
+            end = start + dur
+        if end > (s.get("gpu_s") or 0) + tol:
+            problems.append(f"step {i}: spans end at {end:.6f} s, after the step's GPU time {s.get('gpu_s')}")
+        for label, total in (s.get("gpu_phases") or {}).items():
+            if abs(sums.get(label, 0.0) - total) > tol:
+                problems.append(f"step {i}: {label} spans sum to {sums.get(label, 0.0):.7f} s, phase total {total:.7f} s")
+    if problems:
+        return False, "; ".join(problems[:5])
+    return True, f"{len(steps)} steps, {n_spans} GPU spans: each step's spans add up to its phases, in order, inside the step"
+
+
 def slugify(name: str | None) -> str:
     """'NVIDIA H200' -> 'nvidia-h200'."""
     s = re.sub(r"[^a-z0-9]+", "-", str(name or "").lower()).strip("-")

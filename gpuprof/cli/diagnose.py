@@ -40,6 +40,7 @@ def diagnose(
     grad_accum: Optional[int] = typer.Option(None, help="Gradient accumulation steps per optimizer step."),
     dtype: Optional[str] = typer.Option(None, help="bf16, fp16 or fp32 (autocast dtype)."),
     compile: bool = typer.Option(False, "--compile/--no-compile", help="torch.compile the model."),
+    compile_mode: Optional[str] = typer.Option(None, help="torch.compile's mode (implies --compile): default, reduce-overhead (CUDA graphs), max-autotune, max-autotune-no-cudagraphs."),
     tf32: bool = typer.Option(True, "--tf32/--no-tf32", help="fp32 on CUDA: allow TF32 matmuls, as nanoGPT's train.py does."),
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda if available)."),
     pin_memory: bool = typer.Option(True, "--pin-memory/--no-pin-memory", help="Pinned host buffers + non_blocking copies (CUDA)."),
@@ -120,7 +121,8 @@ def diagnose(
     if script is None:
         cfg = session.builtin_config(measure, device=device, model=model, dtype=dtype, n_layer=n_layer,
                                      n_head=n_head, n_embd=n_embd, vocab_size=vocab_size, batch_size=batch_size,
-                                     block_size=block_size, grad_accum=grad_accum, compile=compile, tf32=tf32,
+                                     block_size=block_size, grad_accum=grad_accum, compile=compile,
+                                     compile_mode=compile_mode, tf32=tf32,
                                      pin_memory=pin_memory, data=str(data) if data else None)
     if distributed:
         session.prepare_launch(launcher, standalone, script=script, builtin=cfg, rank_timeout=rank_timeout)

@@ -256,7 +256,9 @@ class CommMeter:
             "extra_rounds_exposed_s": med("extra_rounds_exposed_s"),
             "extra_rounds_in_flight_s": med("extra_rounds_in_flight_s"),
             "algbw_Bps": median(algbw),
-            "busbw_Bps": None if not algbw else median(algbw) * factor,
+            # One rank crosses no link: its all-reduce copies nothing, so no bus bandwidth exists.
+            "busbw_Bps": None if not algbw or self._world <= 1 else median(algbw) * factor,
+            "busbw_note": "one rank: its all-reduce crosses no link" if self._world <= 1 else None,
             "incomplete_rounds": incomplete,
             "mark_errors": list(self._errors),
             "link": link_info(self._device, self._world),

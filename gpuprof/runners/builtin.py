@@ -43,6 +43,9 @@ class LoopFaults:
     eval_every_step: int = 0  # run this many eval batches (no_grad) inside every step
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
+
+
 @dataclass
 class LoopConfig:
     model: str = "tiny"
@@ -56,6 +59,7 @@ class LoopConfig:
     dtype: str = "fp32"
     tf32: bool = True  # TF32 matmuls for fp32 math on CUDA, as nanoGPT's train.py sets
     compile: bool = False
+    compile_mode: str | None = None  # torch.compile's mode (implies compile); None: its default
     device: str = "cpu"
     pin_memory: bool = True
     data: str | None = None
@@ -73,6 +77,10 @@ class LoopConfig:
         if self.warmup < 0:
             raise GpuprofError(f"--warmup must be zero or positive, got {self.warmup}")
         self.dtype = normalize_dtype(self.dtype, allowed=TRAIN_DTYPES)  # bfloat16, BF16 -> bf16
+        if self.compile_mode is not None:
+            if self.compile_mode not in COMPILE_MODES:
+                raise GpuprofError(f"--compile-mode {self.compile_mode!r}: use one of {', '.join(COMPILE_MODES)}")
+            self.compile = True
         dev = str(self.device)
         try:
             d = torch.device(dev)
@@ -221,7 +229,7 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
     # GradScaler only matters for fp16; disabled it is a no-op, as in nanoGPT.
     scaler = torch.amp.GradScaler(device_type, enabled=(cfg.dtype == "fp16" and cuda))
     optimizer = _adamw(model, cfg, cuda)
-    step_model = torch.compile(model) if cfg.compile else model
+    step_model = torch.compile(model, mode=cfg.compile_mode) if cfg.compile else model
     ddp = None
     if ddp_info is not None:  # nanoGPT's order: compile, then wrap in DDP
         from torch.nn.parallel import DistributedDataParallel as DDP

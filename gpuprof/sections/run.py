@@ -91,6 +91,7 @@ class CommSection(Section):
     extra_rounds_in_flight_s: float | None = None
     algbw_Bps: float | None = None
     busbw_Bps: float | None = None
+    busbw_note: str | None = None  # why there is none (one rank crosses no link)
     incomplete_rounds: int | None = None
     link: dict | None = None  # {"name", "nominal_Bps", ...}, as stored
     per_step: tuple[CommStep, ...] = ()

@@ -95,3 +95,13 @@ def test_short_data_file(tmp_path):
     np.arange(10, dtype=np.uint16).tofile(path)
     with pytest.raises(GpuprofError, match="needs at least 65"):
         run_builtin(LoopConfig(**SMALL, data=str(path)))
+
+
+def test_compile_mode_implies_compile_and_is_validated():
+    from gpuprof.errors import GpuprofError
+
+    cfg = LoopConfig(**{**SMALL, "compile_mode": "reduce-overhead"})
+    cfg.validate()
+    assert cfg.compile is True
+    with pytest.raises(GpuprofError, match="--compile-mode 'fast': use one of default, reduce-overhead"):
+        LoopConfig(**{**SMALL, "compile_mode": "fast"}).validate()
