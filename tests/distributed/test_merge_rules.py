@@ -300,3 +300,83 @@ def test_link_info_of_a_mig_instance_says_why_and_asks_nothing_nvml_refuses(fake
     info = link_info("cuda:0", 2, nvml=nvml)
     assert info["name"] == "a MIG instance" and info["nominal_Bps"] is None and "MIG" in info["why"]
     assert not nvml.calls.get("nvlink") and not nvml.calls.get("pcie_max")
+
+
+# -- NCCL: the host runs ahead of the collectives (tests/fakes/nccl.py) ------------------------
+def _nccl_backward(fake_cuda, nccl, monkeypatch, timer, meter):
+    """One step of a DDP backward with two buckets on NCCL: 10 ms of gradients, bucket 0's
+    all-reduce, 10 ms more, bucket 1's (the last); then the optimizer, which waits for both."""
+    import torch
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "all_reduce", nccl.all_reduce)
+    monkeypatch.setattr(dist, "get_world_size", nccl.get_world_size)
+    futures = []
+    timer.start_step()
+    timer.switch("backward")
+    for last in (False, True):
+        fake_cuda.enqueue(0.010)  # this bucket's gradients
+        bucket = types.SimpleNamespace(buffer=lambda: torch.zeros(1000), is_last=lambda last=last: last)
+        futures.append(meter.allreduce_hook(None, bucket))
+    timer.switch("optimizer")
+    for f in futures:  # DDP's finalize_backward: the stream waits for the collectives
+        f.wait()
+    fake_cuda.enqueue(0.001)
+    timer.end_step()
+
+
+def _stop(meter, timer, ended="finished"):
+    steps = timer.steps(stopped=ended not in ("finished", "stopped"))
+    ctx = types.SimpleNamespace(profile=types.SimpleNamespace(steps=steps, run={"ended": ended}))
+    return meter.stop(ctx), steps
+
+
+def test_nccl_rounds_read_from_events_while_the_host_ran_ahead(fake_cuda, monkeypatch):
+    from fakes.nccl import FakeNccl
+
+    from gpuprof.measure.timer import PhaseTimer
+
+    nccl = FakeNccl(fake_cuda, world_size=2, seconds=0.004)
+    timer = PhaseTimer.for_device("cuda:0", pool=32)
+    meter = CommMeter(clock=CudaClock("cuda:0"))
+    meter._registered, meter._world, meter._backend, meter._timer = True, 2, "nccl", timer
+    _nccl_backward(fake_cuda, nccl, monkeypatch, timer, meter)
+    assert fake_cuda.host_now == 0 and nccl.launched == 2  # nothing on the host waited
+    sec, (step,) = _stop(meter, timer)
+    # bucket 0: ready 10 ms, reduced 10-14; bucket 1: ready 20 ms, reduced 20-24 (after its grads)
+    assert sec["in_flight_s"] == pytest.approx(0.008)
+    assert sec["exposed_s"] == pytest.approx(0.004)  # last ready -> last done
+    assert sec["rounds_per_step"] == 1 and sec["incomplete_rounds"] == 0 and sec["mark_errors"] == []
+    assert step.gpu_phases["optimizer"] == pytest.approx(0.005)  # waits 4 ms for the reduce, then 1 ms
+    assert fake_cuda.event_waits == 0
+
+
+def test_nccl_peer_gone_neither_hangs_nor_loses_the_step(fake_cuda, monkeypatch):
+    """Bucket 1's all-reduce never completes (its peer stopped): the optimizer waits forever on
+    the GPU. Reading the run gives up within the bound: the step keeps its host times, the round
+    is incomplete, and a fake CUDA raises WouldHang wherever CUDA would have hung."""
+    from fakes.nccl import FakeNccl
+
+    from gpuprof.measure.timer import NOT_FINISHED, PhaseTimer, STOPPED_GRACE_S
+
+    nccl = FakeNccl(fake_cuda, world_size=2)
+    timer = PhaseTimer.for_device("cuda:0", pool=32)
+    meter = CommMeter(clock=CudaClock("cuda:0"))
+    meter._registered, meter._world, meter._backend, meter._timer = True, 2, "nccl", timer
+    monkeypatch.setattr(nccl, "all_reduce", _gone_after(nccl, 1))
+    _nccl_backward(fake_cuda, nccl, monkeypatch, timer, meter)
+    sec, (step,) = _stop(meter, timer, ended="failed")
+    assert step.wall_s >= 0 and step.gpu_phases is None
+    assert timer.gpu_report()["reasons"] == [NOT_FINISHED] and timer.gpu_unfinished
+    assert sec["incomplete_rounds"] == 1 and sec["rounds_per_step"] == 0  # no complete round in the step
+    assert STOPPED_GRACE_S <= fake_cuda.host_now < STOPPED_GRACE_S + 0.01  # one bounded wait, the meter's none
+
+
+def _gone_after(nccl, n):
+    real = nccl.all_reduce
+
+    def all_reduce(tensor, group=None, async_op=False):
+        nccl.peer_gone = nccl.launched >= n
+        return real(tensor, group=group, async_op=async_op)
+
+    return all_reduce
