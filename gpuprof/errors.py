@@ -13,6 +13,12 @@ class ScriptFailed(GpuprofError):
     exit_code = 1
 
 
+class InterruptedEmpty(GpuprofError):
+    """Ctrl-C before anything reportable was measured: the line says what was. Exit code 130."""
+
+    exit_code = 130
+
+
 class ScenarioMismatch(GpuprofError):
     """A scenario's diagnosis did not match its expectation. Exit code 1."""
 

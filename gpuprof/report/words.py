@@ -45,7 +45,8 @@ def run_line(profile: Profile) -> str:
     """What ran, in one line: the model and the device."""
     cfg = profile.config
     env = profile.environment
-    model = cfg.get("model") or ("a script" if profile.run.get("mode") == "script" else "a model")
+    mode = profile.run.get("mode")
+    model = cfg.get("model") or {"script": "a script", "attach": "a running process"}.get(mode, "a model")
     if cfg.get("param_count"):
         model += f" ({count(cfg['param_count'])} parameters)"
     return f"{model} on {env.get('device_name') or cfg.get('device') or NM}"
@@ -67,6 +68,8 @@ def throughput_text(profile: Profile, stats: StepStats) -> str:
     """Tokens per second at the typical step: the job's for a merged data-parallel run, and over
     the whole run when irregular steps slowed it."""
     world = int(profile.run.get("world_size") or 1) if profile.ranks else 1
+    if not stats.tokens_per_step:  # an attached run: the tokens a step consumes are not seen from outside
+        return "tokens/s not measured (no token count)"
     text = f"{stats.tokens_per_s * world:,.0f} tokens/s"
     if world > 1:
         me = profile.run.get("rank")
@@ -118,6 +121,39 @@ def precision_line(prec: dict) -> str:
     return line
 
 
+def attach_rows(profile: Profile) -> list[tuple[str, str]]:
+    """What an attached run's report says about how it was measured: the process, the sampling,
+    the process's CPU, workers and reads, the GPU inference."""
+    run = profile.run
+    a = profile.measurements.get("attach") or {}
+    smp, steps, proc = a.get("sampler") or {}, a.get("steps") or {}, a.get("process") or {}
+    rows = [("attached", f"process {run.get('pid')}: " + (" ".join(str(c) for c in run.get("command") or []) or NM))]
+    split = (f"; {steps['gaps_split']} gap{'s' if steps['gaps_split'] != 1 else ''} between sampled optimizer "
+             f"steps held several steps and were split evenly" if steps.get("gaps_split") else "")
+    rows.append(("sampled", f"py-spy {smp.get('version') or ''} at {smp.get('rate_hz')}/s"
+                 f"{' (non-blocking)' if smp.get('nonblocking') else ''}: {smp.get('samples') or NM} samples, "
+                 f"{seconds(smp.get('sampled_s'))} of the training thread; {steps.get('steps', 0)} steps from "
+                 f"{steps.get('optimizer_ends', 0)} optimizer steps seen{split}"))
+    cores = proc.get("cpu_cores")
+    kids = proc.get("children") or []
+    line = f"{cores:.2f} cores" if cores is not None else "CPU not measured"
+    if kids:
+        line += f"; {len(kids)} worker process{'es' if len(kids) != 1 else ''} (" + ", ".join(
+            f"{pct(k['cpu_share_of_a_core'] or 0, 0)} of a core" for k in kids[:4]) + ")"
+    rb, rc = proc.get("read_bytes_s"), proc.get("read_chars_s")
+    if rb is not None:
+        line += f"; reads {count(rb)}B/s from storage, {count(rc or 0)}B/s through read() (page cache included)"
+    rows.append(("process", line))
+    for f in (proc.get("files") or [])[:2]:
+        cache = f.get("page_cache_share")
+        rows.append(("file", f"{f['path']} ({count(f['size_bytes'])}B, {f.get('fs_type', '?')} {f.get('fs_kind', '')}"
+                     + (f", {pct(cache, 0)} in the page cache" if cache is not None else "")
+                     + f"): `gpuprof bench-disk {f['path']}` tells what this storage delivers)"))
+    if a.get("gpu_inference"):
+        rows.append(("GPU", a["gpu_inference"]))
+    return rows
+
+
 def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]:
     """(label, text) rows: whose view, the script, device, model, step shape, settings,
     precision, data, how it ended, software."""
@@ -125,6 +161,8 @@ def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]
     rows = [("view", run["view"])] if run.get("view") else []
     if run.get("mode") == "script":
         rows.append(("script", " ".join(str(c) for c in run.get("command") or []) or NM))
+    elif run.get("mode") == "attach":
+        rows += attach_rows(profile)
     else:
         rows.append(("run", "gpuprof's built-in GPT loop"))
     rows.append(("device", f"{env.get('device_name') or NM} ({cfg.get('device') or env.get('device') or '?'})"))

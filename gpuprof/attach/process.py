@@ -1,0 +1,213 @@
+"""The target process and its workers, read from outside with psutil while the stacks are sampled.
+
+Per process: CPU seconds over the window (and as cores), its DataLoader workers (children: each
+one's CPU, how many), bytes it read from storage (/proc/PID/io read_bytes: what reached the
+block layer, page-cache hits excluded) and through read() calls (rchar: cache hits included),
+and the large files it has open with the filesystem they live on and how much of each the page
+cache holds (the same facts as `bench-disk`). So "it's disk I/O" is confirmed or refuted with
+the job's own bytes per second against what that storage delivers (`gpuprof bench-disk PATH`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+
+from gpuprof.errors import GpuprofError
+
+BIG_FILE = 1 << 20  # open files at least this large are the dataset's candidates
+
+
+def open_process(pid: int) -> psutil.Process:
+    """The process, or one line (exit 2): no such process."""
+    if pid <= 0:
+        raise GpuprofError(f"no process {pid}: give the PID of a running training process")
+    try:
+        p = psutil.Process(pid)
+        p.cmdline()
+    except psutil.NoSuchProcess:
+        raise GpuprofError(f"no process {pid}") from None
+    except psutil.AccessDenied:
+        return p  # py-spy says what is needed to read it
+    if pid == os.getpid():
+        raise GpuprofError(f"process {pid} is gpuprof itself")
+    return p
+
+
+def _cpu_s(p: psutil.Process) -> float | None:
+    try:
+        t = p.cpu_times()
+        return t.user + t.system
+    except (psutil.Error, OSError):
+        return None
+
+
+def _io(p: psutil.Process) -> tuple[int | None, int | None]:
+    try:
+        c = p.io_counters()
+        return c.read_bytes, getattr(c, "read_chars", None)
+    except (psutil.Error, OSError, AttributeError):
+        return None, None
+
+
+class ProcessWatch:
+    """Readings of a process and its children between start() and stop(); poll() in between
+    notices workers that come and go."""
+
+    def __init__(self, proc: psutil.Process, clock=time.monotonic):
+        self.p = proc
+        self._clock = clock
+        self._t0 = None
+        self._cpu0 = None
+        self._io0 = (None, None)
+        self._children: dict[int, dict] = {}
+        self._paths: set[str] = set()  # files open or mapped at any poll (a memmap lives for one batch)
+        self.polls = 0
+        self.ended_at: float | None = None  # seconds into the window when the target ended
+
+    def start(self) -> None:
+        self._t0 = self._clock()
+        self._cpu0 = _cpu_s(self.p)
+        self._io0 = _io(self.p)
+        self.poll()
+
+    def alive(self) -> bool:
+        try:
+            return self.p.is_running() and self.p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def poll(self) -> None:
+        self.polls += 1
+        if not self.alive():
+            if self.ended_at is None:
+                self.ended_at = self._clock() - self._t0
+            return
+        try:
+            kids = self.p.children(recursive=True)
+        except psutil.Error:
+            kids = []
+        self._paths.update(mapped_and_open(self.p.pid))
+        for k in kids:
+            c = self._children.get(k.pid)
+            cpu = _cpu_s(k)
+            if c is None:
+                try:
+                    name = " ".join(k.cmdline()[:3]) or k.name()
+                except psutil.Error:
+                    name = "?"
+                self._children[k.pid] = {"pid": k.pid, "name": name, "cpu0": cpu, "cpu": cpu,
+                                         "first_s": self._clock() - self._t0}
+            elif cpu is not None:
+                c["cpu"] = cpu
+
+    def stop(self) -> dict:
+        self.poll()
+        wall = self._clock() - self._t0
+        cpu1 = _cpu_s(self.p)
+        io1 = _io(self.p)
+        out: dict = {"pid": self.p.pid, "window_s": wall, "polls": self.polls, "ended_at_s": self.ended_at}
+        try:
+            out["command"] = self.p.cmdline()
+        except psutil.Error:
+            out["command"] = None
+        cpu = (cpu1 - self._cpu0) if cpu1 is not None and self._cpu0 is not None else None
+        out["cpu_s"] = cpu
+        out["cpu_cores"] = cpu / wall if cpu is not None and wall > 0 else None
+        workers = []
+        for c in self._children.values():
+            used = (c["cpu"] - c["cpu0"]) if c["cpu"] is not None and c["cpu0"] is not None else None
+            span = max(wall - c["first_s"], 1e-9)
+            workers.append({"pid": c["pid"], "name": c["name"], "cpu_s": used,
+                            "cpu_share_of_a_core": used / span if used is not None else None})
+        out["children"] = sorted(workers, key=lambda w: -(w["cpu_s"] or 0))
+        rb0, rc0 = self._io0
+        rb1, rc1 = io1
+        out["read_bytes_s"] = (rb1 - rb0) / wall if None not in (rb0, rb1) and wall > 0 else None
+        out["read_chars_s"] = (rc1 - rc0) / wall if None not in (rc0, rc1) and wall > 0 else None
+        if out["read_bytes_s"] is None:
+            out["io_not_measured"] = "no permission to read /proc/PID/io (another user's process), or the target ended"
+        out["files"] = data_files(self._paths)
+        out.update(launch_identity(self.p))
+        return out
+
+
+def launch_identity(p: psutil.Process) -> dict:
+    """RANK, LOCAL_RANK, WORLD_SIZE from the process's environment (torchrun sets them), where
+    readable: a torchrun job's ranks attached together merge by their own ranks."""
+    try:
+        env = p.environ()
+    except (psutil.Error, OSError):
+        return {}
+    out = {}
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK"):
+        try:
+            out[key.lower()] = int(env[key])
+        except (KeyError, ValueError):
+            pass
+    return out
+
+
+def mapped_and_open(pid: int) -> set[str]:
+    """Paths of regular files the process has open (/proc/PID/fd) or memory-mapped
+    (/proc/PID/maps): nanoGPT's get_batch makes a new np.memmap per batch and drops it, so the
+    dataset shows as a mapping while a batch is read. Cheap reads of /proc; empty elsewhere."""
+    paths: set[str] = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("/"):
+                paths.add(target)
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/"):
+                    paths.add(parts[5].strip())
+    except OSError:
+        pass
+    return {p.removesuffix(" (deleted)") for p in paths}
+
+
+def data_files(paths) -> list[dict]:
+    """Of `paths`, the regular files of at least BIG_FILE bytes that are not libraries: path,
+    size, the filesystem (kind: local, network, fuse, layered, memory) and page-cache residency."""
+    from gpuprof.disk.fs import filesystem_info, residency
+
+    out = []
+    for path in sorted(paths):
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        if size < BIG_FILE or not os.path.isfile(path) or _library(path):
+            continue
+        entry: dict = {"path": path, "size_bytes": size}
+        try:
+            fs = filesystem_info(path)
+            entry.update(fs_type=fs.type, fs_kind=fs.kind, mountpoint=fs.mountpoint, fs_warning=fs.warning)
+        except OSError as exc:
+            entry["fs_error"] = str(exc)
+        try:
+            r = residency(path)
+            entry["page_cache_share"] = r.fraction
+            if not r.known:
+                entry["page_cache_note"] = r.reason
+        except OSError as exc:
+            entry["page_cache_note"] = f"not measured: {exc.strerror}"
+        out.append(entry)
+    return out[:20]
+
+
+def _library(path: str) -> bool:
+    """Shared libraries and Python's own files: mapped by every process, never the dataset."""
+    base = os.path.basename(path)
+    return (".so" in base or base.endswith((".py", ".pyc")) or "/site-packages/" in path
+            or path.startswith(("/usr/lib", "/lib", "/usr/local/lib")) or "/python3" in path)

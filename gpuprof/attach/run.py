@@ -1,0 +1,209 @@
+"""`gpuprof attach PID`: a run that is already going, measured from outside for a window.
+
+py-spy samples the target's stacks (gpuprof.attach.pyspy), psutil reads the process and its
+workers (gpuprof.attach.process), NVML the GPU it uses (gpuprof.attach.gpu). The training
+thread's stacks become phases and steps (gpuprof.attach.phases), and the result is a Profile
+with mode "attach": its steps are the complete optimizer steps in the window, with host phase
+times from the samples; it goes through the same analysis and reports as `diagnose`. Nothing
+is injected into the target and nothing in it changes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from gpuprof.attach import phases as ph
+from gpuprof.attach.gpu import GpuWatch
+from gpuprof.attach.process import ProcessWatch, open_process
+from gpuprof.attach.pyspy import Recording, pyspy_binary, pyspy_version
+from gpuprof.errors import GpuprofError, InterruptedEmpty
+from gpuprof.profile import Profile, StepRecord
+
+METHOD = ("py-spy record --idle --format chrometrace (stacks of the training thread in time order); "
+          "each stack's phase from the functions in it; steps from the ends of the optimizer's steps")
+
+
+@dataclass
+class AttachResult:
+    profiles: list[Profile]  # one per process, in the order given
+    interrupted: bool
+    ended: list[int]  # the PIDs that ended during the window
+
+
+def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: bool = True, nvml=None,
+           on_tick: Callable[[dict], None] | None = None, poll_s: float = 0.1) -> AttachResult:
+    """Sample every process in `pids` at once for `duration_s` (Ctrl-C ends it early) and build
+    one Profile per process.
+
+    GpuprofError (one line, exit 2): no such process, py-spy cannot read one (not Python, no
+    permission), or one made no complete optimizer step in the window (then where its time went)."""
+    if duration_s <= 0:
+        raise GpuprofError(f"--duration must be positive, got {duration_s:g}")
+    if not 1 <= rate <= 1000:
+        raise GpuprofError(f"--rate must be 1 to 1000 samples per second, got {rate}")
+    if len(set(pids)) != len(pids):
+        raise GpuprofError("a PID is given twice")
+    procs = [open_process(pid) for pid in pids]
+    exe = pyspy_binary()
+    folder = tempfile.mkdtemp(prefix="gpuprof-attach-")
+    interrupted = False
+    recs: list[Recording] = []
+    try:
+        watches = [ProcessWatch(p) for p in procs]
+        gpus = [GpuWatch(pid, nvml) for pid in pids]
+        for w, g in zip(watches, gpus):
+            w.start()
+            g.start()
+        t0 = time.monotonic()
+        recs = [Recording(pid, duration_s, os.path.join(folder, f"stacks-{pid}.json"), rate=rate,
+                          nonblocking=nonblocking, exe=exe) for pid in pids]
+        try:
+            while any(r.running() for r in recs):
+                time.sleep(poll_s)
+                for w, r in zip(watches, recs):
+                    w.poll()
+                    if w.ended_at is not None:
+                        r.stop()  # the target is gone: what was sampled stands
+                if on_tick is not None:
+                    on_tick({"elapsed_s": time.monotonic() - t0, "duration_s": duration_s,
+                             "ended": [w.p.pid for w in watches if w.ended_at is not None]})
+        except KeyboardInterrupt:
+            interrupted = True
+            for r in recs:
+                r.stop()
+        results = [r.result() for r in recs]
+        facts = [w.stop() for w in watches]
+        nvml_sections = [g.stop() for g in gpus]
+    finally:
+        for r in recs:
+            if r.running():
+                r.proc.kill()
+        shutil.rmtree(folder, ignore_errors=True)
+    window = time.monotonic() - t0
+    version = pyspy_version(exe)
+    try:
+        profiles = [build_profile(pid, tl, info, f, nv, rate=rate, window_s=window, nonblocking=nonblocking,
+                                  version=version, interrupted=interrupted)
+                    for pid, (tl, info), f, nv in zip(pids, results, facts, nvml_sections)]
+    except GpuprofError as exc:
+        if interrupted:  # Ctrl-C before a complete step: say what was sampled, exit 130
+            raise InterruptedEmpty(f"interrupted: {exc}") from None
+        raise
+    return AttachResult(profiles, interrupted, [f["pid"] for f in facts if f.get("ended_at_s") is not None])
+
+
+def _where(shares: dict) -> str:
+    top = sorted(((v["share"], k) for k, v in shares.items() if v["share"] > 0.005), reverse=True)
+    return ", ".join(f"{k} {s:.0%}" for s, k in top) or "no samples"
+
+
+def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_section: dict, *, rate: int,
+                  window_s: float, nonblocking: bool, version: str | None, interrupted: bool) -> Profile:
+    """The Profile of an attached run from its samples and readings (pure: tests feed it)."""
+    tl = ph.main_thread(timelines)
+    if tl is None or not tl.spans:
+        raise GpuprofError(f"no stacks sampled from process {pid} in {window_s:.1f} s"
+                           + (" (it ended)" if facts.get("ended_at_s") is not None else ""))
+    spans = ph.phase_spans(tl)
+    sampled_s = sum(b - a for a, b, _ in spans)
+    shares = ph.shares(spans, rate)
+    found, how = ph.find_steps(spans, blip_s=2.5 / rate)
+    steps = found
+    if not steps:
+        seen = how["optimizer_ends"]
+        hint = ("no optimizer step at all: is it training?" if seen == 0 else
+                "one optimizer step: a step is longer than half the window, so sample longer (--duration)")
+        raise GpuprofError(f"process {pid}: no complete training step in {sampled_s:.1f} s of samples ({hint}); "
+                           f"where its time went: {_where(shares)}")
+    micro = how["typical_micro_steps"] or 1
+    records = [StepRecord(index=i, wall_s=s["wall_s"], phases={k: s["phases"].get(k, 0.0) for k in ph.PHASES},
+                          tokens=0, micro_steps=int(round(s["micro_steps"])) or int(micro), start_s=s["start_s"])
+               for i, s in enumerate(steps)]
+    data_files = facts.get("files") or []
+    data_path = max(data_files, key=lambda f: f["size_bytes"])["path"] if data_files else None
+    ended = facts.get("ended_at_s") is not None
+    run = {
+        "mode": "attach",
+        "command": facts.get("command"),
+        "pid": pid,
+        "rank": facts.get("rank", 0),
+        "world_size": facts.get("world_size", 1),
+        "data_path": data_path,
+        "run_wall_s": window_s,
+        "ended": "interrupted" if interrupted else "finished",
+        "partial": interrupted or ended,
+        "note": (f"the target ended {facts['ended_at_s']:.1f} s into the window: what was sampled is reported"
+                 if ended else None),
+        "config": {"grad_accum": int(micro),
+                   "source": {"grad_accum": "sampled: backward runs per optimizer step (py-spy stacks)"}},
+    }
+    from gpuprof.measure.environment import environment
+
+    env = environment("cpu")  # this machine; the device is the GPU NVML finds the process on, if any
+    env["device"] = None
+    gpus = nvml_section.get("gpus") or []
+    if nvml_section.get("available") and gpus:
+        env.update(device="cuda", device_name=gpus[0].get("name"), device_memory_bytes=gpus[0].get("memory_total_bytes"))
+    profile = Profile(run=run, steps=records, environment=env)
+    profile.measurements["attach"] = {
+        "method": METHOD,
+        "sampler": {"tool": "py-spy", "version": version, "rate_hz": rate, "nonblocking": nonblocking,
+                    "samples": info.get("samples"), "errors": info.get("errors"), "thread": tl.tid,
+                    "threads": len(timelines), "sampled_s": sampled_s,
+                    # the wall-clock interval the training thread was sampled over (Unix time)
+                    "window": [info.get("started_at", 0) + spans[0][0], info.get("started_at", 0) + spans[-1][1]]},
+        "shares": shares,
+        "steps": how,
+        "h2d_note": ("host-to-device copies are C calls, invisible in Python stacks: their time counts "
+                     "where they are called from (usually data)"),
+        "gpu_inference": _gpu_inference(shares, nvml_section),
+        "process": facts,
+    }
+    profile.measurements["nvml"] = nvml_section
+    if data_path:
+        from gpuprof.measure.storage import StorageFacts
+
+        storage = StorageFacts(data_path).stop(None)
+        if storage:
+            profile.measurements["storage"] = storage
+    return profile
+
+
+def _gpu_inference(shares: dict, nvml_section: dict) -> str:
+    """What host samples and GPU utilization together say, and what would make it exact."""
+    exact = "`gpuprof diagnose` on the next restart measures the GPU timeline exactly (CUDA events)"
+    if not nvml_section.get("available"):
+        return ("no GPU reading: host samples alone cannot tell 'the GPU is busy and the host waits' from "
+                f"'the GPU starves'; {exact}")
+    util = ((nvml_section.get("summary") or {}).get("gpu_util_pct") or {}).get("mean")
+    data = shares.get("data", {}).get("share", 0.0)
+    if util is None:
+        return f"GPU utilization not readable; {exact}"
+    if util >= 90:
+        return (f"GPU busy {util:.0f}% of the time: the host's {data:.0%} in data is hidden behind GPU work "
+                f"(the GPU, not data, sets the pace); {exact}")
+    return (f"GPU busy only {util:.0f}% of the time while the host spends {data:.0%} in data: the GPU waits "
+            f"for the host; {exact}")
+
+
+def merged(result: AttachResult) -> Profile:
+    """One profile: the only process's, or every process as a rank (gpuprof.merge), by the RANK
+    each was launched with (torchrun) or else in the order given."""
+    if len(result.profiles) == 1:
+        return result.profiles[0]
+    import socket
+
+    from gpuprof.merge import merge_entries
+
+    ranks = [p.run.get("rank") for p in result.profiles]
+    if len(set(ranks)) != len(ranks):  # not one job's ranks (or RANK unreadable): the order given
+        ranks = list(range(len(result.profiles)))
+    entries = [{"rank": r, "local_rank": r, "node_rank": 0, "host": socket.gethostname(),
+                "world_size": len(result.profiles), "status": "interrupted" if result.interrupted else "ok",
+                "error": None, "profile": p.to_dict()} for r, p in zip(ranks, result.profiles)]
+    return merge_entries(entries)

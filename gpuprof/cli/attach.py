@@ -1,0 +1,75 @@
+"""`gpuprof attach PID [PID ...]`: diagnose a training run that is already going, from outside it,
+without stopping or changing it (gpuprof.attach)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from gpuprof.cli import options
+from gpuprof.cli.app import app, guarded
+from gpuprof.cli.options import peak_options
+from gpuprof.cli.output import emit, exit_for, plan_outputs
+
+
+@app.command("attach")
+@guarded
+def attach(
+    pids: List[int] = typer.Argument(..., help="The PID of the running training process (several: each one's profile, merged as ranks)."),
+    duration: float = typer.Option(30.0, "--duration", "-d", help="Seconds to sample (Ctrl-C ends it early). Needs two optimizer steps or more in it."),
+    rate: int = typer.Option(200, "--rate", help="Stack samples per second (py-spy). Steps are found from the optimizer's steps, which take ~1 ms on the host: more samples find more of them."),
+    blocking: bool = typer.Option(False, "--blocking/--nonblocking", help="py-spy pauses the target for each sample (exact stacks) instead of reading it while it runs (the default: the target does not notice)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the profile JSON here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the profile JSON instead of the report."),
+    gpu: Optional[str] = options.GPU,
+    peak_tflops: Optional[float] = options.PEAK_TFLOPS,
+    force: bool = options.FORCE,
+    trace: Optional[Path] = options.TRACE,
+    html: Optional[Path] = options.HTML,
+    details: bool = options.DETAILS,
+):
+    """Sample a running training process from outside (py-spy stacks, psutil, NVML) and explain
+    where its step's time goes, with the same analysis and report as `diagnose`.
+
+    Nothing is injected into the process and nothing in it changes. Exit codes: 0 done; 2 bad
+    target (no such process, not Python, no permission to read it, no optimizer step in the
+    window), nothing written; 3 an output went to the fallback file; 130 Ctrl-C (what was
+    sampled is reported and written)."""
+    from gpuprof.analysis.pipeline import AnalysisOptions, analyze
+    from gpuprof.attach.run import attach as run_attach, merged
+
+    peak_options(peak_tflops)
+    plan = plan_outputs({"--out": out, "--trace": trace, "--html": html}, force=force)
+    err = Console(stderr=True)
+    who = ", ".join(str(p) for p in pids)
+    live = err.is_terminal and not as_json
+    err.print(f"gpuprof: attaching to {who} for {duration:g} s (py-spy, {rate} samples/s; Ctrl-C ends it early)",
+              highlight=False, markup=False)
+    status = err.status("sampling") if live else None
+
+    def tick(t: dict) -> None:
+        if status is not None:
+            left = max(0.0, t["duration_s"] - t["elapsed_s"])
+            gone = f"; ended: {', '.join(map(str, t['ended']))}" if t["ended"] else ""
+            status.update(f"sampling {who}: {left:.0f} s left{gone}")
+
+    if status is not None:
+        status.start()
+    try:
+        result = run_attach(list(pids), duration, rate=rate, nonblocking=not blocking, on_tick=tick)
+    finally:
+        if status is not None:
+            status.stop()
+    for pid in result.ended:
+        err.print(f"gpuprof: note: process {pid} ended during the attach: what was sampled is reported",
+                  highlight=False, markup=False)
+    profile = merged(result)
+    analysis = analyze(profile, AnalysisOptions(gpu=gpu, peak_tflops=peak_tflops))
+    saved = emit(profile, analysis, plan, as_json=as_json, details=details)
+    if result.interrupted:
+        raise KeyboardInterrupt
+    exit_for(saved)

@@ -1,0 +1,235 @@
+"""`gpuprof attach PID`: real targets shaped like users' loops, sampled from outside with py-spy.
+
+Each target prints, per optimizer step, its own wall time and the time it spent in its data
+calls; the data share gpuprof samples is compared with the share those lines give over the same
+window (ratios from one run: the machine's speed does not matter)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuprof.analysis.bounds import violations
+from gpuprof.analysis.pipeline import Analysis
+from gpuprof.attach.pyspy import _explain, parse_chrometrace
+from gpuprof.profile import Profile
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+TARGET = FIXTURES / "attach_target.py"
+LINE = re.compile(r"^iter (\d+): time ([0-9.]+) ms, data ([0-9.]+) ms")
+
+
+class Target:
+    """A running attach_target.py; its iter lines with the time each arrived."""
+
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen([sys.executable, str(TARGET), *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        self.lines: list[tuple[float, float, float]] = []  # (arrived, time_ms, data_ms)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            m = LINE.match(line)
+            if m:
+                self.lines.append((time.time(), float(m.group(2)), float(m.group(3))))
+
+    def wait_steps(self, n: int, timeout: float = 120) -> None:
+        end = time.monotonic() + timeout
+        while len(self.lines) < n:
+            assert self.proc.poll() is None, "the target ended before it stepped"
+            assert time.monotonic() < end, "the target did not step in time"
+            time.sleep(0.05)
+
+    def truth(self, window) -> float:
+        """The data share over the steps that ran inside the sampled window (Unix times): those
+        that ended in it and began after it began."""
+        t0, t1 = window
+        inside = [(t, d) for at, t, d in self.lines if at - t / 1000 >= t0 and at <= t1]
+        assert len(inside) >= 3, inside
+        return sum(d for _, d in inside) / sum(t for t, _ in inside)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def gpuprof(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "gpuprof", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _attach(target: Target, out: Path, *extra, duration=4):
+    return gpuprof("attach", target.proc.pid, "--duration", duration, "--rate", 500, "--out", out, *extra)
+
+
+def _checked(out: Path) -> dict:
+    d = json.loads(out.read_text())
+    prof = Profile.from_dict(d)
+    assert violations(prof, Analysis.from_dict(d["analysis"], prof)) == []
+    return d
+
+
+@pytest.fixture(scope="module", params=["get_batch", "class", "dataloader"])
+def attached(request, tmp_path_factory):
+    """One attach per loader shape, read by several tests."""
+    loader = request.param
+    data_s = "0.25" if loader == "dataloader" else "0.03"
+    target = Target("--loader", loader, "--data_s", data_s)
+    try:
+        target.wait_steps(3)
+        out = tmp_path_factory.mktemp(f"attach-{loader}") / "a.json"
+        r = _attach(target, out)
+        assert target.proc.poll() is None  # the target kept running
+        time.sleep(0.5)  # the last step's line arrives
+        prof = _checked(out) if out.exists() else None
+        yield loader, r, prof, target.truth(prof["measurements"]["attach"]["sampler"]["window"]) if prof else None
+    finally:
+        target.stop()
+
+
+def test_the_data_share_is_the_truth_within_5_points(attached):
+    loader, r, prof, truth = attached
+    assert r.returncode == 0, r.stderr[-2000:]
+    share = prof["measurements"]["attach"]["shares"]["data"]["share"]
+    assert abs(share - truth) <= 0.05, (loader, share, truth)
+    # and the typical step's phases say the same
+    assert abs(prof["analysis"]["steps"]["phases"]["data"]["share"] - truth) <= 0.07, (loader, truth)
+
+
+def test_steps_and_the_report(attached):
+    loader, r, prof, _ = attached
+    assert prof["run"]["mode"] == "attach" and prof["run"]["pid"] > 0
+    assert len(prof["steps"]) >= 3
+    a = prof["measurements"]["attach"]
+    assert a["sampler"]["tool"] == "py-spy" and a["sampler"]["samples"] > 100
+    assert a["steps"]["typical_micro_steps"] == 2  # --accum 2: backward runs per optimizer step
+    for ph in ("data", "forward", "backward"):
+        s = a["shares"][ph]
+        assert s["samples"] > 0 and 0 < s["pm95"] < 0.2, (ph, s)
+    assert "What ran" in r.stdout and f"process {prof['run']['pid']}" in r.stdout
+    assert "tokens/s not measured" in r.stdout
+    if loader == "dataloader":
+        assert len(a["process"]["children"]) >= 2  # the DataLoader's workers
+    top = prof["analysis"]["findings"][0]
+    assert top["id"] == "data-loading-exposed", [f["id"] for f in prof["analysis"]["findings"]]
+
+
+def test_a_target_that_ends_during_the_attach_is_reported(tmp_path):
+    target = Target("--iters", "25")  # ~0.1-0.2 s per step: it ends within the window
+    try:
+        target.wait_steps(2)
+        out = tmp_path / "ended.json"
+        r = _attach(target, out, duration=20)
+    finally:
+        target.stop()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ended during the attach" in r.stderr
+    prof = _checked(out)
+    assert prof["run"]["partial"] and "ended" in prof["run"]["note"]
+    assert prof["measurements"]["attach"]["process"]["ended_at_s"] < 20
+
+
+def test_a_process_that_never_steps_says_where_its_time_went(tmp_path):
+    target = Target("--never_step", "--accum", "1")
+    try:
+        target.wait_steps(2)
+        r = _attach(target, tmp_path / "x.json", duration=2)
+    finally:
+        target.stop()
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert "no optimizer step at all: is it training?" in last and "where its time went:" in last
+    assert "data" in last.split("where its time went:")[1]
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_ctrl_c_ends_sampling_and_keeps_what_was_sampled(tmp_path):
+    target = Target()
+    try:
+        target.wait_steps(2)
+        out = tmp_path / "int.json"
+        p = subprocess.Popen([sys.executable, "-m", "gpuprof", "attach", str(target.proc.pid), "--duration", "60",
+                              "--rate", "500", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        assert "attaching to" in p.stderr.readline()  # sampling starts now
+        time.sleep(4)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        assert target.proc.poll() is None  # the target never noticed
+    finally:
+        target.stop()
+    assert p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    prof = _checked(out)
+    assert prof["run"]["ended"] == "interrupted" and len(prof["steps"]) >= 2
+
+
+def test_two_processes_are_merged_as_ranks(tmp_path):
+    slow, fast = Target("--data_s", "0.08"), Target("--data_s", "0.01")
+    try:
+        slow.wait_steps(2)
+        fast.wait_steps(2)
+        out = tmp_path / "two.json"
+        r = gpuprof("attach", slow.proc.pid, fast.proc.pid, "--duration", 4, "--out", out)
+    finally:
+        slow.stop()
+        fast.stop()
+    assert r.returncode == 0, r.stderr[-2000:]
+    prof = _checked(out)
+    assert [e["rank"] for e in prof["ranks"]] == [0, 1]
+    share = {e["rank"]: e["profile"]["measurements"]["attach"]["shares"]["data"]["share"] for e in prof["ranks"]}
+    assert share[0] > share[1] + 0.1  # the slow loader's process waits on data far more
+
+
+@pytest.mark.parametrize("args, says", [
+    (["999999999"], "no process 999999999"),
+    (["0"], "no process 0"),
+    (["1", "--duration", "0"], "--duration must be positive"),
+    (["1", "--rate", "5000"], "--rate must be 1 to 1000"),
+])
+def test_bad_targets_are_one_line_and_exit_2(args, says):
+    r = gpuprof("attach", *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert says in r.stderr.strip().splitlines()[-1]
+
+
+def test_a_process_that_is_not_python_is_refused(tmp_path):
+    p = subprocess.Popen(["sleep", "60"])
+    try:
+        r = gpuprof("attach", p.pid, "--duration", 1)
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"process {p.pid} is not a Python program" in r.stderr.strip().splitlines()[-1]
+
+
+def test_no_permission_says_how_to_grant_it():
+    line = _explain(4242, "Error: Permission Denied\n\nCaused by:\n    Operation not permitted (os error 1)")
+    assert line.startswith("no permission to read process 4242's memory (ptrace)")
+    assert "SYS_PTRACE" in line or "ptrace_scope" in line
+
+
+def test_chrometrace_becomes_timelines_per_thread():
+    ev = [{"ph": "B", "name": "<module>", "tid": 1, "ts": 0, "args": {"filename": "t.py"}},
+          {"ph": "B", "name": "get_batch", "tid": 1, "ts": 0, "args": {"filename": "t.py"}},
+          {"ph": "E", "name": "get_batch", "tid": 1, "ts": 30000, "args": {"filename": "t.py"}},
+          {"ph": "B", "name": "Tensor.backward", "tid": 1, "ts": 30000, "args": {"filename": "/x/torch/_tensor.py"}},
+          {"ph": "E", "name": "Tensor.backward", "tid": 1, "ts": 50000, "args": {"filename": "/x/torch/_tensor.py"}},
+          {"ph": "E", "name": "<module>", "tid": 1, "ts": 60000, "args": {"filename": "t.py"}}]
+    (tl,) = parse_chrometrace(ev).values()
+    from gpuprof.attach.phases import phase_spans
+
+    assert phase_spans(tl) == [(0.0, 0.03, "data"), (0.03, 0.05, "backward"), (0.05, 0.06, "other")]
