@@ -35,8 +35,9 @@ def test_injected_data_delay_appears_as_the_data_share():
     assert injected / s.step_s > 0.15  # the injection is a large part of the step, even on a loaded machine
     data = s.phases["data"].seconds
     assert data >= injected * 0.99  # a sleep never ends early
-    # what the batch itself costs, and a sleep's overshoot on a loaded VM, stay a small part of the step
-    assert (data - injected) / s.step_s < 0.05, (data, injected, s.step_s)
+    # what the batch itself costs, and a sleep's overshoot on a loaded VM, stay a small part of the
+    # step (seen: 1-5% alone, 5.4% with other jobs on the 2 cores)
+    assert (data - injected) / s.step_s < 0.10, (data, injected, s.step_s)
 
 
 def test_eval_fault_is_its_own_phase():
