@@ -115,6 +115,7 @@ def find_steps(spans: list[tuple[float, float, str]], blip_s: float = 0.0) -> tu
     steps = []
     for s0, s1 in zip(ends, ends[1:]):
         phases: dict[str, float] = {}
+        order: list[list] = []  # [phase, start from the step's start, seconds], as sampled
         micro, between, other = 0, True, 0.0
         for a, b, p in spans:
             lo, hi = max(a, s0), min(b, s1)
@@ -122,6 +123,10 @@ def find_steps(spans: list[tuple[float, float, str]], blip_s: float = 0.0) -> tu
                 continue
             p = _phase(p)
             phases[p] = phases.get(p, 0.0) + (hi - lo)
+            if order and order[-1][0] == p:
+                order[-1][2] += hi - lo
+            else:
+                order.append([p, lo - s0, hi - lo])
             if p == "backward":
                 if between or other > blip_s:
                     micro += 1
@@ -130,7 +135,8 @@ def find_steps(spans: list[tuple[float, float, str]], blip_s: float = 0.0) -> tu
                 between = True
             else:
                 other += hi - lo
-        steps.append({"start_s": s0, "wall_s": s1 - s0, "phases": phases, "micro_steps": micro})
+        steps.append({"start_s": s0, "wall_s": s1 - s0, "phases": phases, "micro_steps": micro,
+                      "spans": [[p, round(st, 7), round(d, 7)] for p, st, d in order]})
     counts = [s["micro_steps"] for s in steps if s["micro_steps"]]
     unit = _unit(counts)
     out = []
@@ -146,7 +152,7 @@ def find_steps(spans: list[tuple[float, float, str]], blip_s: float = 0.0) -> tu
         for j in range(k):
             out.append({"start_s": s["start_s"] + j * part, "wall_s": part,
                         "phases": {p: v / k for p, v in s["phases"].items()},
-                        "micro_steps": s["micro_steps"] / k, "split_from": k})
+                        "micro_steps": s["micro_steps"] / k, "split_from": k, "spans": None})
     info = {"optimizer_ends": len(ends), "gaps": len(steps), "steps": len(out), "typical_micro_steps": unit,
             "gaps_split": sum(1 for s in steps if unit and s["micro_steps"] and round(s["micro_steps"] / unit) >= 2)}
     return out, info
@@ -157,10 +163,17 @@ def _phase(label: str) -> str:
 
 
 def _unit(counts: list[int]) -> int:
-    """Backward runs per optimizer step: the most common count between consecutive sampled
-    optimizer steps (the smallest of equally common ones); a gap with k times as many held k steps."""
+    """Backward runs per optimizer step: the smallest count between consecutive sampled optimizer
+    steps of which at least 80% of the counts are whole multiples (a gap that hid k-1 optimizer
+    steps holds k times as many), else the most common count."""
     if not counts:
         return 0
+    for c in sorted(set(counts)):
+        seen = counts.count(c)
+        if seen < 2 and seen < 0.2 * len(counts):
+            continue  # one odd gap (a backward run not sampled) is not the unit
+        if sum(n % c == 0 for n in counts) >= 0.8 * len(counts):
+            return c
     freq: dict[int, int] = {}
     for c in counts:
         freq[c] = freq.get(c, 0) + 1

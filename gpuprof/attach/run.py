@@ -122,7 +122,9 @@ def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_secti
                            f"where its time went: {_where(shares)}")
     micro = how["typical_micro_steps"] or 1
     records = [StepRecord(index=i, wall_s=s["wall_s"], phases={k: s["phases"].get(k, 0.0) for k in ph.PHASES},
-                          tokens=0, micro_steps=int(round(s["micro_steps"])) or int(micro), start_s=s["start_s"])
+                          tokens=0, micro_steps=int(round(s["micro_steps"])) or int(micro), start_s=s["start_s"],
+                          # the order the phases ran in, as sampled (not for a gap split evenly)
+                          extra={"spans": s["spans"]} if s.get("spans") else {})
                for i, s in enumerate(steps)]
     data_files = facts.get("files") or []
     data_path = max(data_files, key=lambda f: f["size_bytes"])["path"] if data_files else None

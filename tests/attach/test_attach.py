@@ -244,3 +244,71 @@ def test_chrometrace_becomes_timelines_per_thread():
     from gpuprof.attach.phases import phase_spans
 
     assert phase_spans(tl) == [(0.0, 0.03, "data"), (0.03, 0.05, "backward"), (0.05, 0.06, "other")]
+
+
+@pytest.mark.parametrize("counts, unit", [
+    ([2, 2, 2], 2), ([4, 4, 2, 6, 4], 2), ([2, 1, 2, 2, 4, 2, 2, 2, 2, 6], 2), ([4, 4, 4], 4), ([3], 3), ([], 0)])
+def test_backward_runs_per_optimizer_step(counts, unit):
+    from gpuprof.attach.phases import _unit
+
+    assert _unit(counts) == unit
+
+
+def test_a_gap_that_hid_optimizer_steps_is_split():
+    """Three steps of accum 2 whose middle optimizer step was not sampled: the second gap holds
+    two steps (4 backward runs) and is split in two equal ones."""
+    from gpuprof.attach.phases import STEP, find_steps
+
+    spans, t = [], 0.0
+
+    def add(phase, d):
+        nonlocal t
+        spans.append((t, t + d, phase))
+        t += d
+
+    add(STEP, 0.001)
+    for opt_seen in (True, False, True):
+        for _ in range(2):
+            add("data", 0.03)
+            add("forward", 0.01)
+            add("backward", 0.02)
+            add("other", 0.001)  # one odd sample inside the micro-step: still one backward run
+            add("backward", 0.002)
+        add(STEP if opt_seen else "other", 0.002)
+    steps, info = find_steps(spans, blip_s=0.005)
+    assert info["typical_micro_steps"] == 2 and info["gaps"] == 2 and info["gaps_split"] == 1
+    assert len(steps) == 3 and [s["split_from"] for s in steps] == [1, 2, 2]
+    assert steps[1]["wall_s"] == pytest.approx(steps[2]["wall_s"])
+    assert sum(s["phases"]["data"] for s in steps) == pytest.approx(6 * 0.03)
+
+
+# -- the GPU an attached process uses (NVML, a strict fake) ------------------------------------
+def test_the_gpu_is_found_by_the_pid_and_sampled():
+    from fakes.nvml import FakeNvml
+
+    from gpuprof.attach.gpu import GpuWatch
+
+    fake = FakeNvml(uuids=("GPU-aaaa-1111", "GPU-bbbb-2222"), running={1: [4242]})
+    w = GpuWatch(4242, nvml=fake, interval_s=0.02)
+    w.start()
+    time.sleep(0.1)
+    section = w.stop()
+    assert section["available"] and section["gpus_of_process"] == [
+        {"index": 1, "uuid": "GPU-bbbb-2222", "name": "NVIDIA H200"}]
+    assert section["gpus"][0]["uuid"] == "GPU-bbbb-2222" and section["samples"] >= 2
+    assert fake.refs == 0  # every nvmlInit shut down again
+
+
+@pytest.mark.parametrize("fake_kw, says", [
+    ({"running": {0: [1]}}, "NVML lists process 4242 on no GPU"),
+    ({"fail_init": True}, "NVML could not start"),
+])
+def test_no_gpu_reading_says_why(fake_kw, says):
+    from fakes.nvml import FakeNvml
+
+    from gpuprof.attach.gpu import GpuWatch
+
+    w = GpuWatch(4242, nvml=FakeNvml(**fake_kw))
+    w.start()
+    section = w.stop()
+    assert not section["available"] and says in section["reason"]

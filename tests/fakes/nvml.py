@@ -50,8 +50,10 @@ class FakeNvml:
     NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
 
     def __init__(self, fail_init=False, fail=(), uuids=("GPU-aaaa-1111", "GPU-bbbb-2222"), migs=(),
-                 mig_capable=True, throttle_mask=0x4 | 0x40, nvlinks=0, nvlink_version=0, pcie=(5, 16)):
+                 mig_capable=True, throttle_mask=0x4 | 0x40, nvlinks=0, nvlink_version=0, pcie=(5, 16),
+                 running=None):
         self.fail_init = fail_init
+        self.running = dict(running or {})  # GPU index -> PIDs with a compute context on it
         self.fail = set(fail)
         self.uuids = list(uuids)
         self.migs = list(migs)
@@ -187,6 +189,13 @@ class FakeNvml:
         if not self.nvlinks:
             raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return self.nvlink_version
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        """pynvml's list of c_nvmlProcessInfo_t-like objects (pid, usedGpuMemory)."""
+        self._hit("processes", h)
+        if self._is_mig(h):
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in self.running.get(h, [])]
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
         self._hit("pcie_max", h)
