@@ -135,6 +135,10 @@ def find_steps(spans: list[tuple[float, float, str]], blip_s: float = 0.0) -> tu
                 between = True
             else:
                 other += hi - lo
+        unsampled = (s1 - s0) - sum(phases.values())
+        if unsampled > 0:  # no stack read there (a late or failed sample): not a phase of its own
+            phases["other"] = phases.get("other", 0.0) + unsampled
+            order.append(["other", s1 - s0 - unsampled, unsampled])
         steps.append({"start_s": s0, "wall_s": s1 - s0, "phases": phases, "micro_steps": micro,
                       "spans": [[p, round(st, 7), round(d, 7)] for p, st, d in order]})
     counts = [s["micro_steps"] for s in steps if s["micro_steps"]]

@@ -134,6 +134,35 @@ class ProcessWatch:
         return out
 
 
+def expand_launchers(pids: list[int]) -> tuple[list[int], list[str]]:
+    """A torchrun (torch.distributed.run) launcher's PID stands for its ranks: the descendants
+    started with a RANK in their environment, in rank order. ([pids], [notes])."""
+    out, notes = [], []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            cmd = " ".join(p.cmdline())
+        except psutil.Error:
+            out.append(pid)  # open_process says what is wrong with it
+            continue
+        if "torch.distributed.run" not in cmd and "torchrun" not in cmd:
+            out.append(pid)
+            continue
+        ranks = []
+        for c in p.children(recursive=True):
+            rank = launch_identity(c).get("rank")
+            if rank is not None:
+                ranks.append((rank, c.pid))
+        if not ranks:
+            out.append(pid)
+            continue
+        ranks.sort()
+        out.extend(c for _, c in ranks)
+        notes.append(f"process {pid} is a torchrun launcher: attaching to its {len(ranks)} ranks "
+                     f"({', '.join(f'rank {r}: {c}' for r, c in ranks)})")
+    return out, notes
+
+
 def launch_identity(p: psutil.Process) -> dict:
     """RANK, LOCAL_RANK, WORLD_SIZE from the process's environment (torchrun sets them), where
     readable: a torchrun job's ranks attached together merge by their own ranks."""

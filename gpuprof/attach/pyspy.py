@@ -115,6 +115,18 @@ def _first_line(text: str) -> str:
     return (errors or lines or ["no output"])[0][:300]
 
 
+NICENESS = 10
+
+
+def _lower_priority() -> None:
+    """In py-spy's process before it starts: where cores are few, the target's training thread
+    wins every contention with the sampler (benchmarks/attach_overhead.py)."""
+    try:
+        os.nice(NICENESS)
+    except OSError:
+        pass
+
+
 class Recording:
     """One `py-spy record` of a process, in the background. `stop()` asks it to finish early
     (SIGINT: py-spy then writes what it has); `result()` waits and returns the thread timelines."""
@@ -131,7 +143,8 @@ class Recording:
         self.started_at = time.time()  # py-spy's timestamps count from about here
         # A session of its own: a terminal's Ctrl-C reaches gpuprof, which stops py-spy itself.
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                     preexec_fn=_lower_priority)
         self.output = ""
 
     def running(self) -> bool:

@@ -50,7 +50,6 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
         raise GpuprofError("a PID is given twice")
     procs = [open_process(pid) for pid in pids]
     exe = pyspy_binary()
-    _yield_cpu()
     folder = tempfile.mkdtemp(prefix="gpuprof-attach-")
     interrupted = False
     recs: list[Recording] = []
@@ -96,19 +95,6 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
             raise InterruptedEmpty(f"interrupted: {exc}") from None
         raise
     return AttachResult(profiles, interrupted, [f["pid"] for f in facts if f.get("ended_at_s") is not None])
-
-
-NICENESS = 10
-
-
-def _yield_cpu() -> None:
-    """Lower gpuprof's CPU priority (and py-spy's, which inherits it): where cores are few, the
-    target's training thread wins every contention with the measurement (its step time while
-    attached: benchmarks/attach_overhead.py)."""
-    try:
-        os.nice(NICENESS)
-    except (OSError, AttributeError):
-        pass
 
 
 def _where(shares: dict) -> str:

@@ -19,7 +19,7 @@ from gpuprof.cli.output import emit, exit_for, plan_outputs
 @app.command("attach")
 @guarded
 def attach(
-    pids: List[int] = typer.Argument(..., help="The PID of the running training process (several: each one's profile, merged as ranks)."),
+    pids: List[int] = typer.Argument(..., help="The PID of the running training process (several: each one's profile, merged as ranks; a torchrun launcher's PID: its ranks)."),
     duration: float = typer.Option(30.0, "--duration", "-d", help="Seconds to sample (Ctrl-C ends it early). Needs two optimizer steps or more in it."),
     rate: int = typer.Option(200, "--rate", help="Stack samples per second (py-spy). Steps are found from the optimizer's steps, which take ~1 ms on the host: more samples find more of them."),
     blocking: bool = typer.Option(False, "--blocking/--nonblocking", help="py-spy pauses the target for each sample (exact stacks) instead of reading it while it runs (the default: the target does not notice)."),
@@ -42,9 +42,14 @@ def attach(
     from gpuprof.analysis.pipeline import AnalysisOptions, analyze
     from gpuprof.attach.run import attach as run_attach, merged
 
+    from gpuprof.attach.process import expand_launchers
+
     peak_options(peak_tflops)
     plan = plan_outputs({"--out": out, "--trace": trace, "--html": html}, force=force)
     err = Console(stderr=True)
+    pids, notes = expand_launchers(list(pids))
+    for note in notes:
+        err.print(f"gpuprof: {note}", highlight=False, markup=False)
     who = ", ".join(str(p) for p in pids)
     live = err.is_terminal and not as_json
     err.print(f"gpuprof: attaching to {who} for {duration:g} s (py-spy, {rate} samples/s; Ctrl-C ends it early)",

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpuprof.analysis.bounds import violations
-from gpuprof.analysis.pipeline import Analysis
+from gpuprof.analysis.pipeline import Analysis, analyze
 from gpuprof.attach.pyspy import _explain, parse_chrometrace
 from gpuprof.profile import Profile
 
@@ -71,7 +71,10 @@ def gpuprof(*args, timeout=120):
 
 
 def _attach(target: Target, out: Path, *extra, duration=3):
-    return gpuprof("attach", target.proc.pid, "--duration", duration, "--rate", 500, "--out", out, *extra)
+    """`gpuprof attach` in this process: (exit code, stdout, stderr) as a CompletedProcess."""
+    code, stdout, stderr = _cli_out("attach", str(target.proc.pid), "--duration", str(duration), "--rate", "500",
+                                    "--out", str(out), *map(str, extra))
+    return subprocess.CompletedProcess([], code, stdout, stderr)
 
 
 def _checked(out: Path) -> dict:
@@ -81,35 +84,47 @@ def _checked(out: Path) -> dict:
     return d
 
 
-@pytest.fixture(scope="module", params=["get_batch", "class", "dataloader"])
-def attached(request, tmp_path_factory):
-    """One attach per loader shape, read by several tests."""
-    loader = request.param
-    data_s = "0.25" if loader == "dataloader" else "0.03"
-    target = Target("--loader", loader, "--data_s", data_s)
+SHAPES = {"get_batch": "0.03", "class": "0.03", "dataloader": "0.25"}  # loader -> --data_s
+
+
+@pytest.fixture(scope="module")
+def attached(tmp_path_factory):
+    """One attach to three targets at once, one per loader shape users write (nanoGPT's get_batch,
+    a class loader's next_batch, a DataLoader with 2 workers): one profile each, merged as ranks
+    0, 1, 2 in that order. In this process (gpuprof's own entry point): no interpreter start-up."""
+    targets = {loader: Target("--loader", loader, "--data_s", data_s) for loader, data_s in SHAPES.items()}
     try:
-        target.wait_steps(3)
-        out = tmp_path_factory.mktemp(f"attach-{loader}") / "a.json"
-        r = _attach(target, out)
-        assert target.proc.poll() is None  # the target kept running
+        for t in targets.values():
+            t.wait_steps(3)
+        out = tmp_path_factory.mktemp("attach") / "three.json"
+        code, stdout, stderr = _cli_out("attach", *(str(t.proc.pid) for t in targets.values()),
+                                        "--duration", "5", "--rate", "300", "--out", str(out))
+        assert all(t.proc.poll() is None for t in targets.values())  # the targets kept running
         time.sleep(0.5)  # the last step's line arrives
-        prof = _checked(out) if out.exists() else None
-        yield loader, r, prof, target.truth(prof["measurements"]["attach"]["sampler"]["window"]) if prof else None
     finally:
-        target.stop()
+        for t in targets.values():
+            t.stop()
+    assert code == 0, stderr[-2000:]
+    merged = _checked(out)
+    by_rank = {e["rank"]: e["profile"] for e in merged["ranks"]}
+    return {loader: (by_rank[i], targets[loader], stdout) for i, loader in enumerate(SHAPES)}, merged
 
 
-def test_the_data_share_is_the_truth_within_5_points(attached):
-    loader, r, prof, truth = attached
-    assert r.returncode == 0, r.stderr[-2000:]
-    share = prof["measurements"]["attach"]["shares"]["data"]["share"]
+@pytest.mark.parametrize("loader", list(SHAPES))
+def test_the_data_share_is_the_truth_within_5_points(attached, loader):
+    prof, target, _ = attached[0][loader]
+    a = prof["measurements"]["attach"]
+    truth = target.truth(a["sampler"]["window"])
+    share = a["shares"]["data"]["share"]
     assert abs(share - truth) <= 0.05, (loader, share, truth)
     # and the typical step's phases say the same
-    assert abs(prof["analysis"]["steps"]["phases"]["data"]["share"] - truth) <= 0.07, (loader, truth)
+    p = Profile.from_dict(prof)
+    assert abs(analyze(p).stats.phases["data"].share - truth) <= 0.07, (loader, truth)
 
 
-def test_steps_and_the_report(attached):
-    loader, r, prof, _ = attached
+@pytest.mark.parametrize("loader", list(SHAPES))
+def test_steps_and_the_findings(attached, loader):
+    prof, _, _ = attached[0][loader]
     assert prof["run"]["mode"] == "attach" and prof["run"]["pid"] > 0
     assert len(prof["steps"]) >= 3
     a = prof["measurements"]["attach"]
@@ -118,16 +133,22 @@ def test_steps_and_the_report(attached):
     for ph in ("data", "forward", "backward"):
         s = a["shares"][ph]
         assert s["samples"] > 0 and 0 < s["pm95"] < 0.2, (ph, s)
-    assert "What ran" in r.stdout and f"process {prof['run']['pid']}" in r.stdout
-    assert "tokens/s not measured" in r.stdout
     if loader == "dataloader":
         assert len(a["process"]["children"]) >= 2  # the DataLoader's workers
-    top = prof["analysis"]["findings"][0]
-    assert top["id"] == "data-loading-exposed", [f["id"] for f in prof["analysis"]["findings"]]
+    analysis = analyze(Profile.from_dict(prof))
+    assert analysis.findings[0].id == "data-loading-exposed", [f.id for f in analysis.findings]
+
+
+def test_the_report_of_an_attached_run(attached):
+    _, merged = attached
+    stdout = attached[0]["get_batch"][2]
+    assert [e["rank"] for e in merged["ranks"]] == [0, 1, 2]
+    assert "What ran" in stdout and "attached" in stdout and "tokens/s not measured" in stdout
+    assert "py-spy" in stdout and "optimizer steps seen" in stdout
 
 
 def test_a_target_that_ends_during_the_attach_is_reported(tmp_path):
-    target = Target("--iters", "50")  # ~0.1-0.2 s per step: it ends within the window
+    target = Target("--iters", "30")  # ~0.15-0.2 s per step: it ends within the window
     try:
         target.wait_steps(2)
         out = tmp_path / "ended.json"
@@ -176,21 +197,30 @@ def test_ctrl_c_ends_sampling_and_keeps_what_was_sampled(tmp_path):
     assert prof["run"]["ended"] == "interrupted" and len(prof["steps"]) >= 2
 
 
-def test_two_processes_are_merged_as_ranks(tmp_path):
-    slow, fast = Target("--data_s", "0.08"), Target("--data_s", "0.01")
+def test_a_torchrun_launchers_ranks_are_attached_and_merged(tmp_path):
+    """The launcher's PID stands for its ranks (found by the RANK in their environment); each
+    rank's profile is merged as `gpuprof merge` does. Rank 1's data path is 8x slower."""
+    launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                                 "--monitor-interval", "0.5", str(TARGET), "--data_s", "0.01", "--slow_rank", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
-        slow.wait_steps(2)
-        fast.wait_steps(2)
-        out = tmp_path / "two.json"
-        r = gpuprof("attach", slow.proc.pid, fast.proc.pid, "--duration", 3, "--rate", 500, "--out", out)
+        seen = 0
+        for line in launcher.stdout:  # both ranks print iter lines
+            seen += line.startswith("iter ")
+            if seen >= 6:
+                break
+        out = tmp_path / "ranks.json"
+        code, _, stderr = _cli_out("attach", str(launcher.pid), "--duration", "3", "--rate", "500", "--out", str(out))
+        r = subprocess.CompletedProcess([], code, "", stderr)
     finally:
-        slow.stop()
-        fast.stop()
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
     assert r.returncode == 0, r.stderr[-2000:]
+    assert f"process {launcher.pid} is a torchrun launcher: attaching to its 2 ranks" in r.stderr
     prof = _checked(out)
     assert [e["rank"] for e in prof["ranks"]] == [0, 1]
     share = {e["rank"]: e["profile"]["measurements"]["attach"]["shares"]["data"]["share"] for e in prof["ranks"]}
-    assert share[0] > share[1] + 0.1  # the slow loader's process waits on data far more
+    assert share[1] > share[0] + 0.1  # the slow rank waits on data far more
 
 
 @pytest.mark.parametrize("args, says", [
@@ -225,6 +255,17 @@ def _cli(*args) -> int:
     with pytest.raises(SystemExit) as exc:
         main(list(args))
     return exc.value.code
+
+
+def _cli_out(*args) -> tuple[int, str, str]:
+    """_cli, with what it printed (stdout, stderr)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _cli(*args)
+    return code, out.getvalue(), err.getvalue()
 
 
 def test_no_permission_says_how_to_grant_it():
