@@ -104,9 +104,11 @@ def shares(spans: list[tuple[float, float, str]], rate_hz: float) -> dict:
     return out
 
 
-def find_steps(spans: list[tuple[float, float, str]], blip_s: float = 0.0) -> tuple[list[dict], dict]:
+def find_steps(spans: list[tuple[float, float, str]], blip_s: float = 0.0,
+               grad_accum: int | None = None) -> tuple[list[dict], dict]:
     """Steps between the ends of consecutive optimizer phases: [{start_s, wall_s, phases,
-    micro_steps, split_from}], and how they were found. The partial step before the first
+    micro_steps, split_from}], and how they were found. grad_accum: the backward runs per optimizer
+    step when the user knows them (else inferred from the gaps, see _unit). The partial step before the first
     optimizer end and after the last are left out. A micro-step is a backward run after forward
     or data time (or after more than `blip_s` of anything else): one odd sample inside a backward
     (a torn stack, a hook) does not make two."""
@@ -142,7 +144,7 @@ def find_steps(spans: list[tuple[float, float, str]], blip_s: float = 0.0) -> tu
         steps.append({"start_s": s0, "wall_s": s1 - s0, "phases": phases, "micro_steps": micro,
                       "spans": [[p, round(st, 7), round(d, 7)] for p, st, d in order]})
     counts = [s["micro_steps"] for s in steps if s["micro_steps"]]
-    unit = _unit(counts)
+    unit = grad_accum or _unit(counts)
     out = []
     for s in steps:
         k = max(1, round(s["micro_steps"] / unit)) if unit and s["micro_steps"] else 1
@@ -157,7 +159,10 @@ def find_steps(spans: list[tuple[float, float, str]], blip_s: float = 0.0) -> tu
             out.append({"start_s": s["start_s"] + j * part, "wall_s": part,
                         "phases": {p: v / k for p, v in s["phases"].items()},
                         "micro_steps": s["micro_steps"] / k, "split_from": k, "spans": None})
+    single = sum(1 for c in counts if c == unit)
     info = {"optimizer_ends": len(ends), "gaps": len(steps), "steps": len(out), "typical_micro_steps": unit,
+            "unit_source": ("given (--grad-accum)" if grad_accum else
+                            f"inferred: {single} of {len(counts)} gaps between sampled optimizer steps held {unit}"),
             "gaps_split": sum(1 for s in steps if unit and s["micro_steps"] and round(s["micro_steps"] / unit) >= 2)}
     return out, info
 

@@ -36,6 +36,7 @@ class AttachResult:
 
 
 def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: bool = True, nvml=None,
+           grad_accum: int | None = None,
            on_tick: Callable[[dict], None] | None = None, poll_s: float = 0.2) -> AttachResult:
     """Sample every process in `pids` at once for `duration_s` (Ctrl-C ends it early) and build
     one Profile per process.
@@ -46,6 +47,8 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
         raise GpuprofError(f"--duration must be positive, got {duration_s:g}")
     if not 1 <= rate <= 1000:
         raise GpuprofError(f"--rate must be 1 to 1000 samples per second, got {rate}")
+    if grad_accum is not None and grad_accum < 1:
+        raise GpuprofError(f"--grad-accum must be positive, got {grad_accum}")
     if len(set(pids)) != len(pids):
         raise GpuprofError("a PID is given twice")
     procs = [open_process(pid) for pid in pids]
@@ -88,7 +91,7 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
     version = pyspy_version(exe)
     try:
         profiles = [build_profile(pid, tl, info, f, nv, rate=rate, window_s=window, nonblocking=nonblocking,
-                                  version=version, interrupted=interrupted)
+                                  version=version, interrupted=interrupted, grad_accum=grad_accum)
                     for pid, (tl, info), f, nv in zip(pids, results, facts, nvml_sections)]
     except GpuprofError as exc:
         if interrupted:  # Ctrl-C before a complete step: say what was sampled, exit 130
@@ -103,7 +106,8 @@ def _where(shares: dict) -> str:
 
 
 def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_section: dict, *, rate: int,
-                  window_s: float, nonblocking: bool, version: str | None, interrupted: bool) -> Profile:
+                  window_s: float, nonblocking: bool, version: str | None, interrupted: bool,
+                  grad_accum: int | None = None) -> Profile:
     """The Profile of an attached run from its samples and readings (pure: tests feed it)."""
     tl = ph.main_thread(timelines)
     if tl is None or not tl.spans:
@@ -112,7 +116,7 @@ def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_secti
     spans = ph.phase_spans(tl)
     sampled_s = sum(b - a for a, b, _ in spans)
     shares = ph.shares(spans, rate)
-    found, how = ph.find_steps(spans, blip_s=2.5 / rate)
+    found, how = ph.find_steps(spans, blip_s=2.5 / rate, grad_accum=grad_accum)
     steps = found
     if not steps:
         seen = how["optimizer_ends"]
@@ -142,7 +146,8 @@ def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_secti
         "note": (f"the target ended {facts['ended_at_s']:.1f} s into the window: what was sampled is reported"
                  if ended else None),
         "config": {"grad_accum": int(micro),
-                   "source": {"grad_accum": "sampled: backward runs per optimizer step (py-spy stacks)"}},
+                   "source": {"grad_accum": "given: --grad-accum" if grad_accum else
+                              "sampled: backward runs per optimizer step (py-spy stacks)"}},
     }
     from gpuprof.measure.environment import environment
 

@@ -133,7 +133,9 @@ def attach_rows(profile: Profile) -> list[tuple[str, str]]:
     rows.append(("sampled", f"py-spy {smp.get('version') or ''} at {smp.get('rate_hz')}/s"
                  f"{' (non-blocking)' if smp.get('nonblocking') else ''}: {smp.get('samples') or NM} samples, "
                  f"{seconds(smp.get('sampled_s'))} of the training thread; {steps.get('steps', 0)} steps from "
-                 f"{steps.get('optimizer_ends', 0)} optimizer steps seen{split}"))
+                 f"{steps.get('optimizer_ends', 0)} optimizer steps seen{split}; "
+                 f"{steps.get('typical_micro_steps')} backward runs per optimizer step, "
+                 f"{steps.get('unit_source') or NM} (--grad-accum N sets it)"))
     cores = proc.get("cpu_cores")
     kids = proc.get("children") or []
     line = f"{cores:.2f} cores" if cores is not None else "CPU not measured"

@@ -353,3 +353,22 @@ def test_no_gpu_reading_says_why(fake_kw, says):
     w.start()
     section = w.stop()
     assert not section["available"] and says in section["reason"]
+
+
+def test_the_user_can_say_the_grad_accum():
+    """A window where the optimizer was seen only every other step: from the gaps alone, 4
+    backward runs per step; with --grad-accum 2 the gaps are split into the real steps."""
+    from gpuprof.attach.phases import STEP, find_steps
+
+    spans, t = [], 0.0
+    for k in range(5):
+        for _ in range(2):
+            for ph, d in (("data", 0.03), ("forward", 0.01), ("backward", 0.02)):
+                spans.append((t, t + d, ph))
+                t += d
+        spans.append((t, t + 0.002, STEP if k % 2 == 0 else "other"))
+        t += 0.002
+    guessed, info = find_steps(spans)
+    assert info["typical_micro_steps"] == 4 and len(guessed) == 2  # twice the real step: not knowable
+    given, info = find_steps(spans, grad_accum=2)
+    assert info["typical_micro_steps"] == 2 and len(given) == 4 and info["unit_source"] == "given (--grad-accum)"
