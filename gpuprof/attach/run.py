@@ -79,6 +79,13 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
             interrupted = True
             for r in recs:
                 r.stop()
+        if not interrupted and time.monotonic() - t0 < duration_s - 1:
+            # py-spy stopped early: its target is exiting (it may still be finishing for a moment)
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline and any(w.ended_at is None for w in watches):
+                for w in watches:
+                    w.poll()
+                time.sleep(0.05)
         results = [r.result() for r in recs]
         facts = [w.stop() for w in watches]
         nvml_sections = [g.stop() for g in gpus]
