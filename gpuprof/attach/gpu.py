@@ -50,16 +50,12 @@ class GpuWatch:
         self._ctx = None
 
     def start(self) -> None:
-        from gpuprof.measure.nvml import NvmlSampler
+        from gpuprof.measure.nvml import NvmlSampler, nvml_module
         from gpuprof.measure.timer import PhaseTimer
 
-        nvml = self._nvml
+        nvml, self._reason = nvml_module(self._nvml)
         if nvml is None:
-            try:
-                import pynvml as nvml
-            except ImportError:
-                self._reason = "nvidia-ml-py (pynvml) is not installed"
-                return
+            return
         try:
             nvml.nvmlInit()
         except Exception as exc:  # noqa: BLE001 - no driver: a CPU machine

@@ -174,6 +174,18 @@ def _torch_uuid(device: str) -> str | None:
     return u or None
 
 
+def nvml_module(given=None):
+    """(the NVML binding, None): `given` (a test's fake) or pynvml from nvidia-ml-py; (None, why)
+    when it is not installed."""
+    if given is not None:
+        return given, None
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py (pynvml) is not installed"
+    return pynvml, None
+
+
 class NvmlSampler:
     """Samples the GPU(s) the run uses through NVML → measurements['nvml'].
 
@@ -210,14 +222,10 @@ class NvmlSampler:
         if not is_cuda(ctx.device):
             self._reason = f"run on {ctx.device}: no GPU to sample"
             return
-        nvml = self._nvml
+        nvml, self._reason = nvml_module(self._nvml)
         if nvml is None:
-            try:
-                import pynvml as nvml  # nvidia-ml-py
-            except ImportError:
-                self._reason = "nvidia-ml-py (pynvml) is not installed"
-                return
-            self._nvml = nvml
+            return
+        self._nvml = nvml
         try:
             nvml.nvmlInit()
             self._initialised = True
