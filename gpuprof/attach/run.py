@@ -161,8 +161,13 @@ def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_secti
     env = environment("cpu")  # this machine; the device is the GPU NVML finds the process on, if any
     env["device"] = None
     gpus = nvml_section.get("gpus") or []
-    if nvml_section.get("available") and gpus:
+    on_gpu = bool(nvml_section.get("available") and gpus)
+    if on_gpu:
         env.update(device="cuda", device_name=gpus[0].get("name"), device_memory_bytes=gpus[0].get("memory_total_bytes"))
+    # the device the run computes on, as far as NVML can tell: a GPU it has a context on, else the CPU
+    run["config"]["device"] = f"cuda:{(nvml_section.get('gpus_of_process') or [{}])[0].get('index', 0)}" if on_gpu else "cpu"
+    run["config"]["source"]["device"] = ("NVML: the process has a context on this GPU" if on_gpu else
+                                         f"no GPU reading ({nvml_section.get('reason') or 'NVML'}): taken as the CPU")
     profile = Profile(run=run, steps=records, environment=env)
     profile.measurements["attach"] = {
         "method": METHOD,
