@@ -168,8 +168,9 @@ def step_timeline(profile: Profile) -> Group | None:
     which = "the median step" if n % 2 else "the lower of the two middle steps"
     among = f"#{rank} of {n} typical steps by time" if profile.stats.irregular else f"#{rank} of {n} by time"
     if measured:
+        how = ("as sampled from outside (py-spy)" if profile.run.get("mode") == "attach" else "as measured")
         caption = (f"One step, {which} ({among}), on one time axis: "
-                   "the host's phase spans as measured, in the order they ran. ")
+                   f"the host's phase spans {how}, in the order they ran. ")
     else:
         caption = (f"One step, {which} ({among}), on one time axis. "
                    + ("The order is the loop's, not measured" if mode == "builtin" else
