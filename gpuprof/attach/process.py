@@ -103,6 +103,14 @@ class ProcessWatch:
             elif cpu is not None:
                 c["cpu"] = cpu
 
+    def so_far(self) -> dict:
+        """CPU in cores and storage reads per second since start() (for a live line; None where
+        not readable)."""
+        wall = self._clock() - self._t0
+        cpu, (rb, _) = _cpu_s(self.p), _io(self.p)
+        return {"cpu_cores": (cpu - self._cpu0) / wall if None not in (cpu, self._cpu0) and wall > 0 else None,
+                "read_bytes_s": (rb - self._io0[0]) / wall if None not in (rb, self._io0[0]) and wall > 0 else None}
+
     def stop(self) -> dict:
         self.poll()
         wall = self._clock() - self._t0

@@ -74,7 +74,8 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
                         r.stop()  # the target is gone: what was sampled stands
                 if on_tick is not None:
                     on_tick({"elapsed_s": time.monotonic() - t0, "duration_s": duration_s,
-                             "ended": [w.p.pid for w in watches if w.ended_at is not None]})
+                             "ended": [w.p.pid for w in watches if w.ended_at is not None],
+                             "so_far": {w.p.pid: w.so_far() for w in watches if w.ended_at is None}})
         except KeyboardInterrupt:
             interrupted = True
             for r in recs:

@@ -14,6 +14,7 @@ from gpuprof.cli import options
 from gpuprof.cli.app import app, guarded
 from gpuprof.cli.options import peak_options
 from gpuprof.cli.output import emit, exit_for, plan_outputs
+from gpuprof.units import count
 
 
 @app.command("attach")
@@ -61,7 +62,11 @@ def attach(
         if status is not None:
             left = max(0.0, t["duration_s"] - t["elapsed_s"])
             gone = f"; ended: {', '.join(map(str, t['ended']))}" if t["ended"] else ""
-            status.update(f"sampling {who}: {left:.0f} s left{gone}")
+            now = "".join(f"; {pid}: " + ", ".join(filter(None, (
+                f"{f['cpu_cores']:.2f} cores" if f.get("cpu_cores") is not None else None,
+                f"reads {count(f['read_bytes_s'])}B/s" if f.get("read_bytes_s") is not None else None)))
+                for pid, f in (t.get("so_far") or {}).items())
+            status.update(f"sampling {who}: {left:.0f} s left{gone}{now} (phase shares come when sampling ends)")
 
     if status is not None:
         status.start()

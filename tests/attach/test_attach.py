@@ -374,3 +374,17 @@ def test_the_user_can_say_the_grad_accum():
     assert info["typical_micro_steps"] == 4 and len(guessed) == 2  # twice the real step: not knowable
     given, info = find_steps(spans, grad_accum=2)
     assert info["typical_micro_steps"] == 2 and len(given) == 4 and info["unit_source"] == "given (--grad-accum)"
+
+
+def test_the_live_line_reads_cpu_and_reads_so_far():
+    import psutil
+
+    from gpuprof.attach.process import ProcessWatch
+
+    w = ProcessWatch(psutil.Process())
+    w.start()
+    t = time.process_time()
+    while time.process_time() - t < 0.2:  # this process computes
+        pass
+    now = w.so_far()
+    assert now["cpu_cores"] > 0.3 and now["read_bytes_s"] is not None
