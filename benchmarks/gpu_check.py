@@ -347,13 +347,23 @@ def check_h2d_pageable(ctx: Ctx) -> Check:
     return c.decide(*judge_h2d(runs["pageable"], runs["pinned"]))
 
 
-def check_nvml(ctx: Ctx) -> Check:
-    c = Check("nvml")
+def _default_profile(ctx: Ctx, c: Check, smoke_why: str) -> dict | None:
+    """The default-diagnose run's profile for a check that reads it; None after deciding `c`
+    (SKIP on the CPU smoke run, FAIL when that run wrote none)."""
     if ctx.smoke:
-        return c.skip("needs CUDA: NVML samples only a CUDA run")
+        c.skip(smoke_why)
+        return None
     prof = ctx.profiles.get("default")
     if prof is None:
-        return c.decide(False, "no profile from default-diagnose to read")
+        c.decide(False, "no profile from default-diagnose to read")
+    return prof
+
+
+def check_nvml(ctx: Ctx) -> Check:
+    c = Check("nvml")
+    prof = _default_profile(ctx, c, "needs CUDA: NVML samples only a CUDA run")
+    if prof is None:
+        return c
     nv = lookup(prof, "measurements.nvml")
     if isinstance(nv, dict):
         gpu = (nv.get("gpus") or [{}])[0]
@@ -485,11 +495,9 @@ def check_cudagraphs(ctx: Ctx) -> Check:
 
 def check_gpu_spans(ctx: Ctx) -> Check:
     c = Check("gpu-spans")
-    if ctx.smoke:
-        return c.skip("needs CUDA: the GPU timeline comes from CUDA events")
-    prof = ctx.profiles.get("default")
+    prof = _default_profile(ctx, c, "needs CUDA: the GPU timeline comes from CUDA events")
     if prof is None:
-        return c.decide(False, "no profile from default-diagnose to read")
+        return c
     steps = prof.get("steps") or []
     c.figures = {"steps": len(steps), "first step gpu_spans": ((steps[0].get("extra") or {}).get("gpu_spans")
                                                                if steps else Missing("no steps"))}

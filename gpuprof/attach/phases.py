@@ -22,16 +22,13 @@ such a gap is not measured, and the section says how many gaps were split).
 from __future__ import annotations
 
 import math
-import os
 import re
 
 from gpuprof.measure.data_hooks import data_like_name
-from gpuprof.stats import median
 
 PHASES = ("data", "forward", "backward", "optimizer", "eval", "other")
 STEP = "optimizer.step"  # an `optimizer` stack inside Optimizer.step: what ends a training step
 _EVAL = re.compile(r"^(estimate_loss|evaluate|eval\w*|validat\w*|\w*_eval|\w*validation\w*)$", re.I)
-_SEP = os.sep
 
 
 def _in(file: str, *parts: str) -> bool:

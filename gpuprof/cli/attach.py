@@ -3,7 +3,6 @@ without stopping or changing it (gpuprof.attach)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import List, Optional
 
