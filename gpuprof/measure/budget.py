@@ -1,5 +1,5 @@
 """One time budget for everything measured after the stop: copy bandwidths, the matmul ceiling
-and precisions, the FLOP count, the micro-batch curve.
+and precisions, the FLOP count, the compute fixes timed changed, the micro-batch curve.
 
 These run after the measured steps and cost time the user waits through; on a slow step (a
 model whose step takes a minute) an unbounded FLOP count and micro-batch curve once ran 2.5
@@ -18,9 +18,10 @@ from typing import Callable
 MIN_S = 15.0
 RUN_SHARE = 0.25
 # The share of the whole budget each part may take at most (what is left caps it too).
-SHARES = {"copies": 0.05, "probe": 0.45, "flops": 0.2, "microbatch": 1.0}
+SHARES = {"copies": 0.05, "probe": 0.45, "flops": 0.2, "kernels": 0.25, "microbatch": 1.0}
 LABELS = {"copies": "host-to-device copy bandwidths", "probe": "matmul ceiling and precisions",
-          "flops": "FLOP count", "microbatch": "micro-batch curve"}
+          "flops": "FLOP count", "kernels": "attention, vocabulary and optimizer timed changed",
+          "microbatch": "micro-batch curve"}
 
 
 class PostRunBudget:

@@ -17,12 +17,15 @@ import time
 
 from gpuprof.dims import TRAIN_OVER_FORWARD, gpt_flops_per_token, missing_gpt_dims
 
-def count_flops(model, args: tuple = (), kwargs: dict | None = None, *, autocast_dtype=None) -> dict:
+def count_flops(model, args: tuple = (), kwargs: dict | None = None, *, autocast_dtype=None,
+                extra_modes: tuple = (), counter: bool = True) -> dict:
     """Count one forward of `model(*args, **kwargs)` with FlopCounterMode.
 
     A compiled model is unwrapped to its `_orig_mod`. Runs under no_grad (no graph, no .grad
     change), with the CPU and CUDA RNG states restored afterwards (dropout draws nothing from
-    the training stream). Returns forward / training FLOPs for that batch and per op."""
+    the training stream). Returns forward / training FLOPs for that batch and per op.
+    extra_modes: context managers that watch the same forward (measure/optrace.py's OpTrace);
+    counter=False runs the forward for them alone."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -35,16 +38,22 @@ def count_flops(model, args: tuple = (), kwargs: dict | None = None, *, autocast
     cuda_dev = _cuda_index(args, kwargs, eager)
     cuda_state = torch.cuda.get_rng_state(cuda_dev) if cuda_dev is not None else None
     t0 = time.perf_counter()
-    counter = FlopCounterMode(display=False, custom_mapping=_extra_formulas())
+    counter = (FlopCounterMode(display=False, custom_mapping=_extra_formulas()) if counter
+               else contextlib.nullcontext())
     try:
         autocast = (torch.autocast(device_type=device_type, dtype=autocast_dtype)
                     if autocast_dtype is not None else contextlib.nullcontext())
-        with torch.no_grad(), autocast, counter:
+        with torch.no_grad(), autocast, counter, contextlib.ExitStack() as watching:
+            for mode in extra_modes:
+                watching.enter_context(mode)
             eager(*args, **kwargs)
     finally:
         torch.set_rng_state(cpu_state)
         if cuda_state is not None:
             torch.cuda.set_rng_state(cuda_state, cuda_dev)
+    if not isinstance(counter, FlopCounterMode):
+        return {"forward": None, "train": None, "by_op": {}, "compiled": eager is not model,
+                "seconds": time.perf_counter() - t0}
     forward = float(counter.get_total_flops())
     by_op = {str(k): float(v) for k, v in counter.get_flop_counts().get("Global", {}).items()}
     return {
@@ -98,8 +107,13 @@ class FlopsInstrument:
                                      f"{allotted:.1f} s left for it in the post-run budget")
         if self.count and ctx.model is not None and fits:
             try:
+                from gpuprof.measure.optrace import OpTrace
+
+                # The same forward shows how attention is computed (measure/kernels.py times it).
+                trace = OpTrace(getattr(ctx.model, "_orig_mod", ctx.model))
                 c = count_flops(ctx.model, tuple(ctx.example_args or ()), dict(ctx.example_kwargs or {}),
-                                autocast_dtype=ctx.autocast_dtype)
+                                autocast_dtype=ctx.autocast_dtype, extra_modes=(trace,))
+                ctx.op_trace = trace.summary()
                 out["counted_forward_per_micro"] = c["forward"]
                 out["counted_per_step"] = c["train"] * micro
                 out["counted_by_op"] = c["by_op"]

@@ -1,11 +1,14 @@
 """The instruments a diagnose run carries, in the order they must stop.
 
-Instruments stop in list order: the sync counter first (it only restores a torch setting) and
-the storage facts (a residency read), the all-reduce meter of a data-parallel rank (arithmetic
+Instruments stop in list order: the sync counter first (it only restores a torch setting), the
+dynamo records (graph breaks and recompiles; torch's logging restored before anything after the
+run compiles), the storage facts (a residency read), the all-reduce meter of a data-parallel rank (arithmetic
 over its marks), then the samplers (so later work does not pollute their
 samples), then the post-run measurements that compute, which share one time budget
 (measure/budget.py): the copy bandwidths, the matmul ceiling and precisions (first: the precision
-rule can be the biggest fix), the FLOP count, the micro-batch curve. The NVML sampler and the copy
+rule can be the biggest fix), the FLOP count (its forward also traces how attention is computed),
+the compute fixes timed changed (attention, vocabulary, optimizer: measure/kernels.py), the
+micro-batch curve. The NVML sampler and the copy
 bandwidth probe are only added for CUDA devices.
 
 An instrument must never take the run down: `start_instruments` and `stop_instruments` run each
@@ -23,8 +26,10 @@ from gpuprof import interrupts
 from gpuprof.measure.comm import CommMeter
 from gpuprof.measure.copies import CopyBandwidthProbe
 from gpuprof.measure.cuda import is_cuda
+from gpuprof.measure.dynamo import DynamoRecords
 from gpuprof.measure.flops import FlopsInstrument
 from gpuprof.measure.host import HostSampler
+from gpuprof.measure.kernels import ComputeFixesProbe
 from gpuprof.measure.microbatch import MicroBatchProbe
 from gpuprof.measure.nvml import NvmlSampler
 from gpuprof.measure.probe import CeilingProbe
@@ -36,7 +41,8 @@ def default_instruments(device: str, data_path: str | None, *, samplers: bool = 
                         interval_s: float = 0.1, microbatch: bool = True, flops: bool = True,
                         probe: bool = True) -> list:
     """Instruments for a run on `device` reading `data_path` (None: taken from the run)."""
-    out: list = [SyncCounter(), StorageFacts(data_path)]
+    # DynamoRecords stops early: torch's logging is restored before the post-run work compiles anything.
+    out: list = [SyncCounter(), DynamoRecords(), StorageFacts(data_path)]
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank under torchrun: DDP's all-reduces
         out.append(CommMeter())
     if samplers and is_cuda(device):
@@ -49,6 +55,8 @@ def default_instruments(device: str, data_path: str | None, *, samplers: bool = 
         out.append(CeilingProbe())
     if flops:
         out.append(FlopsInstrument())
+    if probe:
+        out.append(ComputeFixesProbe())
     if microbatch:
         out.append(MicroBatchProbe())
     return out

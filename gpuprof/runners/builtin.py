@@ -129,6 +129,8 @@ class RunContext:
     precision: dict | None = None  # measure.precision.read_precision: compute dtype, TF32 state
     budget: object | None = None  # measure.budget.PostRunBudget, set when the post-run work starts
     ddp: object | None = None  # the run's DistributedDataParallel wrapper (data-parallel runs)
+    optimizer: object | None = None  # the run's optimizer (scripts: the first one seen stepping)
+    op_trace: dict | None = None  # measure/optrace.py's facts from the FLOP count's forward
 
 
 def default_device() -> str:
@@ -241,7 +243,7 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
         torch.cuda.reset_peak_memory_stats(cuda_device(device))
     X, Y = loader.get_batch()  # first batch before the loop, as nanoGPT
     run_ctx = RunContext(cfg, gcfg, model, (X, Y), {}, device, timer, autocast_dtype,
-                         data_path=data_path, precision=precision, ddp=ddp)
+                         data_path=data_path, precision=precision, ddp=ddp, optimizer=optimizer)
     started, problems = start_instruments(instruments, run_ctx)
 
     accum = cfg.grad_accum

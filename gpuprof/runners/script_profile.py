@@ -71,6 +71,9 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
         budget = PostRunBudget.none(DDP_FAILED, on_progress=run.on_progress)
     else:
         budget = PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress)
+    if run.ctx is not None and run.ctx.optimizer is None:
+        primary = getattr(run.hooks, "_primary_opt", None)
+        run.ctx.optimizer = primary() if primary is not None else None
     profile.measurements.update(stop_instruments(run.instruments, run.ctx, budget))
     if budget.interrupted:  # Ctrl-C during the post-run work: the steps stand, the run was stopped
         run_info["ended"], run_info["partial"] = "interrupted", True

@@ -8,7 +8,7 @@ into one typed object per section:
 
   host, nvml          samplers.py  the samplers: summary per figure, mean per phase, timeline
   script              script.py    a script's own log, hook counts, hottest user functions
-  probe, flops, microbatch, memory, copies, syncs
+  probe, flops, microbatch, memory, copies, syncs, kernels
                       compute.py   the post-run measurements of the device's compute
   timer, storage, comm, post_run
                       run.py       how the run was timed and fed, the post-run budget
@@ -24,9 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuprof.sections.base import Record, Section, mapping
-from gpuprof.sections.compute import (CopiesSection, FlopsSection, MatmulShape, MemorySection,
-                                      MicrobatchPoint, MicrobatchSection, Precisions, ProbeSection,
-                                      Switch, SyncsSection)
+from gpuprof.sections.compute import (CopiesSection, FlopsSection, KernelsSection, MatmulShape,
+                                      MemorySection, MicrobatchPoint, MicrobatchSection, Precisions,
+                                      ProbeSection, Switch, SyncsSection)
+from gpuprof.sections.dynamo import DynamoSection
 from gpuprof.sections.run import (CommSection, CommStep, Filesystem, PostRunPart, PostRunSection,
                                   Residency, StorageSection, TimerSection)
 from gpuprof.sections.samplers import (Cost, HostSection, NvmlGpu, NvmlSection, SamplerPhase,
@@ -35,7 +36,7 @@ from gpuprof.sections.script import Reported, ScriptSection, StackSampler, TopFu
 
 __all__ = ["Sections", "Record", "Section", "HostSection", "NvmlSection", "NvmlGpu", "SamplerSection",
            "SamplerPhase", "Stat", "Cost", "ScriptSection", "Reported", "TopFunction", "StackSampler",
-           "ProbeSection", "Precisions", "Switch", "MatmulShape", "FlopsSection", "MicrobatchSection",
+           "ProbeSection", "KernelsSection", "Precisions", "Switch", "MatmulShape", "FlopsSection", "MicrobatchSection",
            "MicrobatchPoint", "MemorySection", "CopiesSection", "SyncsSection", "TimerSection",
            "StorageSection", "Filesystem", "Residency", "CommSection", "CommStep", "PostRunSection",
            "PostRunPart", "SECTION_TYPES"]
@@ -44,7 +45,8 @@ __all__ = ["Sections", "Record", "Section", "HostSection", "NvmlSection", "NvmlG
 SECTION_TYPES = {"host": HostSection, "nvml": NvmlSection, "script": ScriptSection, "probe": ProbeSection,
                  "flops": FlopsSection, "microbatch": MicrobatchSection, "memory": MemorySection,
                  "syncs": SyncsSection, "copies": CopiesSection, "storage": StorageSection,
-                 "timer": TimerSection, "comm": CommSection, "post_run": PostRunSection}
+                 "timer": TimerSection, "comm": CommSection, "post_run": PostRunSection,
+                 "dynamo": DynamoSection, "kernels": KernelsSection}
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class Sections:
     timer: TimerSection = field(default_factory=TimerSection)
     comm: CommSection = field(default_factory=CommSection)
     post_run: PostRunSection = field(default_factory=PostRunSection)
+    dynamo: DynamoSection = field(default_factory=DynamoSection)
+    kernels: KernelsSection = field(default_factory=KernelsSection)
 
     @classmethod
     def from_measurements(cls, measurements) -> "Sections":

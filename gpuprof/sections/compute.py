@@ -145,3 +145,114 @@ class SyncsSection(Section):
     calls: dict | None = None
     torch_own_in_steps: int | None = None  # torch's own syncs (cudagraph_trees recording), apart
     torch_own_places: dict | None = None
+
+
+@dataclass(frozen=True)
+class AttentionCall(Record):
+    """One attention in the traced forward: by hand (masked/causal/dropout as seen) or an SDPA call
+    (backend: the kernel torch ran; refused: why flash was not allowed, CUDA)."""
+
+    module: str | None = None
+    shape: list = field(default_factory=list)  # (B, H, T, head dim)
+    dtype: str | None = None
+    masked: bool | None = None
+    causal: bool | None = None
+    mask: bool | None = None
+    is_causal: bool | None = None
+    dropout_p: float | None = None
+    backend: str | None = None
+    refused: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AttentionTiming(Section):
+    """One attention layer timed by hand and through SDPA, forward and backward."""
+
+    by_hand_forward_s: float | None = None
+    by_hand_backward_s: float | None = None
+    sdpa_forward_s: float | None = None
+    sdpa_backward_s: float | None = None
+    rounds: int | None = None
+    shape: list = field(default_factory=list)
+    dtype: str | None = None
+    method: str | None = None
+
+
+@dataclass(frozen=True)
+class AttentionSection(Section):
+    """kernels.attention: how the traced forward computes attention, and the by-hand timing."""
+
+    by_hand: tuple[AttentionCall, ...] = ()
+    sdpa: tuple[AttentionCall, ...] = ()
+    layers: int | None = None
+    timed_layers: int | None = None
+    method: str | None = None
+    error: str | None = None
+    timing: AttentionTiming = field(default_factory=AttentionTiming)
+
+    @classmethod
+    def _nested(cls, d: dict) -> dict:
+        calls = {k: tuple(AttentionCall.from_dict(c) for c in items(d.get(k)) if isinstance(c, dict))
+                 for k in ("by_hand", "sdpa")}
+        return {**calls, "timing": AttentionTiming.from_dict(d.get("timing"))}
+
+
+@dataclass(frozen=True)
+class PairTiming(Section):
+    """A timed pair: the run's way and the changed way (vocab_s/padded_s, current_s/fused_s)."""
+
+    vocab_s: float | None = None
+    padded_s: float | None = None
+    current_s: float | None = None
+    fused_s: float | None = None
+    tokens: int | None = None
+    parameters: int | None = None
+    rounds: int | None = None
+    method: str | None = None
+
+
+@dataclass(frozen=True)
+class VocabSection(Section):
+    """kernels.vocab: the output projection's vocabulary and, when not a multiple of 64, timed padded."""
+
+    vocab: int | None = None
+    width: int | None = None
+    module: str | None = None
+    multiple: int | None = None
+    padded_vocab: int | None = None
+    timing: PairTiming = field(default_factory=PairTiming)
+
+    @classmethod
+    def _nested(cls, d: dict) -> dict:
+        return {"timing": PairTiming.from_dict(d.get("timing"))}
+
+
+@dataclass(frozen=True)
+class OptimizerSection(Section):
+    """kernels.optimizer: the run's Adam/AdamW, how it steps, and a copy timed with fused=True."""
+
+    class_: str | None = key("class")
+    mode: str | None = None  # fused | foreach | for-loop (None: not Adam/AdamW)
+    fused_unavailable: str | None = None
+    timing: PairTiming = field(default_factory=PairTiming)
+
+    @classmethod
+    def _nested(cls, d: dict) -> dict:
+        return {"timing": PairTiming.from_dict(d.get("timing"))}
+
+
+@dataclass(frozen=True)
+class KernelsSection(Section):
+    """measurements.kernels (measure/kernels.py): attention, vocabulary and optimizer, each as the
+    run has it and timed changed."""
+
+    attention: AttentionSection = field(default_factory=AttentionSection)
+    vocab: VocabSection = field(default_factory=VocabSection)
+    optimizer: OptimizerSection = field(default_factory=OptimizerSection)
+    seconds: float | None = None
+
+    @classmethod
+    def _nested(cls, d: dict) -> dict:
+        return {"attention": AttentionSection.from_dict(d.get("attention")),
+                "vocab": VocabSection.from_dict(d.get("vocab")),
+                "optimizer": OptimizerSection.from_dict(d.get("optimizer"))}

@@ -217,7 +217,7 @@ def test_the_budget_holds_on_a_slow_step():
     post = prof.measurements["post_run"]
     assert post["budget_s"] == 3.0 and post["source"] == "--post-budget"
     parts = post["parts"]
-    assert list(parts) == ["probe", "flops", "microbatch"]  # every part reported, in order
+    assert list(parts) == ["probe", "flops", "kernels", "microbatch"]  # every part reported, in order
     assert all(n in prof.measurements for n in parts)
     spent_before = 0.0
     for name, p in parts.items():

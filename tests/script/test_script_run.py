@@ -267,7 +267,7 @@ def test_post_run_work_shares_one_budget_in_script_mode(data_dir, tmp_path):
                      instruments_factory=lambda dev, data: default_instruments(dev, data, samplers=False))
     post = run.profile.measurements["post_run"]
     assert post["budget_s"] == 2.0 and post["source"] == "--post-budget"
-    assert set(post["parts"]) == {"probe", "flops", "microbatch"}
+    assert set(post["parts"]) == {"probe", "flops", "kernels", "microbatch"}
     # each part is allotted at most what the budget had left when it started (speed-independent:
     # what a part spends depends on the machine, the rule that bounds it does not)
     spent = 0.0

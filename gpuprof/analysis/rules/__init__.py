@@ -13,6 +13,13 @@ from gpuprof.analysis.rules.gpu import (
     sync_in_step,
 )
 from gpuprof.analysis.rules.machine import cpu_saturated, gpu_throttled, mfu_misreported
+from gpuprof.analysis.rules.compile_breaks import graph_breaks, recompiles
+from gpuprof.analysis.rules.compute import (
+    attention_backend,
+    attention_by_hand,
+    optimizer_not_fused,
+    vocab_not_padded,
+)
 from gpuprof.analysis.rules.precision import backward_forward_ratio, precision_slow
 from gpuprof.analysis.rules.storage import storage_too_slow
 from gpuprof.analysis.rules.phases import (
@@ -32,8 +39,13 @@ RULES = [
     h2d_pageable,
     optimizer_slow,
     precision_slow,
+    attention_by_hand,
+    vocab_not_padded,
+    optimizer_not_fused,
     no_tensor_cores,
     compile_findings,
+    graph_breaks,
+    recompiles,
     launch_bound,
     sync_in_step,
     gpu_throttled,
@@ -42,6 +54,7 @@ RULES = [
     compute_bound,
     dominant_phase,
     backward_forward_ratio,
+    attention_backend,
 ]
 
 # Data-parallel runs (a merged profile's ranks, gpuprof.analysis.distributed).

@@ -1,0 +1,131 @@
+"""The compute fixes (issue 21): does gpuprof detect each one, and does its measured saving
+match what the same script achieves with the change applied?
+
+tests/fixtures/mingpt_train.py is a minGPT-shaped script with three switches: attention by hand
+or through SDPA, the vocabulary, AdamW fused or not. For each fix a case sets the script up so
+that only that switch differs between BEFORE and AFTER, and runs `gpuprof diagnose` on both,
+alternating (before, after, after, before per round: ABBA, so drift on a shared machine hits
+both alike):
+    predicted = the BEFORE runs' measured saving for that finding (evidence.measured_saving_s,
+                per typical step), the mean over the rounds
+    achieved  = typical step (BEFORE) − typical step (AFTER), means over the rounds
+The bar: the finding is present in every BEFORE run and absent in every AFTER run; and either
+predicted is within 25% of achieved, or the measured effect is under 5% of the step and no
+saving is claimed (kind "info", saving_s None). Every profile passes the physical-bounds
+checker. Children run with OMP_NUM_THREADS=1 (see benchmarks/precision_fix.py).
+
+    python benchmarks/compute_fixes.py [--rounds 1] [--only attention,vocab,optimizer]
+
+Prints a table and exits 1 when a case misses the bar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "tests" / "fixtures" / "mingpt_train.py"
+sys.path.insert(0, str(REPO))
+
+TOLERANCE = 0.25
+CLAIM_SHARE = 0.05
+STEPS, WARMUP = 6, 2
+
+# name -> (finding id, common args, BEFORE args, AFTER args)
+CASES = {
+    "attention": ("attention-by-hand",
+                  ["--vocab", "512", "--fused", "1", "--block", "512", "--n-embd", "128", "--n-head", "4",
+                   "--batch", "4", "--dropout", "0.0"],
+                  ["--attn", "hand"], ["--attn", "sdpa"]),
+    "vocab": ("vocab-not-padded",
+              ["--attn", "sdpa", "--fused", "1", "--block", "128", "--n-embd", "64", "--batch", "4"],
+              ["--vocab", "50257"], ["--vocab", "50304"]),
+    "optimizer": ("optimizer-not-fused",
+                  ["--attn", "sdpa", "--vocab", "4096", "--block", "32", "--batch", "1", "--n-embd", "256",
+                   "--n-layer", "4"],
+                  ["--fused", "0"], ["--fused", "1"]),
+}
+
+
+def diagnose(args: list[str], out: Path) -> dict:
+    cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--steps", str(STEPS), "--warmup", str(WARMUP),
+           "--out", str(out), "--post-budget", "20", str(SCRIPT), *args, "--steps", str(STEPS + WARMUP + 4)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    r = subprocess.run(cmd, cwd=out.parent, env=env, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def run_case(name: str, rounds: int, tmp: Path) -> dict:
+    from gpuprof.analysis.bounds import violations
+    from gpuprof.analysis.pipeline import Analysis
+    from gpuprof.profile import from_data
+
+    fid, common, before, after = CASES[name]
+    runs = {"before": [], "after": []}
+    k = 0
+    for _ in range(rounds):
+        for which in ("before", "after", "after", "before"):
+            k += 1
+            prof = diagnose(common + (before if which == "before" else after), tmp / f"{name}-{k}.json")
+            loaded = from_data(prof)
+            bad = violations(loaded, Analysis.from_dict(prof["analysis"], loaded))
+            if bad:
+                raise SystemExit(f"{name} {which}: impossible figures: {bad}")
+            runs[which].append(prof)
+    step = {w: statistics.mean(p["analysis"]["steps"]["step_s"] for p in ps) for w, ps in runs.items()}
+    found = [next((f for f in p["analysis"]["findings"] if f["id"] == fid), None) for p in runs["before"]]
+    fixed = [next((f for f in p["analysis"]["findings"] if f["id"] == fid), None) for p in runs["after"]]
+    measured = [f["evidence"].get("measured_saving_s") for f in found if f]
+    claimed = [f["saving_s"] for f in found if f and f["saving_s"] is not None]
+    pred = statistics.mean(measured) if measured and all(m is not None for m in measured) else None
+    achieved = step["before"] - step["after"]
+    ratio = pred / achieved if pred is not None and achieved > 0 else None
+    detected = all(found) and not any(fixed)
+    small = pred is not None and pred / step["before"] < CLAIM_SHARE
+    if small:
+        ok = detected and not claimed
+        how = "under 5%: no saving claimed" if ok else "under 5% but a saving was claimed"
+    else:
+        ok = detected and ratio is not None and abs(ratio - 1) <= TOLERANCE and len(claimed) == len(found)
+        how = "within 25%" if ok else "outside 25%"
+    if not detected:
+        how = "not detected in every BEFORE run" if not all(found) else "still found after the change"
+    return {"case": name, "finding": fid, "before_step_s": step["before"], "after_step_s": step["after"],
+            "achieved_s": achieved, "predicted_s": pred, "ratio": ratio, "claimed": bool(claimed), "ok": ok,
+            "how": how, "kernels": runs["before"][0]["measurements"].get("kernels")}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--only", default=",".join(CASES))
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as d:
+        rows = [run_case(n, a.rounds, Path(d)) for n in a.only.split(",")]
+    print(f"{'case':10} {'finding':20} {'before':>9} {'after':>9} {'achieved':>9} {'measured':>9} {'ratio':>6} "
+          f"{'claimed':>7}  result")
+    for r in rows:
+        pred = f"{r['predicted_s']:.4f}" if r["predicted_s"] is not None else "none"
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        print(f"{r['case']:10} {r['finding']:20} {r['before_step_s']:9.4f} {r['after_step_s']:9.4f} "
+              f"{r['achieved_s']:9.4f} {pred:>9} {ratio:>6} {str(r['claimed']):>7}  "
+              f"{'PASS' if r['ok'] else 'FAIL'} ({r['how']})")
+    for r in rows:
+        k = r["kernels"] or {}
+        part = {"attention": "attention", "vocab": "vocab", "optimizer": "optimizer"}[r["case"]]
+        timing = (k.get(part) or {}).get("timing")
+        print(f"  {r['case']}: the BEFORE run's pair timing: {json.dumps(timing)}")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

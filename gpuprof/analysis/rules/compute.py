@@ -1,0 +1,213 @@
+"""Rules about what the compute could do differently, each from a pair timed after the run
+(measure/kernels.py): attention by hand vs SDPA (attention-by-hand), the SDPA kernel torch chose
+on a GPU (attention-backend), the vocabulary padded to a multiple of 64 (vocab-not-padded), and
+Adam/AdamW with fused=True (optimizer-not-fused).
+
+A saving is the measured difference scaled to the step (layers × micro-steps for attention,
+micro-steps for the vocabulary, once for the optimizer) and capped by the phase it comes out of.
+Under CLAIM_SHARE of the step it is reported as information, without a saving: at that size the
+timing of a pair on a busy machine cannot promise it."""
+
+from __future__ import annotations
+
+from gpuprof.analysis.findings import Context, Finding
+from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
+from gpuprof.units import count, pct, seconds, times
+
+CLAIM_SHARE = 0.05  # a measured saving under 5% of the step is not claimed (issue #21's bar)
+OPTIMIZER_SLOW_SHARE = 0.10  # optimizer-slow's own threshold (rules/gpu.py): it carries the fused timing
+
+
+def _split(saving: float, ctx: Context) -> dict:
+    """A saving out of forward+backward, split as the run's own forward and backward times."""
+    fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
+    if fwd + bwd <= 0:
+        return {}
+    return {"forward": saving * fwd / (fwd + bwd), "backward": saving * bwd / (fwd + bwd)}
+
+
+def _small(saving: float, total: float) -> str:
+    return (f"measured {seconds(saving)} per step, {pct(saving / total)} of the step: under "
+            f"{CLAIM_SHARE:.0%}, so no saving is claimed on this device")
+
+
+def attention_by_hand(ctx: Context) -> list[Finding]:
+    """Attention computed by hand (q·kᵀ, mask, softmax, dropout, ·v) where
+    F.scaled_dot_product_attention would run a fused kernel. Saving: one layer timed both ways
+    at the run's shapes, (by hand − SDPA) × the layers of that shape × micro-steps, forward and
+    backward each capped by the run's own phase."""
+    att = ctx.sections.kernels.attention
+    if not att.by_hand:
+        return []
+    first = att.by_hand[0]
+    n = len(att.by_hand)
+    modules = sorted({c.module for c in att.by_hand if c.module})
+    where = (f"{modules[0]} and {n - 1} more" if len(modules) > 1 else (modules[0] if modules else "the model"))
+    b, h, t, d = (list(first.shape) + [None] * 4)[:4]
+    args = ["q, k, v"]
+    if first.masked and first.causal is not False:
+        args.append("is_causal=True")
+    elif first.masked:
+        args.append("attn_mask=mask (True where attended)")
+    if first.dropout_p:
+        args.append("dropout_p=self.dropout if self.training else 0.0")
+    fix = (f"y = F.scaled_dot_product_attention({', '.join(args)}) in place of q @ k.transpose(-2, -1), "
+           f"masked_fill, softmax{', dropout' if first.dropout_p else ''} and @ v ({where})")
+    stored = (b or 0) * (h or 0) * (t or 0) ** 2
+    memory = (f"; SDPA's fused kernels also never store the (B, H, T, T) attention matrix: "
+              f"{count(stored)} values per layer here" if stored else "")
+    ev = {"layers": n, "module": first.module, "shape": list(first.shape), "dtype": first.dtype,
+          "causal": first.causal, "dropout_p": first.dropout_p}
+    seen = (f"{n} attention layer{'s' if n > 1 else ''} compute softmax(q·kᵀ)·v by hand ({where}), "
+            f"at (B, H, T, head dim) = ({b}, {h}, {t}, {d}) in {first.dtype}")
+    timing = att.timing
+    total = step_s(ctx)
+    if timing.by_hand_forward_s is None or timing.sdpa_forward_s is None or not total:
+        why = timing.not_measured or "the layer was not timed"
+        return [Finding(id="attention-by-hand", title=f"attention computed by hand in {where}",
+                        saving_s=None, saving_share=None, evidence=ev, confidence="medium", fix=fix,
+                        note=f"not estimated: {why}{memory}", because=seen)]
+    layers = att.timed_layers or n
+    micro = micro_steps(ctx)
+    per_fwd = timing.by_hand_forward_s - timing.sdpa_forward_s
+    per_bwd = timing.by_hand_backward_s - timing.sdpa_backward_s
+    save_f = min(max(0.0, per_fwd) * layers * micro, ctx.seconds("forward"))
+    save_b = min(max(0.0, per_bwd) * layers * micro, ctx.seconds("backward"))
+    saving = save_f + save_b
+    hand = timing.by_hand_forward_s + timing.by_hand_backward_s
+    fused = timing.sdpa_forward_s + timing.sdpa_backward_s
+    ev.update(by_hand_layer_s=hand, sdpa_layer_s=fused, timed_layers=layers, micro_steps=micro,
+              measured_saving_s=saving)
+    because = (f"{seen}; one layer, forward+backward, took {seconds(hand)} by hand and {seconds(fused)} "
+               f"through SDPA ({times(fused / hand) if hand else 'n/a'} the time); × {layers} layer"
+               f"{'s' if layers > 1 else ''} × {micro} micro-step{'s' if micro > 1 else ''} = "
+               f"{seconds(saving)} per step")
+    if saving <= 0 or saving / total < CLAIM_SHARE:
+        note = (_small(saving, total) if saving > 0 else
+                "measured: SDPA was not faster here, so no saving is claimed on this device")
+        return [Finding(id="attention-by-hand", title=f"attention computed by hand in {where}",
+                        saving_s=None, saving_share=None, evidence=ev, confidence="medium", kind="info",
+                        fix=fix, note=note + memory, because=because)]
+    return [Finding(
+        id="attention-by-hand",
+        title=f"attention computed by hand in {where}: SDPA ran it in {times(fused / hand)} the time",
+        saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium", fix=fix,
+        note=("estimate: one layer timed after the run both ways at the run's shapes, scaled by layers and "
+              "micro-steps" + memory), because=because,
+        claims={k: v for k, v in (("forward", save_f), ("backward", save_b)) if v > 0},
+    )]
+
+
+def attention_backend(ctx: Context) -> list[Finding]:
+    """SDPA calls on a GPU that ran the math fallback or the memory-efficient kernel where
+    torch's checker refused flash: information with torch's own reasons (dtype, head dim, mask,
+    dropout). No saving: the change (a dtype, a head dim) is the user's choice."""
+    if not on_cuda(ctx):
+        return []
+    calls = [c for c in ctx.sections.kernels.attention.sdpa if c.backend not in ("flash", "cudnn", None)]
+    if not calls:
+        return []
+    first = calls[0]
+    reasons = list(first.refused) or ["torch gave no reason"]
+    return [Finding(
+        id="attention-backend",
+        title=f"attention runs SDPA's {first.backend} kernel, not flash ({len(calls)} call{'s' if len(calls) > 1 else ''})",
+        saving_s=None, saving_share=None, kind="info", confidence="high",
+        evidence={"backend": first.backend, "calls": len(calls), "shape": list(first.shape), "dtype": first.dtype,
+                  "refused": reasons},
+        because=(f"{len(calls)} F.scaled_dot_product_attention call{'s' if len(calls) > 1 else ''} at "
+                 f"{tuple(first.shape)} in {first.dtype} ran the {first.backend} kernel; torch refused flash: "
+                 + "; ".join(reasons)),
+        note="not estimated: flash needs fp16/bf16 and a head dim it supports; the reasons are torch's own",
+        fix="meet flash's conditions where the model allows (bf16 autocast, head dim a multiple of 8, ≤ 256)",
+    )]
+
+
+def vocab_not_padded(ctx: Context) -> list[Finding]:
+    """A vocabulary that is not a multiple of 64 (GPT-2's 50257), where the output projection
+    and loss run measurably faster at the padded size on this device. Saving: (time at V − time
+    at padded V) × micro-steps, split over forward and backward as the run's. No finding where
+    padding does not help."""
+    v = ctx.sections.kernels.vocab
+    if not v.vocab or not v.multiple or v.vocab % v.multiple == 0:
+        return []
+    to = v.padded_vocab
+    extra = to - v.vocab
+    overrides = {"vocab_size": to} if mode(ctx) == "builtin" else {}
+    fix = (f"vocab_size = {to} (the model's config, e.g. GPTConfig(vocab_size={to})): {v.vocab} padded to a "
+           f"multiple of {v.multiple}; the {extra} extra logits are never a target and training pushes them down")
+    ev = {"vocab": v.vocab, "padded_vocab": to, "module": v.module}
+    timing = v.timing
+    total = step_s(ctx)
+    if timing.vocab_s is None or timing.padded_s is None or not total:
+        return [Finding(id="vocab-not-padded", title=f"vocabulary of {v.vocab} is not a multiple of {v.multiple}",
+                        saving_s=None, saving_share=None, evidence=ev, fix=fix, config_overrides=overrides,
+                        confidence="low", because=f"{v.module or 'the output projection'} produces {v.vocab} logits",
+                        note=f"not estimated: {timing.not_measured or 'not timed'}")]
+    micro = micro_steps(ctx)
+    per = timing.vocab_s - timing.padded_s
+    if per <= 0:
+        return []  # padding does not help on this device
+    saving = min(per * micro, ctx.seconds("forward") + ctx.seconds("backward"))
+    ev.update(vocab_s=timing.vocab_s, padded_s=timing.padded_s, tokens=timing.tokens, micro_steps=micro,
+              measured_saving_s=saving)
+    because = (f"the output projection and loss, forward+backward at {count(timing.tokens)} tokens, took "
+               f"{seconds(timing.vocab_s)} with {v.vocab} logits and {seconds(timing.padded_s)} with {to} "
+               f"({times(timing.padded_s / timing.vocab_s)} the time, for {extra} more logits); × {micro} "
+               f"micro-step{'s' if micro > 1 else ''} = {seconds(saving)} per step")
+    if saving / total < CLAIM_SHARE:
+        return [Finding(id="vocab-not-padded", title=f"vocabulary of {v.vocab} is not a multiple of {v.multiple}",
+                        saving_s=None, saving_share=None, evidence=ev, fix=fix, config_overrides=overrides,
+                        kind="info", confidence="medium", because=because, note=_small(saving, total))]
+    return [Finding(
+        id="vocab-not-padded",
+        title=f"vocabulary of {v.vocab} is not a multiple of {v.multiple}: {to} runs the output layer in "
+              f"{times(timing.padded_s / timing.vocab_s)} the time",
+        saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium", fix=fix,
+        config_overrides=overrides, because=because,
+        note="estimate: the output projection and loss timed after the run at both sizes", claims=_split(saving, ctx),
+    )]
+
+
+def fused_optimizer_saving(ctx: Context) -> tuple[float, str, dict] | None:
+    """(seconds saved per step, the words, evidence) from the fused-optimizer timing, or None
+    when it was not measured; the saving is capped by the run's optimizer phase."""
+    o = ctx.sections.kernels.optimizer
+    t = o.timing
+    if o.mode in (None, "fused") or t.current_s is None or t.fused_s is None:
+        return None
+    saving = min(max(0.0, t.current_s - t.fused_s), ctx.seconds("optimizer"))
+    words = (f"one {o.class_} step on a copy of the {count(t.parameters)} parameters took {seconds(t.current_s)} "
+             f"as configured ({o.mode}) and {seconds(t.fused_s)} with fused=True "
+             f"({times(t.fused_s / t.current_s)} the time)")
+    return saving, words, {"optimizer_mode": o.mode, "current_step_s": t.current_s, "fused_step_s": t.fused_s,
+                           "measured_saving_s": saving}
+
+
+def optimizer_not_fused(ctx: Context) -> list[Finding]:
+    """Adam/AdamW stepping for-loop or foreach where fused=True is available for its parameters,
+    timed both ways on a copy. Where optimizer-slow fires (CUDA, ≥ 10% of the step) it carries
+    this measurement instead (rules/gpu.py)."""
+    total = step_s(ctx)
+    measured = fused_optimizer_saving(ctx)
+    if measured is None or not total:
+        return []
+    if on_cuda(ctx) and ctx.seconds("optimizer") / total >= OPTIMIZER_SLOW_SHARE:
+        return []  # optimizer-slow's finding
+    saving, words, ev = measured
+    o = ctx.sections.kernels.optimizer
+    if saving <= 0:
+        return []
+    fix = f"torch.optim.{o.class_}(..., fused=True)"
+    because = f"{words}; the run's optimizer phase is {seconds(ctx.seconds('optimizer'))} per step"
+    if saving / total < CLAIM_SHARE:
+        return [Finding(id="optimizer-not-fused", title=f"{o.class_} is not fused ({o.mode})",
+                        saving_s=None, saving_share=None, evidence=ev, fix=fix, kind="info",
+                        confidence="medium", because=because, note=_small(saving, total))]
+    return [Finding(
+        id="optimizer-not-fused", title=f"{o.class_} is not fused ({o.mode}): fused=True steps in "
+                                       f"{times(ev['fused_step_s'] / ev['current_step_s'])} the time",
+        saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium", fix=fix,
+        because=because, note="estimate: one step of a copy of the parameters timed both ways after the run",
+        claims={"optimizer": saving},
+    )]

@@ -1,0 +1,479 @@
+"""The compute fixes, each timed after the run on the run's device at the run's own shapes.
+
+Three changes GPT trainers make once data no longer limits the step (build-nanogpt's order),
+measured the way `precision-slow` is: what the run does now and the changed version, timed
+one after the other on the same device, within the post-run budget's `kernels` part:
+
+- attention: a layer that computes attention by hand (seen by the op trace of the FLOP count's
+  forward, measure/optrace.py) timed as written — q·kᵀ, scale, mask, softmax, dropout, ·v — and
+  as `F.scaled_dot_product_attention`, forward and backward, at the layer's (B, H, T, head dim),
+  dtype (the run's autocast), mask and dropout;
+- vocabulary: the output projection and the loss (F.linear to V logits, cross-entropy, forward
+  and backward) at the model's V and at V padded to a multiple of 64, at the micro-batch's tokens;
+- optimizer: one Adam/AdamW step on a copy of the parameters (fresh gradients) as the run's
+  optimizer is configured and with fused=True, when torch has a fused kernel for the device.
+
+Each pair is timed alternately (A, B, A, B, …) after a warm-up of each, and the best of each
+kept, so a drift in the machine's speed hits both. On CUDA the times are CUDA events on the
+current stream; elsewhere wall time. Nothing here touches the user's model, optimizer or data:
+the tensors are new ones of the same shapes. `rules/compute.py` turns the figures into findings;
+a difference under 5% of the step is reported without a saving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+
+PAD_MULTIPLE = 64  # GPT-2's 50257 -> 50304 (nanoGPT, build-nanogpt)
+MAX_REPS = 12
+MIN_REPS = 3
+SETTLED = 0.02  # a round that improves neither best by more than 2% ends the timing (after MIN_REPS)
+SLICES = {"attention": 0.4, "vocab": 0.3, "optimizer": 0.3}
+
+
+class _Clock:
+    """Seconds of fn(): CUDA events on the device's current stream, else wall time."""
+
+    def __init__(self, device):
+        import torch
+
+        from gpuprof.measure.cuda import cuda_device, is_cuda
+
+        self.torch = torch
+        self.cuda = is_cuda(device)
+        self.dev = cuda_device(device) if self.cuda else torch.device(str(device))
+
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize(self.dev)
+
+    def spans(self, *fns) -> list[float]:
+        """Run fns in order; the seconds of each."""
+        if self.cuda:
+            stream = self.torch.cuda.current_stream(self.dev)
+            evs = [self.torch.cuda.Event(enable_timing=True) for _ in range(len(fns) + 1)]
+            evs[0].record(stream)
+            for fn, ev in zip(fns, evs[1:]):
+                fn()
+                ev.record(stream)
+            evs[-1].synchronize()
+            return [max(a.elapsed_time(b) / 1e3, 1e-9) for a, b in zip(evs, evs[1:])]
+        out, t = [], time.perf_counter()
+        for fn in fns:
+            fn()
+            now = time.perf_counter()
+            out.append(max(now - t, 1e-9))
+            t = now
+        return out
+
+
+def alternate(clock: _Clock, variants: dict, seconds: float, now=time.perf_counter) -> dict:
+    """{name: [best seconds of each part]} for variants {name: [part fns]} run alternately: a
+    warm-up of each, then rounds of one run of each until the bests settle (a round after the
+    MIN_REPS-th improves neither by more than 2%), `seconds` is spent, or MAX_REPS rounds; at
+    least 2 rounds. Raises TimeoutError when the warm-up alone leaves no room for 2 rounds."""
+    deadline = now() + seconds
+    t0 = now()
+    for parts in variants.values():
+        clock.spans(*parts)  # warm-up: kernel selection, allocator, autotuning caches
+    clock.sync()
+    one_round = now() - t0
+    if one_round * 3 > seconds:
+        raise TimeoutError(f"one round takes {one_round:.2f} s; {seconds:.2f} s would not hold 2 timed rounds")
+    best = {name: None for name in variants}
+    rounds = 0
+    while rounds < MAX_REPS and (rounds < 2 or now() + one_round < deadline):
+        improved = False
+        for name, parts in variants.items():
+            got = clock.spans(*parts)
+            if best[name] is None or sum(got) < (1 - SETTLED) * sum(best[name]):
+                improved = True
+            best[name] = got if best[name] is None else [min(a, b) for a, b in zip(best[name], got)]
+        rounds += 1
+        if rounds >= MIN_REPS and not improved:
+            break
+    return {"best": best, "rounds": rounds}
+
+
+def _autocast(device, dtype):
+    import torch
+
+    from gpuprof.hardware import torch_dtype
+    from gpuprof.measure.cuda import is_cuda
+
+    if dtype in ("bf16", "fp16"):
+        return torch.autocast("cuda" if is_cuda(device) else "cpu", dtype=torch_dtype(dtype))
+    return contextlib.nullcontext()
+
+
+# -- attention -------------------------------------------------------------------------------------
+
+def time_attention(device, shape, dtype: str, *, causal: bool, masked: bool, dropout_p: float,
+                   seconds: float) -> dict:
+    """Forward and backward seconds of one attention layer by hand and through SDPA at
+    shape (B, H, T, D), in `dtype` (bf16/fp16 under autocast, as the run computes it)."""
+    import torch
+    import torch.nn.functional as F
+
+    from gpuprof.hardware import torch_dtype
+
+    clock = _Clock(device)
+    b, h, t, d = (int(x) for x in shape)
+    tdtype = torch_dtype(dtype) if dtype in ("bf16", "fp16", "fp32") else torch.float32
+    q, k, v = (torch.randn(b, h, t, d, dtype=tdtype, device=clock.dev, requires_grad=True) for _ in range(3))
+    grad = torch.randn(b, h, t, d, dtype=tdtype, device=clock.dev)
+    keep = torch.ones(t, t, dtype=torch.bool, device=clock.dev).tril().view(1, 1, t, t)
+    mask_out = ~keep
+    scale = 1.0 / math.sqrt(d)
+    ac = _autocast(device, dtype)
+    state: dict = {}
+
+    def by_hand():
+        with ac:
+            att = (q @ k.transpose(-2, -1)) * scale
+            if masked:
+                att = att.masked_fill(mask_out, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            if dropout_p:
+                att = F.dropout(att, dropout_p, True)
+            state["y"] = att @ v
+
+    def sdpa():
+        with ac:
+            state["y"] = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=keep if masked and not causal else None, dropout_p=dropout_p,
+                is_causal=bool(masked and causal))
+
+    def backward():
+        state.pop("y").backward(grad)
+        for x in (q, k, v):
+            x.grad = None
+
+    res = alternate(clock, {"by_hand": [by_hand, backward], "sdpa": [sdpa, backward]}, seconds)
+    hand, fused = res["best"]["by_hand"], res["best"]["sdpa"]
+    return {"by_hand_forward_s": hand[0], "by_hand_backward_s": hand[1],
+            "sdpa_forward_s": fused[0], "sdpa_backward_s": fused[1], "rounds": res["rounds"],
+            "shape": [b, h, t, d], "dtype": dtype, "causal": bool(masked and causal), "masked": masked,
+            "dropout_p": dropout_p}
+
+
+def _attention(ctx, trace: dict | None, seconds: float, skipped: list[str]) -> dict:
+    out = dict(trace or {})
+    hand = out.get("by_hand") or []
+    if not hand:
+        return out
+    first = hand[0]
+    same = [c for c in hand if c["shape"] == first["shape"] and c["dtype"] == first["dtype"]]
+    out["layers"] = len(hand)
+    out["timed_layers"] = len(same)  # the others (another shape) are not scaled from this timing
+    if seconds < 0.05:
+        skipped.append("attention timed both ways")
+        out["timing"] = {"not_measured": f"no time left in the post-run budget ({seconds:.2f} s)"}
+        return out
+    try:
+        out["timing"] = time_attention(ctx.device, first["shape"], first["dtype"], causal=first["causal"] is not False,
+                                       masked=bool(first["masked"]), dropout_p=float(first.get("dropout_p") or 0.0),
+                                       seconds=seconds)
+        out["timing"]["method"] = ("one layer's attention at the model's (B, H, T, head dim), dtype, mask and dropout, "
+                                   "forward and backward, by hand and through F.scaled_dot_product_attention, timed "
+                                   "alternately, best of each; " + _how(ctx.device))
+    except TimeoutError as exc:
+        skipped.append("attention timed both ways")
+        out["timing"] = {"not_measured": f"{exc}"}
+    except Exception as exc:  # noqa: BLE001 - e.g. OOM at the model's shapes
+        out["timing"] = {"not_measured": f"{exc.__class__.__name__}: {exc}"}
+    return out
+
+
+# -- vocabulary ------------------------------------------------------------------------------------
+
+def output_head(model) -> dict | None:
+    """The model's projection to a vocabulary: the nn.Linear whose out_features is the largest
+    nn.Embedding's num_embeddings (GPT's lm_head, tied or not). {vocab, width, module}."""
+    import torch
+
+    embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    if not embeddings:
+        return None
+    vocab = max(e.num_embeddings for e in embeddings)
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear) and m.out_features == vocab:
+            return {"vocab": vocab, "width": m.in_features, "module": name}
+    return None
+
+
+def padded(vocab: int, multiple: int = PAD_MULTIPLE) -> int:
+    return -(-int(vocab) // multiple) * multiple
+
+
+def time_vocab(device, tokens: int, width: int, vocab: int, vocab_to: int, dtype: str, param_dtype,
+               seconds: float) -> dict:
+    """Forward+backward seconds of the output projection and cross-entropy at V and V padded."""
+    import torch
+    import torch.nn.functional as F
+
+    clock = _Clock(device)
+    x = torch.randn(tokens, width, dtype=param_dtype, device=clock.dev, requires_grad=True)
+    targets = torch.randint(0, vocab, (tokens,), device=clock.dev)
+    ac = _autocast(device, dtype)
+    weights = {v: (torch.randn(v, width, dtype=param_dtype, device=clock.dev) * 0.02).requires_grad_(True)
+               for v in (vocab, vocab_to)}
+
+    def step(v):
+        def run():
+            with ac:
+                logits = F.linear(x, weights[v])
+                loss = F.cross_entropy(logits, targets)
+            loss.backward()
+            x.grad = None
+            weights[v].grad = None
+        return run
+
+    res = alternate(clock, {"vocab": [step(vocab)], "padded": [step(vocab_to)]}, seconds)
+    return {"vocab_s": res["best"]["vocab"][0], "padded_s": res["best"]["padded"][0], "rounds": res["rounds"]}
+
+
+def _vocab(ctx, seconds: float, skipped: list[str]) -> dict | None:
+    import torch
+
+    head = output_head(ctx.model)
+    if head is None:
+        return None
+    out = {**head, "multiple": PAD_MULTIPLE, "padded_vocab": padded(head["vocab"])}
+    if head["vocab"] % PAD_MULTIPLE == 0:
+        return out
+    ids = next((a for a in (*(ctx.example_args or ()), *(ctx.example_kwargs or {}).values())
+                if isinstance(a, torch.Tensor) and not a.is_floating_point() and a.dim() >= 1), None)
+    if ids is None:
+        out["timing"] = {"not_measured": "no token-id input to size the logits"}
+        return out
+    if seconds < 0.05:
+        skipped.append("vocabulary timed padded")
+        out["timing"] = {"not_measured": f"no time left in the post-run budget ({seconds:.2f} s)"}
+        return out
+    param = next(ctx.model.parameters())
+    dtype = (getattr(ctx, "precision", None) or {}).get("compute_dtype") or "fp32"
+    try:
+        out["timing"] = time_vocab(ctx.device, ids.numel(), head["width"], head["vocab"], out["padded_vocab"],
+                                   dtype, param.dtype, seconds)
+        out["timing"]["tokens"] = ids.numel()
+        out["timing"]["method"] = ("the output projection (F.linear to V logits) and cross-entropy, forward+backward, "
+                                   "at the micro-batch's tokens, at V and padded V, timed alternately, best of each; "
+                                   + _how(ctx.device))
+    except TimeoutError as exc:
+        skipped.append("vocabulary timed padded")
+        out["timing"] = {"not_measured": str(exc)}
+    except Exception as exc:  # noqa: BLE001
+        out["timing"] = {"not_measured": f"{exc.__class__.__name__}: {exc}"}
+    return out
+
+
+# -- optimizer -------------------------------------------------------------------------------------
+
+def optimizer_mode(opt) -> str | None:
+    """How an Adam/AdamW steps: 'fused', 'foreach' or 'for-loop' (torch's default resolved the
+    way step() resolves it); None for another optimizer."""
+    import torch
+
+    if type(opt) not in (torch.optim.Adam, torch.optim.AdamW):
+        return None
+    d = opt.defaults
+    if d.get("fused"):
+        return "fused"
+    if d.get("foreach") is not None:
+        return "foreach" if d["foreach"] else "for-loop"
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    params = [p for g in opt.param_groups for p in g["params"]]
+    _, foreach = _default_to_fused_or_foreach(params, differentiable=False, use_fused=False)
+    return "foreach" if foreach else "for-loop"
+
+
+def fused_available(opt) -> str | None:
+    """Why fused=True is not available for this optimizer's parameters (None: it is)."""
+    from torch.optim.optimizer import _get_fused_kernels_supported_devices
+
+    devices = set(_get_fused_kernels_supported_devices())
+    for g in opt.param_groups:
+        for p in g["params"]:
+            if p.device.type not in devices:
+                return f"no fused kernel for {p.device.type} parameters in this torch"
+            if not p.is_floating_point():
+                return "non-floating-point parameters"
+    if opt.defaults.get("differentiable"):
+        return "differentiable=True"
+    return None
+
+
+def time_optimizer(opt, device, seconds: float) -> dict:
+    """One step of a copy of `opt`'s parameters as configured and with fused=True."""
+    import torch
+
+    clock = _Clock(device)
+    cls = type(opt)
+    groups = [g for g in opt.param_groups if any(p.requires_grad for p in g["params"])]
+    params = [[p for p in g["params"] if p.requires_grad] for g in groups]
+    grads = [[torch.randn_like(p) * 1e-3 for p in ps] for ps in params]
+
+    def build(fused: bool):
+        copy = []
+        for g, ps, gs in zip(groups, params, grads):
+            hyper = {k: v for k, v in g.items() if k != "params"}
+            if fused:
+                hyper.update(fused=True, foreach=False)
+            clones = []
+            for p, gr in zip(ps, gs):
+                c = p.detach().clone().requires_grad_(True)
+                c.grad = gr.clone()
+                clones.append(c)
+            copy.append({**hyper, "params": clones})
+        return cls(copy)
+
+    variants = {}
+    for name, fused in (("current", False), ("fused", True)):
+        o = build(fused)
+        o.step()  # the first step creates the state (exp_avg, exp_avg_sq): not timed
+        variants[name] = [o.step]
+    res = alternate(clock, variants, seconds)
+    count = sum(p.numel() for ps in params for p in ps)
+    return {"current_s": res["best"]["current"][0], "fused_s": res["best"]["fused"][0], "rounds": res["rounds"],
+            "parameters": count}
+
+
+def _optimizer(ctx, seconds: float, skipped: list[str]) -> dict | None:
+    opt = getattr(ctx, "optimizer", None)
+    if opt is None:
+        return None
+    mode = optimizer_mode(opt)
+    out = {"class": type(opt).__name__, "mode": mode}
+    if mode is None or mode == "fused":
+        return out
+    why = fused_available(opt)
+    if why:
+        out["fused_unavailable"] = why
+        return out
+    need = _optimizer_need(ctx)
+    if seconds < 0.05 or need > seconds:
+        skipped.append("optimizer timed fused")
+        out["timing"] = {"not_measured": (f"~{need:.1f} s needed, {seconds:.1f} s left in the post-run budget"
+                                          if need else f"no time left in the post-run budget ({seconds:.2f} s)")}
+        return out
+    try:
+        out["timing"] = time_optimizer(opt, ctx.device, seconds)
+        out["timing"]["method"] = ("one step of a copy of the parameters (fresh gradients) with the run's optimizer "
+                                   "settings and with fused=True, after a state-creating step each, timed alternately, "
+                                   "best of each; " + _how(ctx.device))
+    except TimeoutError as exc:
+        skipped.append("optimizer timed fused")
+        out["timing"] = {"not_measured": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - e.g. no memory for a copy of the parameters
+        out["timing"] = {"not_measured": f"{exc.__class__.__name__}: {exc}"}
+    return out
+
+
+def _optimizer_need(ctx) -> float:
+    """Seconds timing the optimizer both ways takes: 2 variants × (a state-creating step, a
+    warm-up, 2 timed rounds) of the run's own optimizer phase; 0 when it will not be timed."""
+    opt = getattr(ctx, "optimizer", None)
+    profile = getattr(ctx, "profile", None)
+    if opt is None or profile is None or optimizer_mode(opt) in (None, "fused"):
+        return 0.0
+    return 8 * profile.stats.seconds("optimizer")
+
+
+def _how(device) -> str:
+    from gpuprof.measure.cuda import is_cuda
+
+    return "CUDA events" if is_cuda(device) else "wall time"
+
+
+# -- the instrument --------------------------------------------------------------------------------
+
+def trace_forward(model, args, kwargs, autocast_dtype) -> dict:
+    """The op trace of one forward under no_grad, the RNG restored (when the FLOP count did not
+    run one)."""
+    from gpuprof.measure.flops import count_flops
+    from gpuprof.measure.optrace import OpTrace
+
+    eager = getattr(model, "_orig_mod", model)
+    trace = OpTrace(eager)
+    count_flops(eager, tuple(args or ()), dict(kwargs or {}), autocast_dtype=autocast_dtype, extra_modes=(trace,),
+                counter=False)
+    return trace.summary()
+
+
+@contextlib.contextmanager
+def _rng_kept(device):
+    import torch
+
+    from gpuprof.measure.cuda import cuda_device, is_cuda
+
+    cpu = torch.get_rng_state()
+    dev = cuda_device(device) if is_cuda(device) else None
+    gpu = torch.cuda.get_rng_state(dev) if dev is not None else None
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu)
+        if gpu is not None:
+            torch.cuda.set_rng_state(gpu, dev)
+
+
+class ComputeFixesProbe:
+    """After the measured steps: attention, vocabulary and optimizer timed as the run has them
+    and changed → measurements['kernels']. Shares the post-run budget's 'kernels' part."""
+
+    name = "kernels"
+
+    def __init__(self, seconds: float = 6.0):
+        self.seconds = seconds
+
+    def start(self, ctx) -> None:
+        return None
+
+    def stop(self, ctx) -> dict | None:
+        if getattr(ctx, "model", None) is None:
+            return None
+        with _rng_kept(ctx.device):  # the random inputs and dropout draw nothing from the run's stream
+            return self._measure(ctx)
+
+    def _measure(self, ctx) -> dict:
+        budget = getattr(ctx, "budget", None)
+        allotted = budget.allot(self.name) if budget is not None else self.seconds
+        t0 = time.perf_counter()
+        skipped: list[str] = []
+
+        def left() -> float:
+            return max(0.0, allotted - (time.perf_counter() - t0))
+
+        out: dict = {}
+        trace = getattr(ctx, "op_trace", None)
+        if trace is None:
+            from gpuprof.measure.budget import per_micro_s
+
+            est = 2 * per_micro_s(ctx, ("forward",))
+            if est < left() * 0.3:
+                try:
+                    trace = trace_forward(ctx.model, ctx.example_args, ctx.example_kwargs, ctx.autocast_dtype)
+                except Exception as exc:  # noqa: BLE001
+                    trace = {"not_measured": f"op trace failed: {exc.__class__.__name__}: {exc}"}
+            else:
+                skipped.append("the op trace of one forward")
+                trace = {"not_measured": f"one forward (~{est / 2:.1f} s) does not fit the post-run budget"}
+        out["attention"] = _attention(ctx, trace, min(left() * SLICES["attention"] / 1.0, left()), skipped)
+        rest = left()
+        # The vocabulary gets what the optimizer's timing will not need (8 of the run's optimizer
+        # phases when it is timed at all), and at least its share of what is left.
+        vocab = _vocab(ctx, max(rest * SLICES["vocab"] / (SLICES["vocab"] + SLICES["optimizer"]),
+                                rest - _optimizer_need(ctx)), skipped)
+        if vocab is not None:
+            out["vocab"] = vocab
+        optimizer = _optimizer(ctx, left(), skipped)
+        if optimizer is not None:
+            out["optimizer"] = optimizer
+        out["seconds"] = time.perf_counter() - t0
+        if budget is not None:
+            budget.done(self.name, skipped)
+        return out
