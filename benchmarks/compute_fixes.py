@@ -14,7 +14,7 @@ predicted is within 25% of achieved, or the measured effect is under 5% of the s
 saving is claimed (kind "info", saving_s None). Every profile passes the physical-bounds
 checker. Children run with OMP_NUM_THREADS=1 (see benchmarks/precision_fix.py).
 
-    python benchmarks/compute_fixes.py [--rounds 1] [--only attention,vocab,optimizer]
+    python benchmarks/compute_fixes.py [--rounds 3] [--only attention,vocab,optimizer] [--post-budget 30]
 
 Prints a table and exits 1 when a case misses the bar.
 """
@@ -54,9 +54,12 @@ CASES = {
 }
 
 
+POST_BUDGET = 30.0
+
+
 def diagnose(args: list[str], out: Path) -> dict:
     cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--steps", str(STEPS), "--warmup", str(WARMUP),
-           "--out", str(out), "--post-budget", "20", str(SCRIPT), *args, "--steps", str(STEPS + WARMUP + 4)]
+           "--out", str(out), "--post-budget", str(POST_BUDGET), str(SCRIPT), *args, "--steps", str(STEPS + WARMUP + 4)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     r = subprocess.run(cmd, cwd=out.parent, env=env, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
@@ -99,7 +102,10 @@ def run_case(name: str, rounds: int, tmp: Path) -> dict:
         how = "within 25%" if ok else "outside 25%"
     if not detected:
         how = "not detected in every BEFORE run" if not all(found) else "still found after the change"
-    return {"case": name, "finding": fid, "before_step_s": step["before"], "after_step_s": step["after"],
+    phases = {w: {ph: statistics.mean(p["analysis"]["steps"]["phases"][ph]["seconds"] for p in ps)
+                  for ph in ("forward", "backward", "optimizer")} for w, ps in runs.items()}
+    return {"case": name, "finding": fid, "phases": phases, "measured": [round(m, 4) for m in measured if m is not None],
+            "steps": {w: [round(p["analysis"]["steps"]["step_s"], 4) for p in ps] for w, ps in runs.items()}, "before_step_s": step["before"], "after_step_s": step["after"],
             "achieved_s": achieved, "predicted_s": pred, "ratio": ratio, "claimed": bool(claimed), "ok": ok,
             "how": how, "kernels": runs["before"][0]["measurements"].get("kernels")}
 
@@ -108,7 +114,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--only", default=",".join(CASES))
+    ap.add_argument("--post-budget", type=float, default=POST_BUDGET, help="each diagnose's --post-budget")
     a = ap.parse_args(argv)
+    globals()["POST_BUDGET"] = a.post_budget
     with tempfile.TemporaryDirectory() as d:
         rows = [run_case(n, a.rounds, Path(d)) for n in a.only.split(",")]
     print(f"{'case':10} {'finding':20} {'before':>9} {'after':>9} {'achieved':>9} {'measured':>9} {'ratio':>6} "
@@ -124,6 +132,9 @@ def main(argv=None) -> int:
         part = {"attention": "attention", "vocab": "vocab", "optimizer": "optimizer"}[r["case"]]
         timing = (k.get(part) or {}).get("timing")
         print(f"  {r['case']}: the BEFORE run's pair timing: {json.dumps(timing)}")
+        print(f"  {r['case']}: phases per step (s), before {r['phases']['before']}, after {r['phases']['after']}")
+        print(f"  {r['case']}: typical step of each run (s), before {r['steps']['before']}, after {r['steps']['after']}; "
+              f"measured saving of each BEFORE run {r['measured']}")
     return 0 if all(r["ok"] for r in rows) else 1
 
 

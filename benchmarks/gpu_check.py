@@ -55,6 +55,7 @@ if str(REPO / "benchmarks") not in sys.path:  # the verdicts module beside this 
     sys.path.insert(1, str(REPO / "benchmarks"))
 
 FIXTURE = REPO / "tests" / "fixtures" / "nanogpt_train.py"
+MINGPT = REPO / "tests" / "fixtures" / "mingpt_train.py"
 SCRIPTS = REPO / "benchmarks" / "gpu_scripts"
 DEFAULT_REPORT_DIR = REPO / "docs" / "measurements"
 DEFAULT_BUDGET_S = 480.0  # the device tool allows 600 s per call: keep a margin for start-up
@@ -504,6 +505,27 @@ def check_gpu_spans(ctx: Ctx) -> Check:
     return c.decide(*judge_gpu_spans(prof))
 
 
+def check_compute_fixes(ctx: Ctx) -> Check:
+    c = Check("compute-fixes")
+    if ctx.smoke:
+        opts = ["--steps", "2", "--warmup", "1", "--no-samplers", "--post-budget", "6"]
+        model = ["--block", "64", "--n-embd", "32", "--n-head", "2", "--batch", "2", "--threads", "1"]
+    else:  # GPT-2 124M's widths, 4 layers, bf16 autocast
+        opts = ["--steps", "4", "--warmup", "2", "--post-budget", "40"]
+        model = ["--device", "cuda", "--dtype", "bf16", "--block", "1024", "--n-embd", "768", "--n-head", "12",
+                 "--n-layer", "4", "--batch", "8"]
+    script = [str(MINGPT), "--attn", "hand", "--vocab", "50257", "--fused", "0", "--dropout", "0.0",
+              "--steps", "20", *model]
+    proc, prof = ctx.diagnose("compute-fixes", opts, script, budget_s=150)
+    if not _ran(c, proc, prof):
+        return c
+    c.figures = {k: lookup(prof, k) for k in ("analysis.steps.step_s", "measurements.kernels.attention.by_hand",
+                                              "measurements.kernels.attention.timing", "measurements.kernels.vocab",
+                                              "measurements.kernels.optimizer", "measurements.post_run.parts.kernels")}
+    c.figures["findings"] = ", ".join(finding_ids(prof)) or "none"
+    return c.decide(*judge_compute_fixes(prof, on_cuda=not ctx.smoke))
+
+
 @dataclass(frozen=True)
 class Spec:
     name: str
@@ -546,6 +568,9 @@ CHECKS = [
     Spec("event-overhead", check_event_overhead, 30,
          "benchmarks/timing_overhead.py on CUDA: steps with and without the phase timer (ABBA pairs): "
          f"median on/off ratio ≤ {OVERHEAD_LIMIT}."),
+    Spec("compute-fixes", check_compute_fixes, 40,
+         "tests/fixtures/mingpt_train.py with attention by hand, vocabulary 50257 and AdamW not fused (GPT-2 "
+         "widths, 4 layers, bf16): each seen and timed both ways on CUDA events; attention-by-hand found."),
     Spec("cuda-scenarios", check_cuda_scenarios, 40,
          "`gpuprof scenario run NAME` for every scenario whose device is cuda: each MATCHes (exit 0)."),
     Spec("compiled", check_compiled, 120,

@@ -529,6 +529,41 @@ def judge_cudagraphs(p) -> tuple[bool, str]:
                   f" ({own if not isinstance(own, Missing) else 'not measured'} of torch's own in the steps)")
 
 
+def judge_compute_fixes(p, on_cuda: bool) -> tuple[bool, str]:
+    """tests/fixtures/mingpt_train.py with attention by hand, vocabulary 50257 and AdamW not fused:
+    each is seen and timed both ways (CUDA events on a GPU), and attention-by-hand is a finding.
+    On a GPU the vocabulary and the optimizer may honestly be no finding (padding or fusing not
+    faster here): the timings are what is checked, the figures are reported."""
+    problems: list[str] = []
+    k = lookup(p, "measurements.kernels")
+    if isinstance(k, Missing):
+        return False, k.why
+    att = k.get("attention") or {}
+    hand = att.get("by_hand") or []
+    if len(hand) != 2:
+        problems.append(f"{len(hand)} attention layers by hand seen (the fixture has 2)")
+    clock = "CUDA events" if on_cuda else "wall time"
+    for part, keys in (("attention", ("by_hand_forward_s", "sdpa_forward_s")), ("vocab", ("vocab_s", "padded_s")),
+                       ("optimizer", ("current_s", "fused_s"))):
+        t = (k.get(part) or {}).get("timing") or {}
+        if any(not isinstance(t.get(x), (int, float)) or t[x] <= 0 for x in keys):
+            problems.append(f"{part} not timed: {t.get('not_measured') or t}")
+        elif clock not in (t.get("method") or ""):
+            problems.append(f"{part} timed without {clock}: {t.get('method')}")
+    if "attention-by-hand" not in finding_ids(p):
+        problems.append("no attention-by-hand finding")
+    bad = impossible_figures(p)
+    if bad:
+        problems.append("impossible figures: " + "; ".join(bad))
+    if problems:
+        return False, "; ".join(problems)
+    t = att["timing"]
+    return True, (f"attention by hand {t['by_hand_forward_s'] + t['by_hand_backward_s']:.4g} s vs SDPA "
+                  f"{t['sdpa_forward_s'] + t['sdpa_backward_s']:.4g} s per layer; findings: "
+                  + ", ".join(i for i in finding_ids(p) if i in ("attention-by-hand", "vocab-not-padded",
+                                                                 "optimizer-not-fused", "optimizer-slow")))
+
+
 SPAN_TOLERANCE_S = 2e-6  # spans are stored rounded to 0.1 µs
 
 

@@ -46,6 +46,7 @@ class Measure:
     stop: bool = True
     samplers: bool = True
     post_budget: float | None = None
+    measure_compile: bool = False  # time the eager model compiled after the run (outside the budget)
 
     def validate(self) -> "Measure":
         if self.steps <= 0:
@@ -77,17 +78,17 @@ def builtin_config(measure: Measure, *, device: str | None = None, model: str | 
     return cfg
 
 
-def _instruments(samplers: bool):
+def _instruments(samplers: bool, measure_compile: bool = False):
     from gpuprof.measure.instruments import diagnose_instruments
 
-    return lambda dev, data: diagnose_instruments(dev, data, samplers)
+    return lambda dev, data: diagnose_instruments(dev, data, samplers, measure_compile)
 
 
 def run_builtin(cfg, measure: Measure, display=None) -> RunResult:
     """The built-in GPT loop in this process. `display`: a render.live.LiveProgress (or None)."""
     from gpuprof.runners.builtin import run_builtin as loop
 
-    instruments = _instruments(measure.samplers)(cfg.device, cfg.data)
+    instruments = _instruments(measure.samplers, measure.measure_compile)(cfg.device, cfg.data)
     if display is not None and hasattr(display, "watch"):
         display.watch(instruments)
     profile = loop(cfg, instruments=instruments, post_budget_s=measure.post_budget,
@@ -107,7 +108,7 @@ def run_script(script: str, args: list[str], measure: Measure, display=None, *, 
     made: list = []
 
     def instruments(dev, data):
-        made[:] = _instruments(measure.samplers)(dev, data)
+        made[:] = _instruments(measure.samplers, measure.measure_compile)(dev, data)
         if display is not None and hasattr(display, "watch"):
             display.watch(made)
         return made
@@ -200,7 +201,7 @@ def run_distributed(launcher: dict, standalone: bool, measure: Measure, *, scrip
     from gpuprof.runners.launch import first_failure, launch
 
     spec = {"steps": measure.steps, "warmup": measure.warmup, "stop": measure.stop, "samplers": measure.samplers,
-            "post_budget": measure.post_budget, "rank_timeout": rank_timeout or DEFAULT_RANK_TIMEOUT_S,
+            "post_budget": measure.post_budget, "measure_compile": measure.measure_compile, "rank_timeout": rank_timeout or DEFAULT_RANK_TIMEOUT_S,
             "json": as_json}
     if script is not None:
         spec.update(mode="script", script=script, args=list(script_args))

@@ -62,7 +62,8 @@ def diagnose(
     html: Optional[Path] = options.HTML,
     details: bool = options.DETAILS,
     verify: bool = typer.Option(False, "--verify", help="Then run again with the top config fix applied (built-in loop, or a script taking --key=value) and show predicted vs achieved."),
-    post_budget: Optional[float] = typer.Option(None, "--post-budget", help="Seconds the measurements after the run share (ceiling and precisions, FLOP count, micro-batch curve); default max(15, 25% of the run)."),
+    post_budget: Optional[float] = typer.Option(None, "--post-budget", help="Seconds the measurements after the run share (ceiling and precisions, FLOP count, compute fixes, micro-batch curve); default max(15, 25% of the run)."),
+    measure_compile: bool = typer.Option(False, "--measure-compile", help="An eager run: then compile its model (torch.compile) and time forward+backward compiled vs eager, outside --post-budget (a compile takes about a minute for GPT-2 on a GPU); compile-missing's saving is then measured."),
     nproc_per_node: Optional[int] = typer.Option(None, "--nproc-per-node", "--nproc_per_node", help="Data parallel: launch this many ranks per node through torch.distributed.run (torchrun); every rank is profiled and this node's ranks merged.", rich_help_panel="torchrun"),
     nnodes: Optional[str] = typer.Option(None, "--nnodes", help="torchrun --nnodes (N or MIN:MAX); each node runs gpuprof, `gpuprof merge` joins the nodes' files.", rich_help_panel="torchrun"),
     node_rank: Optional[int] = typer.Option(None, "--node-rank", "--node_rank", help="torchrun --node-rank.", rich_help_panel="torchrun"),
@@ -99,7 +100,8 @@ def diagnose(
     err = Console(stderr=True)
     peak_options(peak_tflops, reported_mfu)
     disk = load_disk_report(disk_report)  # before any run: a bad file fails fast
-    measure = Measure(steps=steps, warmup=warmup, stop=stop, samplers=samplers, post_budget=post_budget).validate()
+    measure = Measure(steps=steps, warmup=warmup, stop=stop, samplers=samplers, post_budget=post_budget,
+                      measure_compile=measure_compile).validate()
     # Every output path before anything runs: a bad one costs a second, not the measurement.
     plan = plan_outputs({"--out": out, "--write": write, "--trace": trace, "--html": html}, force=force,
                         inputs=[("script", script), ("--data", data), ("--disk-report", disk_report)])

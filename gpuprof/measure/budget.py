@@ -92,6 +92,10 @@ class PostRunBudget:
             out["interrupted"] = True
         return out
 
+    def say(self, line: str) -> None:
+        """A progress line for work after the run that is not one of the budget's parts."""
+        self._say(line)
+
     def _say(self, line: str) -> None:
         if self._on_progress is not None:
             try:

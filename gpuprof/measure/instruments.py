@@ -24,6 +24,7 @@ from typing import Callable
 
 from gpuprof import interrupts
 from gpuprof.measure.comm import CommMeter
+from gpuprof.measure.compiled import CompileProbe
 from gpuprof.measure.copies import CopyBandwidthProbe
 from gpuprof.measure.cuda import is_cuda
 from gpuprof.measure.dynamo import DynamoRecords
@@ -39,8 +40,9 @@ from gpuprof.measure.syncs import SyncCounter
 
 def default_instruments(device: str, data_path: str | None, *, samplers: bool = True,
                         interval_s: float = 0.1, microbatch: bool = True, flops: bool = True,
-                        probe: bool = True) -> list:
-    """Instruments for a run on `device` reading `data_path` (None: taken from the run)."""
+                        probe: bool = True, measure_compile: bool = False) -> list:
+    """Instruments for a run on `device` reading `data_path` (None: taken from the run).
+    measure_compile: time the model compiled after everything else (outside the budget)."""
     # DynamoRecords stops early: torch's logging is restored before the post-run work compiles anything.
     out: list = [SyncCounter(), DynamoRecords(), StorageFacts(data_path)]
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank under torchrun: DDP's all-reduces
@@ -59,12 +61,14 @@ def default_instruments(device: str, data_path: str | None, *, samplers: bool = 
         out.append(ComputeFixesProbe())
     if microbatch:
         out.append(MicroBatchProbe())
+    if measure_compile:
+        out.append(CompileProbe())
     return out
 
 
-def diagnose_instruments(device: str, data_path: str | None, samplers: bool) -> list:
+def diagnose_instruments(device: str, data_path: str | None, samplers: bool, measure_compile: bool = False) -> list:
     """What `diagnose` carries (one process or a rank): --no-samplers also drops the probes."""
-    return default_instruments(device, data_path, samplers=samplers, probe=samplers)
+    return default_instruments(device, data_path, samplers=samplers, probe=samplers, measure_compile=measure_compile)
 
 
 def _reason(exc: BaseException) -> str:

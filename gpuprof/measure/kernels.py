@@ -28,7 +28,7 @@ import time
 
 PAD_MULTIPLE = 64  # GPT-2's 50257 -> 50304 (nanoGPT, build-nanogpt)
 MAX_REPS = 12
-MIN_REPS = 3
+MIN_REPS = 5
 SETTLED = 0.02  # a round that improves neither best by more than 2% ends the timing (after MIN_REPS)
 SLICES = {"attention": 0.4, "vocab": 0.3, "optimizer": 0.3}
 

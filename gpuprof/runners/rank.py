@@ -81,10 +81,10 @@ def default_timeout(seconds: float):
     dist.init_process_group = init_process_group
 
 
-def _instruments(samplers: bool):
+def _instruments(samplers: bool, measure_compile: bool = False):
     from gpuprof.measure.instruments import diagnose_instruments
 
-    return lambda dev, data: diagnose_instruments(dev, data, samplers)
+    return lambda dev, data: diagnose_instruments(dev, data, samplers, measure_compile)
 
 
 def _run_script(spec: dict) -> tuple[dict | None, str, dict | None]:
@@ -92,7 +92,8 @@ def _run_script(spec: dict) -> tuple[dict | None, str, dict | None]:
 
     out = sys.stderr if spec.get("json") else sys.stdout
     result = run_script(spec["script"], spec.get("args", []), steps=spec["steps"], warmup=spec["warmup"],
-                        stop=spec.get("stop", True), instruments_factory=_instruments(spec.get("samplers", True)),
+                        stop=spec.get("stop", True), instruments_factory=_instruments(spec.get("samplers", True),
+                                                                   spec.get("measure_compile", False)),
                         stdout=out, post_budget_s=spec.get("post_budget"))
     prof = result.profile.to_dict() if result.profile is not None else None
     error = result.error
@@ -111,7 +112,8 @@ def _run_builtin(spec: dict) -> tuple[dict | None, str, dict | None]:
 
     cfg = LoopConfig(**spec["builtin"])
     try:
-        profile = run_builtin(cfg, instruments=_instruments(spec.get("samplers", True))(cfg.device, cfg.data),
+        profile = run_builtin(cfg, instruments=_instruments(spec.get("samplers", True),
+                                                           spec.get("measure_compile", False))(cfg.device, cfg.data),
                               post_budget_s=spec.get("post_budget"), rank_timeout_s=spec.get("rank_timeout"))
     except KeyboardInterrupt:  # before a measured step completed
         return None, "interrupted", _stopped()

@@ -8,7 +8,7 @@ into one typed object per section:
 
   host, nvml          samplers.py  the samplers: summary per figure, mean per phase, timeline
   script              script.py    a script's own log, hook counts, hottest user functions
-  probe, flops, microbatch, memory, copies, syncs, kernels
+  probe, flops, microbatch, memory, copies, syncs, kernels, compile
                       compute.py   the post-run measurements of the device's compute
   timer, storage, comm, post_run
                       run.py       how the run was timed and fed, the post-run budget
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuprof.sections.base import Record, Section, mapping
-from gpuprof.sections.compute import (CopiesSection, FlopsSection, KernelsSection, MatmulShape,
+from gpuprof.sections.compute import (CompileSection, CopiesSection, FlopsSection, KernelsSection, MatmulShape,
                                       MemorySection, MicrobatchPoint, MicrobatchSection, Precisions,
                                       ProbeSection, Switch, SyncsSection)
 from gpuprof.sections.dynamo import DynamoSection
@@ -36,7 +36,7 @@ from gpuprof.sections.script import Reported, ScriptSection, StackSampler, TopFu
 
 __all__ = ["Sections", "Record", "Section", "HostSection", "NvmlSection", "NvmlGpu", "SamplerSection",
            "SamplerPhase", "Stat", "Cost", "ScriptSection", "Reported", "TopFunction", "StackSampler",
-           "ProbeSection", "KernelsSection", "Precisions", "Switch", "MatmulShape", "FlopsSection", "MicrobatchSection",
+           "ProbeSection", "KernelsSection", "CompileSection", "Precisions", "Switch", "MatmulShape", "FlopsSection", "MicrobatchSection",
            "MicrobatchPoint", "MemorySection", "CopiesSection", "SyncsSection", "TimerSection",
            "StorageSection", "Filesystem", "Residency", "CommSection", "CommStep", "PostRunSection",
            "PostRunPart", "SECTION_TYPES"]
@@ -46,7 +46,7 @@ SECTION_TYPES = {"host": HostSection, "nvml": NvmlSection, "script": ScriptSecti
                  "flops": FlopsSection, "microbatch": MicrobatchSection, "memory": MemorySection,
                  "syncs": SyncsSection, "copies": CopiesSection, "storage": StorageSection,
                  "timer": TimerSection, "comm": CommSection, "post_run": PostRunSection,
-                 "dynamo": DynamoSection, "kernels": KernelsSection}
+                 "dynamo": DynamoSection, "kernels": KernelsSection, "compile": CompileSection}
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ class Sections:
     post_run: PostRunSection = field(default_factory=PostRunSection)
     dynamo: DynamoSection = field(default_factory=DynamoSection)
     kernels: KernelsSection = field(default_factory=KernelsSection)
+    compile: CompileSection = field(default_factory=CompileSection)
 
     @classmethod
     def from_measurements(cls, measurements) -> "Sections":

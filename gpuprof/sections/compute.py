@@ -256,3 +256,16 @@ class KernelsSection(Section):
         return {"attention": AttentionSection.from_dict(d.get("attention")),
                 "vocab": VocabSection.from_dict(d.get("vocab")),
                 "optimizer": OptimizerSection.from_dict(d.get("optimizer"))}
+
+
+@dataclass(frozen=True)
+class CompileSection(Section):
+    """measurements.compile (`diagnose --measure-compile`, measure/compiled.py): the eager run's model
+    compiled after the run, forward+backward eager vs compiled, and the compile's own time."""
+
+    eager_s: float | None = None
+    compiled_s: float | None = None
+    compile_s: float | None = None
+    rounds: int | None = None
+    backend: str | None = None
+    method: str | None = None

@@ -130,3 +130,35 @@ def test_on_a_gpu_optimizer_slow_carries_the_fused_timing(profile_factory):
     (f,) = gpu.optimizer_slow(ctx)
     assert f.saving_s == pytest.approx(0.06) and f.evidence["fused_step_s"] == 0.02
     assert "with fused=True" in f.because and f.note.startswith("estimate: one step of a copy")
+
+
+def test_a_scripts_optimizer_step_is_scaled_by_the_timed_ratio(profile_factory):
+    # a script's optimizer phase is its optimizer.step(): 0.1 s x (1 - 0.02 / 0.08)
+    (f,) = compute.optimizer_not_fused(_ctx(profile_factory, _opt(cur=0.08, fused=0.02), mode="script"))
+    assert f.saving_s == pytest.approx(0.075) and "× (1 − 0.25)" in f.because
+
+
+def _compiled(profile_factory, eager, comp, compile_s=42.0, device="cuda", compiled=False):
+    p = profile_factory(dict(PHASES), device=device, micro_steps=4, config={"compile": compiled},
+                        measurements={"compile": {"eager_s": eager, "compiled_s": comp, "compile_s": compile_s,
+                                                  "rounds": 3}})
+    return Context(profile=p, stats=p.stats)
+
+
+def test_compile_missing_measured_applies_the_ratio_to_the_runs_forward_backward(profile_factory):
+    ctx = _compiled(profile_factory, 0.20, 0.12)
+    (f,) = [x for x in gpu.compile_findings(ctx) if x.id == "compile-missing"]
+    assert f.saving_s == pytest.approx(0.9 * 0.4) and f.kind == "fix"  # forward+backward 0.9 s x (1 - 0.6)
+    assert f.claims == pytest.approx({"forward": 0.12, "backward": 0.24})
+    assert "compiling took 42.00 s once" in f.note and f.config_overrides == {"compile": True}
+    _bounded(ctx)
+
+
+def test_compile_missing_not_faster_or_not_measured(profile_factory):
+    (f,) = [x for x in gpu.compile_findings(_compiled(profile_factory, 0.20, 0.21, device="cpu"))
+            if x.id == "compile-missing"]
+    assert f.kind == "info" and f.saving_s is None and "not faster" in f.note
+    p = profile_factory(dict(PHASES), device="cuda", config={"compile": False},
+                        measurements={"compile": {"not_measured": "compile failed: BackendCompilerFailed: no gcc"}})
+    (f,) = [x for x in gpu.compile_findings(Context(profile=p, stats=p.stats)) if x.id == "compile-missing"]
+    assert f.saving_s is None and "compile failed: BackendCompilerFailed" in f.note and "--measure-compile" in f.note

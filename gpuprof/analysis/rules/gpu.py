@@ -202,8 +202,12 @@ def compile_findings(ctx: Context) -> list[Finding]:
                          f"{seconds(shown)}; the {len(warm)} warm-up step{'s' if len(warm) > 1 else ''} took "
                          f"{seconds(extra)} more than as many measured steps, once in a run of {n_steps} steps"),
             ))
-    if on_cuda(ctx) and compiled is False:
+    measured = _compile_measured(ctx) if compiled is False else None
+    if measured is not None:
+        out.extend(measured)
+    elif on_cuda(ctx) and compiled is False:
         fb = ctx.share("forward") + ctx.share("backward")
+        why = ctx.sections.compile.not_measured
         out.append(Finding(
             id="compile-missing",
             title="the model runs eagerly (compile=False)",
@@ -212,12 +216,53 @@ def compile_findings(ctx: Context) -> list[Finding]:
             confidence="low",
             because=(f"forward and backward are {pct(fb)} of the step and run eagerly; what compiling "
                      "saves was not measured in this run"),
-            note=("not measured here: nanoGPT reports 250 -> 135 ms per iteration on an A100 for "
-                  "GPT-2 124M; run `gpuprof diagnose --compile` to measure it on this setup"),
+            note=(f"not measured here ({why}): " if why else "not measured here: ")
+            + ("nanoGPT reports 250 -> 135 ms per iteration on an A100 for GPT-2 124M; "
+               "`gpuprof diagnose --measure-compile` times this model compiled after the run"),
             fix="compile = True (torch.compile(model)); exclude the first steps from timing",
             config_overrides={"compile": True},
         ))
     return out
+
+
+COMPILE_CLAIM_SHARE = 0.05  # as the compute fixes (rules/compute.py): under 5% of the step, no claim
+
+
+def _compile_measured(ctx: Context) -> list[Finding] | None:
+    """compile-missing from `--measure-compile`'s timing (measurements.compile, measure/compiled.py):
+    forward+backward × (1 − compiled ÷ eager), the ratio applied to the run's own forward+backward;
+    the compile time it cost is said. None when it was not measured."""
+    c = ctx.sections.compile
+    if not c.eager_s or not c.compiled_s:
+        return None
+    eager, comp, cost = c.eager_s, c.compiled_s, c.compile_s
+    fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
+    total = step_s(ctx)
+    ratio = comp / eager
+    saving = (fwd + bwd) * max(0.0, 1 - ratio)
+    ev = {"compile": False, "eager_fwd_bwd_s": eager, "compiled_fwd_bwd_s": comp, "compile_s": cost,
+          "ratio": ratio, "measured_saving_s": saving}
+    because = (f"the model's forward+backward at the run's micro-batch, timed after the run: {seconds(eager)} eager, "
+               f"{seconds(comp)} compiled ({times(ratio)} the time); × the run's forward+backward "
+               f"({seconds(fwd + bwd)} per step) = {seconds(saving)} per step")
+    cost_words = f"compiling took {seconds(cost)} once (a cost at the start of every run)" if cost else ""
+    fix = "compile = True (torch.compile(model)); exclude the first steps from timing"
+    overrides = {"compile": True} if mode(ctx) == "builtin" else {}
+    if not total or saving <= 0 or saving / total < COMPILE_CLAIM_SHARE:
+        note = ("measured: compiled was not faster here" if saving <= 0 else
+                f"measured {seconds(saving)} per step, {pct(saving / total)} of the step: under "
+                f"{COMPILE_CLAIM_SHARE:.0%}, so no saving is claimed on this device")
+        return [Finding(id="compile-missing", title="the model runs eagerly (compile=False)", saving_s=None,
+                        saving_share=None, evidence=ev, confidence="medium", kind="info", fix=fix,
+                        config_overrides=overrides, because=because,
+                        note=note + (f"; {cost_words}" if cost_words else ""))]
+    return [Finding(
+        id="compile-missing", title=f"the model runs eagerly: compiled, forward+backward ran in {times(ratio)} the time",
+        saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium", fix=fix,
+        config_overrides=overrides, because=because,
+        note="estimate: measured with --measure-compile after the run" + (f"; {cost_words}" if cost_words else ""),
+        claims={"forward": saving * fwd / (fwd + bwd), "backward": saving * bwd / (fwd + bwd)} if fwd + bwd else {},
+    )]
 
 
 def launch_bound(ctx: Context) -> list[Finding]:
