@@ -63,7 +63,8 @@ def test_cpu_smoke_writes_one_report_and_leaves_no_temp_files(tmp_path):
             status[rest.split(":")[0]] = word
     assert sorted(status) == sorted(names)
     # what a CPU can show runs and passes; the rest says why it was skipped
-    assert {n for n, s in status.items() if s == "PASS"} == {"default-diagnose", "nanogpt-data-delay", "event-overhead"}
+    assert {n for n, s in status.items() if s == "PASS"} == {"default-diagnose", "nanogpt-data-delay", "event-overhead",
+                                                             "compute-fixes"}
     for name in names:
         assert f"| {name} | {status[name]} |" in text
     assert "SKIP nvml: needs CUDA" in r.stdout
@@ -324,7 +325,16 @@ def _canned_profiles():
                         measurements__probe={"tflops": 380.0, "dtype": "tf32"})
     pageable = h200_profile(analysis__findings=[finding("h2d-pageable", saving_s=0.004, saving_share=0.004 / 0.21,
                                                         evidence={"copies": 20})])
+    pair = {"method": "…, timed alternately, best of each; CUDA events"}
+    kernels = {"attention": {"by_hand": [{"module": f"blocks.{i}.attn", "shape": [8, 12, 1024, 64]} for i in (0, 1)],
+                             "timing": dict(pair, by_hand_forward_s=0.004, by_hand_backward_s=0.008,
+                                            sdpa_forward_s=0.001, sdpa_backward_s=0.003)},
+               "vocab": {"vocab": 50257, "timing": dict(pair, vocab_s=0.011, padded_s=0.009)},
+               "optimizer": {"mode": "foreach", "timing": dict(pair, current_s=0.006, fused_s=0.004)}}
+    fixes = h200_profile(measurements__kernels=kernels,
+                         analysis__findings=[finding("attention-by-hand", saving_s=0.05, saving_share=0.05 / 0.21)])
     return {"default": h200_profile(steps=[_gpu_step(1), _gpu_step(2)]), "compiled": h200_profile(),
+            "compute-fixes": fixes,
             "data-delay": data, "fp32": tf32, "syncs": h200_profile(), "pageable": pageable,
             "pinned": h200_profile(), "nccl": _nccl_profile(), "nccl-interrupted": _nccl_profile("interrupted"),
             "cudagraphs": h200_profile(steps=[_gpu_step(3), _gpu_step(4)], measurements__syncs__per_step=0.0)}
@@ -369,7 +379,8 @@ def test_every_check_passes_on_canned_healthy_gpu_runs(tmp_path):
     assert sum("scenario run" in c for c in cmds) == 2  # pageable-copies, sync-every-micro-step
     meta = {"title": "NVIDIA H200", "command": "`x`", "budget_s": 480}
     text = gc.render_report(meta, checks, 300.0)
-    assert "- result: 12 PASS, 0 FAIL, 0 SKIP in 300.0 s" in text
+    assert "- result: 13 PASS, 0 FAIL, 0 SKIP in 300.0 s" in text
+    assert any("mingpt_train.py" in c and "--device cuda" in c and "--attn hand" in c for c in cmds)
     assert any("ddp_train.py" in c and "--backend=nccl" in c and "--nproc-per-node 1" in c for c in cmds)
     assert any("--compile-mode reduce-overhead" in c for c in cmds)
     assert "| analysis.mfu.mfu | 0.27 |" in text and "| injected: truth |" in text

@@ -109,7 +109,7 @@ def test_a_failing_post_run_measurement_is_not_measured_and_the_profile_kept():
 def test_cli_exit_0_and_not_measured_in_the_report(monkeypatch, tmp_path):
     import gpuprof.measure.instruments as instruments
 
-    monkeypatch.setattr(instruments, "diagnose_instruments", lambda dev, data, samplers: [_Broken()])
+    monkeypatch.setattr(instruments, "diagnose_instruments", lambda dev, data, samplers, *more: [_Broken()])
     out = tmp_path / "p.json"
     res = runner.invoke(app, ["diagnose", "--n-layer", "1", "--n-embd", "64", "--n-head", "2",
                               "--batch-size", "2", "--block-size", "32", "--grad-accum", "2",
