@@ -38,3 +38,25 @@ def test_only_asked_for():
     assert "compile" not in names and names[-1] == "microbatch"
     names = [getattr(i, "name", None) for i in default_instruments("cpu", None, samplers=False, measure_compile=True)]
     assert names[-1] == "compile"  # after every budgeted part
+
+
+def test_diagnose_measure_compile_reaches_the_probe_and_the_rule(monkeypatch, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    import gpuprof.measure.compiled as compiled
+    from gpuprof.cli.app import app
+
+    monkeypatch.setattr(compiled.CompileProbe.__init__, "__defaults__", ("eager", 1.0))  # no inductor here
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(app, ["diagnose", "--measure-compile", "--n-layer", "1", "--n-embd", "32", "--n-head", "2",
+                                   "--batch-size", "2", "--block-size", "32", "--grad-accum", "1", "--steps", "2",
+                                   "--warmup", "1", "--device", "cpu", "--post-budget", "0", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    prof = json.loads(out.read_text())
+    c = prof["measurements"]["compile"]
+    assert c["backend"] == "eager" and c["eager_s"] > 0 and c["compiled_s"] > 0 and c["compile_s"] > 0
+    (f,) = [f for f in prof["analysis"]["findings"] if f["id"] == "compile-missing"]
+    assert f["evidence"]["compile_s"] == c["compile_s"]
+    torch._dynamo.reset()

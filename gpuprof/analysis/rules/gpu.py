@@ -243,8 +243,9 @@ def _compile_measured(ctx: Context) -> list[Finding] | None:
     ev = {"compile": False, "eager_fwd_bwd_s": eager, "compiled_fwd_bwd_s": comp, "compile_s": cost,
           "ratio": ratio, "measured_saving_s": saving}
     because = (f"the model's forward+backward at the run's micro-batch, timed after the run: {seconds(eager)} eager, "
-               f"{seconds(comp)} compiled ({times(ratio)} the time); × the run's forward+backward "
-               f"({seconds(fwd + bwd)} per step) = {seconds(saving)} per step")
+               f"{seconds(comp)} compiled ({times(ratio)} the time)")
+    if saving > 0:
+        because += f"; × the run's forward+backward ({seconds(fwd + bwd)} per step) = {seconds(saving)} per step"
     cost_words = f"compiling took {seconds(cost)} once (a cost at the start of every run)" if cost else ""
     fix = "compile = True (torch.compile(model)); exclude the first steps from timing"
     overrides = {"compile": True} if mode(ctx) == "builtin" else {}
