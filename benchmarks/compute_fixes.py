@@ -3,12 +3,14 @@ match what the same script achieves with the change applied?
 
 tests/fixtures/mingpt_train.py is a minGPT-shaped script with three switches: attention by hand
 or through SDPA, the vocabulary, AdamW fused or not. For each fix a case sets the script up so
-that only that switch differs between BEFORE and AFTER, and runs `gpuprof diagnose` on both,
-alternating (before, after, after, before per round: ABBA, so drift on a shared machine hits
-both alike):
-    predicted = the BEFORE runs' measured saving for that finding (evidence.measured_saving_s,
+that only that switch differs between BEFORE and AFTER. Each round runs `gpuprof diagnose` on
+BEFORE and on AFTER, then the script plain (no gpuprof) BEFORE, AFTER, AFTER, BEFORE (ABBA, so
+drift on a shared machine hits both alike):
+    predicted = the BEFORE diagnoses' measured saving for that finding (evidence.measured_saving_s,
                 per typical step), the mean over the rounds
-    achieved  = typical step (BEFORE) − typical step (AFTER), means over the rounds
+    achieved  = the plain script's step (BEFORE) − its step (AFTER): each plain run's median
+                `time` line after its first 2 iterations, means over the rounds
+(gpuprof's own typical steps BEFORE − AFTER are printed beside it, for information.)
 The bar: the finding is present in every BEFORE run and absent in every AFTER run; and either
 predicted is within 25% of achieved, or the measured effect is under 5% of the step and no
 saving is claimed (kind "info", saving_s None). Every profile passes the physical-bounds
@@ -67,6 +69,22 @@ def diagnose(args: list[str], out: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def plain(args: list[str]) -> float:
+    """The script run without gpuprof: the median of its `time` lines after the first 2."""
+    import re
+
+    cmd = [sys.executable, str(SCRIPT), *args, "--steps", str(PLAIN_STEPS)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    times = [float(m.group(1)) / 1e3 for m in re.finditer(r"time ([0-9.]+)ms", r.stdout)]
+    return statistics.median(times[2:])
+
+
+PLAIN_STEPS = 14
+
+
 def run_case(name: str, rounds: int, tmp: Path) -> dict:
     from gpuprof.analysis.bounds import violations
     from gpuprof.analysis.pipeline import Analysis
@@ -74,9 +92,10 @@ def run_case(name: str, rounds: int, tmp: Path) -> dict:
 
     fid, common, before, after = CASES[name]
     runs = {"before": [], "after": []}
+    plains = {"before": [], "after": []}
     k = 0
     for _ in range(rounds):
-        for which in ("before", "after", "after", "before"):
+        for which in ("before", "after"):
             k += 1
             prof = diagnose(common + (before if which == "before" else after), tmp / f"{name}-{k}.json")
             loaded = from_data(prof)
@@ -84,7 +103,10 @@ def run_case(name: str, rounds: int, tmp: Path) -> dict:
             if bad:
                 raise SystemExit(f"{name} {which}: impossible figures: {bad}")
             runs[which].append(prof)
-    step = {w: statistics.mean(p["analysis"]["steps"]["step_s"] for p in ps) for w, ps in runs.items()}
+        for which in ("before", "after", "after", "before"):
+            plains[which].append(plain(common + (before if which == "before" else after)))
+    step = {w: statistics.mean(ps) for w, ps in plains.items()}
+    gpuprof_step = {w: statistics.mean(p["analysis"]["steps"]["step_s"] for p in ps) for w, ps in runs.items()}
     found = [next((f for f in p["analysis"]["findings"] if f["id"] == fid), None) for p in runs["before"]]
     fixed = [next((f for f in p["analysis"]["findings"] if f["id"] == fid), None) for p in runs["after"]]
     measured = [f["evidence"].get("measured_saving_s") for f in found if f]
@@ -105,7 +127,9 @@ def run_case(name: str, rounds: int, tmp: Path) -> dict:
     phases = {w: {ph: statistics.mean(p["analysis"]["steps"]["phases"][ph]["seconds"] for p in ps)
                   for ph in ("forward", "backward", "optimizer")} for w, ps in runs.items()}
     return {"case": name, "finding": fid, "phases": phases, "measured": [round(m, 4) for m in measured if m is not None],
-            "steps": {w: [round(p["analysis"]["steps"]["step_s"], 4) for p in ps] for w, ps in runs.items()}, "before_step_s": step["before"], "after_step_s": step["after"],
+            "steps": {w: [round(p["analysis"]["steps"]["step_s"], 4) for p in ps] for w, ps in runs.items()},
+            "plain": {w: [round(x, 4) for x in ps] for w, ps in plains.items()},
+            "gpuprof_achieved_s": gpuprof_step["before"] - gpuprof_step["after"], "before_step_s": step["before"], "after_step_s": step["after"],
             "achieved_s": achieved, "predicted_s": pred, "ratio": ratio, "claimed": bool(claimed), "ok": ok,
             "how": how, "kernels": runs["before"][0]["measurements"].get("kernels")}
 
@@ -119,6 +143,7 @@ def main(argv=None) -> int:
     globals()["POST_BUDGET"] = a.post_budget
     with tempfile.TemporaryDirectory() as d:
         rows = [run_case(n, a.rounds, Path(d)) for n in a.only.split(",")]
+    print("before/after: the plain script's step (s); achieved = before − after; measured: gpuprof's prediction")
     print(f"{'case':10} {'finding':20} {'before':>9} {'after':>9} {'achieved':>9} {'measured':>9} {'ratio':>6} "
           f"{'claimed':>7}  result")
     for r in rows:
@@ -133,8 +158,10 @@ def main(argv=None) -> int:
         timing = (k.get(part) or {}).get("timing")
         print(f"  {r['case']}: the BEFORE run's pair timing: {json.dumps(timing)}")
         print(f"  {r['case']}: phases per step (s), before {r['phases']['before']}, after {r['phases']['after']}")
-        print(f"  {r['case']}: typical step of each run (s), before {r['steps']['before']}, after {r['steps']['after']}; "
-              f"measured saving of each BEFORE run {r['measured']}")
+        print(f"  {r['case']}: gpuprof's typical step of each diagnose (s), before {r['steps']['before']}, after "
+              f"{r['steps']['after']} (achieved by that measure {r['gpuprof_achieved_s']:.4f}); measured saving of each "
+              f"BEFORE diagnose {r['measured']}")
+        print(f"  {r['case']}: plain step of each run (s), before {r['plain']['before']}, after {r['plain']['after']}")
     return 0 if all(r["ok"] for r in rows) else 1
 
 
