@@ -211,3 +211,23 @@ def test_no_time_left_skips_the_timings_and_says_so():
     assert "no time left" in out["vocab"]["timing"]["not_measured"]
     assert "not_measured" in out["optimizer"]["timing"]
     assert set(ctx.budget.parts["kernels"]["skipped"]) >= {"vocabulary timed padded", "optimizer timed fused"}
+
+
+def test_on_cuda_the_pairs_are_timed_with_events_on_the_measured_devices_stream(fake_cuda):
+    """_Clock on a (fake, strict) GPU: each part is the GPU time between its events on the device's
+    current stream, read only after the last event completed; cuda:1 never touches cuda:0."""
+    gpu = fake_cuda  # one device
+    clock = kernels._Clock("cuda:0")
+    work = {"hand": 0.003, "sdpa": 0.001}
+    parts = {name: [lambda s=s: gpu.enqueue(s)] for name, s in work.items()}
+    res = kernels.alternate(clock, parts, seconds=10.0)
+    assert res["best"]["hand"] == [pytest.approx(0.003)] and res["best"]["sdpa"] == [pytest.approx(0.001)]
+    records = [c for c in gpu.calls if c[0] == "Event.record"]
+    assert records and all(c[1:] == (0, 0) for c in records)  # cuda:0's current stream
+
+
+def test_torchs_own_flash_checker_is_called_with_this_torchs_signature():
+    from gpuprof.measure.optrace import flash_refusals
+
+    q = torch.randn(2, 4, 16, 8)
+    assert flash_refusals(q, q, q, None, 0.0, True)  # CPU tensors: refused (reasons are CUDA's to give)
