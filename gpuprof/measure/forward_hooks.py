@@ -51,7 +51,10 @@ class ForwardHooks:
                 return None
             timer = self.timer
         if timer.current == "backward":
-            return None  # activation checkpointing recomputing a forward: part of the backward
+            # activation checkpointing recomputing a forward: part of the backward, counted
+            # (every module call of the recomputed region while the pre-hook stays registered)
+            self.counts["forward_in_backward"] += 1
+            return None
         # Step aside (a dict pop, not a handle's remove: no allocation per forward).
         nn_module._global_forward_pre_hooks.pop(self._pre_id, None)
         self._outer = module

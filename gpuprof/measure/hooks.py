@@ -100,7 +100,7 @@ class TrainingHooks(ForwardHooks, OptimizerHooks, TorchWrappers, DataHooks):
                            other_optimizer_step=0, h2d_copies=0, h2d_bytes=0, pin_memory=0,
                            h2d_pageable=0, h2d_blocking=0,
                            dataloader_iter=0, dataloader_next=0, data_calls=0, optimizer_aux=0,
-                           skipped_optimizer_step=0)
+                           skipped_optimizer_step=0, forward_in_backward=0)
         self.accelerator = False  # set by install(): whether h2d copies are wrapped at all
         self.wrapped: list[str] = []  # names of user functions wrapped as `data`
         self.disqualified: set[str] = set()  # ... of those found running the model

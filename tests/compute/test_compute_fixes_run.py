@@ -58,3 +58,14 @@ def test_a_graph_break_in_the_compiled_script_is_named_at_its_line():
     assert ("mingpt_train.py", line) in places
     f = found["graph-break"]
     assert f"mingpt_train.py:{line}" in f.title and "capture_scalar_outputs" in f.fix
+
+
+def test_activation_checkpointing_is_seen_as_forwards_inside_the_backward():
+    profile, found = _run("--attn", "sdpa", "--vocab", "1024", "--fused", "1", "--checkpoint", "1", budget=0.0)
+    counts = profile.measurements["script"]["hooks"]["counts"]
+    assert counts["forward_in_backward"] > 0 and counts["backward"] > 0
+    f = found["activation-checkpointing"]
+    assert f.kind == "info" and f.saving_s is None and "inside the backward" in f.because
+    plain, found = _run("--attn", "sdpa", "--vocab", "1024", "--fused", "1", budget=0.0)
+    assert plain.measurements["script"]["hooks"]["counts"]["forward_in_backward"] == 0
+    assert "activation-checkpointing" not in found

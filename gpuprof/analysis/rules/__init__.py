@@ -15,6 +15,7 @@ from gpuprof.analysis.rules.gpu import (
 from gpuprof.analysis.rules.machine import cpu_saturated, gpu_throttled, mfu_misreported
 from gpuprof.analysis.rules.compile_breaks import graph_breaks, recompiles
 from gpuprof.analysis.rules.compute import (
+    activation_checkpointing,
     attention_backend,
     attention_by_hand,
     optimizer_not_fused,
@@ -55,6 +56,7 @@ RULES = [
     dominant_phase,
     backward_forward_ratio,
     attention_backend,
+    activation_checkpointing,
 ]
 
 # Data-parallel runs (a merged profile's ranks, gpuprof.analysis.distributed).

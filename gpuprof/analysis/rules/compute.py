@@ -219,3 +219,40 @@ def optimizer_not_fused(ctx: Context) -> list[Finding]:
         because=because, note="estimate: one step of a copy of the parameters timed both ways after the run",
         claims={"optimizer": saving},
     )]
+
+
+def activation_checkpointing(ctx: Context) -> list[Finding]:
+    """Activation checkpointing seen in a script: module forwards that ran inside the backward
+    (the hooks count them: every module call of a recomputed region). Information: what the
+    recomputation costs is estimated from the usual backward ≈ 2× forward (the excess of the
+    backward over twice the forward), not timed; the memory it saves is not estimated (the memory
+    model has no checkpointing). No saving: turning it off trades memory for that time, the
+    user's choice."""
+    script = ctx.sections.script
+    n = script.count("forward_in_backward")
+    if not n:
+        return []
+    backwards = script.count("backward") or None
+    fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
+    excess = max(0.0, bwd - 2 * fwd)
+    ev = {"module_calls_in_backward": n, "backward_calls": backwards, "forward_s": fwd, "backward_s": bwd,
+          "recompute_estimate_s": excess}
+    per = f", {n / backwards:.1f} per backward" if backwards else ""
+    because = (f"{count(n)} module calls ran inside the backward over the run{per}: a checkpointed region's "
+               f"forward recomputed; backward {seconds(bwd)} and forward {seconds(fwd)} per step "
+               f"({bwd / fwd:.1f}× where about 2× is usual)" if fwd else
+               f"{count(n)} module calls ran inside the backward over the run{per}")
+    if fwd and excess > 0:
+        note = (f"the recomputation is about {seconds(excess)} per step (the backward's excess over 2× the forward: "
+                "an estimate from the usual ratio, not timed); the memory it saves is not estimated")
+    elif fwd:
+        note = ("the backward is not above 2× the forward here, so the ratio shows no recomputation cost "
+                "(not timed); the memory it saves is not estimated")
+    else:
+        note = "the recomputation's time and the memory it saves are not estimated"
+    return [Finding(
+        id="activation-checkpointing", title="activation checkpointing recomputes forwards inside the backward",
+        saving_s=None, saving_share=None, kind="info", confidence="medium", evidence=ev, because=because,
+        note=note, fix=("keep it where the memory is needed; where the batch fits without it, turning it off "
+                        "(e.g. HF model.gradient_checkpointing_disable()) saves the recomputation"),
+    )]
