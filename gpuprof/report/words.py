@@ -156,6 +156,22 @@ def attach_rows(profile: Profile) -> list[tuple[str, str]]:
     return rows
 
 
+def attention_line(att) -> str | None:
+    """How the traced forward computed attention: 'by hand in 12 layers' or 'F.scaled_dot_product_attention
+    in 12 layers: flash kernel' (the kernels torch ran, counted); None when not traced or none seen."""
+    parts = []
+    if att.by_hand:
+        parts.append(f"by hand in {len(att.by_hand)} layer{'s' if len(att.by_hand) > 1 else ''} (q·kᵀ, softmax, ·v)")
+    if att.sdpa:
+        kernels: dict[str, int] = {}
+        for c in att.sdpa:
+            kernels[c.backend or "?"] = kernels.get(c.backend or "?", 0) + 1
+        n = len(att.sdpa)
+        parts.append(f"F.scaled_dot_product_attention in {n} call{'s' if n > 1 else ''}: "
+                     + ", ".join(f"{k} kernel" + (f" ×{v}" if len(kernels) > 1 else "") for k, v in kernels.items()))
+    return "; ".join(parts) or None
+
+
 def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]:
     """(label, text) rows: whose view, the script, device, model, step shape, settings,
     precision, data, how it ended, software."""
@@ -185,6 +201,9 @@ def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]
     prec = cfg.get("precision") or {}
     if prec.get("compute_dtype"):
         rows.append(("precision", precision_line(prec)))
+    attention = attention_line(Sections.of(profile).kernels.attention)
+    if attention:
+        rows.append(("attention", attention))
     if run.get("data_path"):
         rows.append(("data", str(run["data_path"]) + (" (generated)" if run.get("data_generated") else "")))
     if run.get("ended") in ("failed", "interrupted") or run.get("partial"):
