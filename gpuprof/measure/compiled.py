@@ -54,6 +54,10 @@ def time_compiled(model, args: tuple, kwargs: dict, device: str, autocast_dtype,
         step(compiled)()  # compiles the forward and, at its backward, the backward
         clock.sync()
         compile_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        step(model)()  # one eager call sizes the rounds: never waste the compile on too short a slice
+        clock.sync()
+        seconds = max(seconds, 8 * (time.perf_counter() - t1))
         res = alternate(clock, {"eager": [step(model)], "compiled": [step(compiled)]}, seconds)
     finally:
         model.train(was_training)

@@ -43,18 +43,21 @@ class ForwardHooks:
         ends the span and registers the pre-hook again."""
         if _is_compiling():
             return None  # inside dynamo's trace of a compiled model
-        if self._off or self.suspended or _get_ident() != self._tid:
+        if self._off or self.suspended:
             return None
         timer = self.timer
+        if timer is not None and timer.current == "backward":
+            # activation checkpointing recomputing a forward: part of the backward, counted (every
+            # module call of the recomputed region while the pre-hook stays registered). Before the
+            # thread check: on CUDA the autograd engine runs the backward on its own device thread.
+            self.counts["forward_in_backward"] += 1
+            return None
+        if _get_ident() != self._tid:
+            return None
         if timer is None:
             if not self._start(module, args, _caller_kwargs()):
                 return None
             timer = self.timer
-        if timer.current == "backward":
-            # activation checkpointing recomputing a forward: part of the backward, counted
-            # (every module call of the recomputed region while the pre-hook stays registered)
-            self.counts["forward_in_backward"] += 1
-            return None
         # Step aside (a dict pop, not a handle's remove: no allocation per forward).
         nn_module._global_forward_pre_hooks.pop(self._pre_id, None)
         self._outer = module

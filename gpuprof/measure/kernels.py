@@ -236,6 +236,13 @@ def time_vocab(device, tokens: int, width: int, vocab: int, vocab_to: int, dtype
 
 
 def _vocab(ctx, seconds: float, skipped: list[str]) -> dict | None:
+    try:
+        return _vocab_timed(ctx, seconds, skipped)
+    except Exception as exc:  # noqa: BLE001 - an odd model: the other parts stand
+        return {"not_measured": f"{exc.__class__.__name__}: {exc}"}
+
+
+def _vocab_timed(ctx, seconds: float, skipped: list[str]) -> dict | None:
     import torch
 
     head = output_head(ctx.model)
@@ -307,6 +314,25 @@ def fused_available(opt) -> str | None:
     return None
 
 
+COPIES = 8  # tensors of the parameters' size the timing holds: grads, and per copy params + 2 states (+2 amsgrad)
+
+
+def optimizer_memory(opt) -> tuple[int, int | None]:
+    """(bytes the timing needs, bytes free where the parameters are: CUDA mem_get_info, else the
+    host's available memory; None when unknown)."""
+    import psutil
+    import torch
+
+    params = [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
+    need = COPIES * sum(p.numel() * p.element_size() for p in params)
+    dev = params[0].device if params else torch.device("cpu")
+    try:
+        free = torch.cuda.mem_get_info(dev)[0] if dev.type == "cuda" else psutil.virtual_memory().available
+    except Exception:  # noqa: BLE001
+        free = None
+    return need, free
+
+
 def time_optimizer(opt, device, seconds: float) -> dict:
     """One step of a copy of `opt`'s parameters as configured and with fused=True."""
     import torch
@@ -326,7 +352,7 @@ def time_optimizer(opt, device, seconds: float) -> dict:
             clones = []
             for p, gr in zip(ps, gs):
                 c = p.detach().clone().requires_grad_(True)
-                c.grad = gr.clone()
+                c.grad = gr  # shared by both copies: Adam/AdamW never write to a gradient
                 clones.append(c)
             copy.append({**hyper, "params": clones})
         return cls(copy)
@@ -346,6 +372,15 @@ def _optimizer(ctx, seconds: float, skipped: list[str]) -> dict | None:
     opt = getattr(ctx, "optimizer", None)
     if opt is None:
         return None
+    try:
+        return _optimizer_timed(ctx, opt, seconds, skipped)
+    except Exception as exc:  # noqa: BLE001 - an optimizer torch's private helpers do not know
+        return {"class": type(opt).__name__, "not_measured": f"{exc.__class__.__name__}: {exc}"}
+
+
+def _optimizer_timed(ctx, opt, seconds: float, skipped: list[str]) -> dict:
+    from gpuprof.units import gib
+
     mode = optimizer_mode(opt)
     out = {"class": type(opt).__name__, "mode": mode}
     if mode is None or mode == "fused":
@@ -353,6 +388,11 @@ def _optimizer(ctx, seconds: float, skipped: list[str]) -> dict | None:
     why = fused_available(opt)
     if why:
         out["fused_unavailable"] = why
+        return out
+    mem_need, mem_free = optimizer_memory(opt)
+    if mem_free is not None and mem_need > 0.8 * mem_free:
+        out["timing"] = {"not_measured": (f"two copies of the parameters with their state need {gib(mem_need)}, "
+                                          f"{gib(mem_free)} is free")}
         return out
     need = _optimizer_need(ctx)
     if seconds < 0.05 or need > seconds:

@@ -18,6 +18,7 @@ kept as the reasons it was refused (dtype, head dim, mask, dropout).
 
 from __future__ import annotations
 
+import math
 import warnings
 import weakref
 
@@ -109,7 +110,11 @@ class OpTrace:
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 if func is torch.nn.functional.scaled_dot_product_attention and trace._in_sdpa is None:
-                    call = trace._sdpa_call(args, kwargs)
+                    try:
+                        call = trace._sdpa_call(args, kwargs)
+                    except Exception as exc:  # noqa: BLE001 - a trace problem never fails the count
+                        trace.error = trace.error or f"{exc.__class__.__name__}: {exc}"
+                        return func(*args, **kwargs)
                     trace._in_sdpa = call
                     try:
                         return func(*args, **kwargs)
@@ -146,17 +151,19 @@ class OpTrace:
     def _sdpa_call(self, args, kwargs) -> dict:
         import torch
 
-        q, k, v = (list(args) + [kwargs.get("query"), kwargs.get("key"), kwargs.get("value")])[:3]
-        mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
-        dropout = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
-        causal = args[5] if len(args) > 5 else kwargs.get("is_causal", False)
+        def arg(i, name, default=None):
+            return args[i] if len(args) > i else kwargs.get(name, default)
+
+        q, k, v = arg(0, "query"), arg(1, "key"), arg(2, "value")
+        mask, dropout, causal = arg(3, "attn_mask"), arg(4, "dropout_p", 0.0), arg(5, "is_causal", False)
+        gqa = bool(kwargs.get("enable_gqa", False))
         call = {"module": self.module(), "shape": list(q.shape), "kv_shape": list(k.shape),
                 "dtype": _dtype_name(q), "mask": mask is not None, "dropout_p": float(dropout or 0.0),
                 "is_causal": bool(causal), "device": str(q.device)}
         if torch.is_autocast_enabled(q.device.type) and q.is_floating_point():
             call["dtype"] = _dtype_name(torch.empty(0, dtype=torch.get_autocast_dtype(q.device.type)))
         if q.is_cuda:
-            call["refused"] = flash_refusals(q, k, v, mask, float(dropout or 0.0), bool(causal))
+            call["refused"] = flash_refusals(q, k, v, mask, float(dropout or 0.0), bool(causal), gqa)
         return call
 
     def _op(self, name: str, args, out) -> None:
@@ -167,13 +174,13 @@ class OpTrace:
                 self._in_sdpa["_backend"] = BACKENDS[name]
             return
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if name in _MATMULS and isinstance(out, torch.Tensor) and out.dim() >= 3 \
+        cand = self._follow(tensors)
+        if cand is None and name in _MATMULS and isinstance(out, torch.Tensor) and out.dim() >= 3 \
                 and out.shape[-1] == out.shape[-2] and out.shape[-1] > 1 and len(tensors) >= 2:
             # q·kᵀ: (…, T, D)·(…, D, T) -> (…, T, T)
             self._advance({"module": self.module(), "t": int(out.shape[-1]), "d": int(tensors[-1].shape[-2]),
                            "masked": False, "causal": None, "dtype": _dtype_name(out), "stage": "scores"}, out)
             return
-        cand = self._follow(tensors)
         if cand is None:
             return
         if name in _MASKS and cand["stage"] == "scores":
@@ -184,8 +191,9 @@ class OpTrace:
                     cand["causal"] = _is_upper_mask(mask, value_masks=True)
                 elif name == "where":
                     cand["causal"] = _is_upper_mask(args[0], value_masks=False)
-                elif mask.is_floating_point():
-                    cand["causal"] = _is_upper_mask(torch.isinf(mask), value_masks=True)
+                elif mask.is_floating_point():  # an additive mask: -inf, or HF's finfo.min, where masked
+                    out_mask = torch.isinf(mask) | (mask <= torch.finfo(mask.dtype).min / 2)
+                    cand["causal"] = _is_upper_mask(out_mask, value_masks=True)
             self._advance(cand, out)
         elif name in _SOFTMAX and cand["stage"] == "scores":
             cand["stage"] = "probs"
@@ -196,8 +204,9 @@ class OpTrace:
             if p is not None:
                 cand["dropout_p"] = round(1.0 - p if name == "bernoulli_" else p, 6)
             self._advance(cand, out[0] if isinstance(out, tuple) else out)
-        elif name in ("mul", "div", "div_", "mul_", "_to_copy", "expand", "view", "_unsafe_view",
-                      "clone", "contiguous", "alias", "empty_like") and isinstance(out, torch.Tensor):
+        elif name in ("mul", "div", "div_", "mul_", "_to_copy", "expand", "view", "_unsafe_view", "clone",
+                      "contiguous", "alias", "empty_like", "permute", "unsqueeze", "squeeze", "transpose", "t",
+                      "_reshape_alias", "reshape") and isinstance(out, torch.Tensor):
             self._advance(cand, out)  # scaling, casts and reshapes on the way
         elif name in _MATMULS and cand["stage"] == "probs" and len(tensors) >= 2:
             cand["d"] = int(tensors[-1].shape[-1])
@@ -222,8 +231,8 @@ class OpTrace:
             del self._pending[key]
         shape = cand.pop("shape", None) or []
         b_h = shape[:-2]
-        if len(b_h) >= 2:
-            b, h = int(b_h[0]), int(b_h[1])
+        if len(b_h) >= 2:  # (B, H) or GQA's (B, H_kv, group): every head counts
+            b, h = int(b_h[0]), math.prod(int(x) for x in b_h[1:])
         else:
             b, h = int(b_h[0]) if b_h else 1, 1
         if len(self.by_hand) < MAX_CALLS:
@@ -241,13 +250,14 @@ class OpTrace:
         return out
 
 
-def flash_refusals(q, k, v, mask, dropout_p: float, is_causal: bool) -> list[str]:
+def flash_refusals(q, k, v, mask, dropout_p: float, is_causal: bool, enable_gqa: bool = False) -> list[str]:
     """Why torch would not run the flash kernel for these inputs (CUDA): the warnings its
-    checker gives with debug=True; [] when flash is allowed."""
+    checker gives with debug=True; [] when flash is allowed. Unverified on a GPU: whether those
+    C++ warnings reach Python's warnings there (else the reason is "torch gave no reason")."""
     import torch
 
     try:
-        params = torch.backends.cuda.SDPAParams(q, k, v, mask, dropout_p, is_causal, False)
+        params = torch.backends.cuda.SDPAParams(q, k, v, mask, dropout_p, is_causal, enable_gqa)
     except TypeError:  # older signature without enable_gqa
         params = torch.backends.cuda.SDPAParams(q, k, v, mask, dropout_p, is_causal)
     with warnings.catch_warnings(record=True) as caught:

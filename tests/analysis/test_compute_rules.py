@@ -161,3 +161,8 @@ def test_compile_missing_not_faster_or_not_measured(profile_factory):
                         measurements={"compile": {"not_measured": "compile failed: BackendCompilerFailed: no gcc"}})
     (f,) = [x for x in gpu.compile_findings(Context(profile=p, stats=p.stats)) if x.id == "compile-missing"]
     assert f.saving_s is None and "compile failed: BackendCompilerFailed" in f.note and "--measure-compile" in f.note
+
+
+def test_optimizer_slow_believes_a_timing_that_says_fused_is_not_faster(profile_factory):
+    (f,) = gpu.optimizer_slow(_ctx(profile_factory, _opt(cur=0.02, fused=0.021), device="cuda"))
+    assert f.saving_s is None and "not faster" in f.note and "fused=True measured no faster" in f.fix

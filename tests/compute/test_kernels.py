@@ -231,3 +231,49 @@ def test_torchs_own_flash_checker_is_called_with_this_torchs_signature():
 
     q = torch.randn(2, 4, 16, 8)
     assert flash_refusals(q, q, q, None, 0.0, True)  # CPU tensors: refused (reasons are CUDA's to give)
+
+
+class Variants(nn.Module):
+    """Attention written the other ways users write it."""
+
+    def __init__(self, kind, t=16, d=16):
+        super().__init__()
+        self.kind, self.t, self.d = kind, t, d
+
+    def forward(self, q):  # q: (B, H, T, D); k = v = q
+        b, h, t, d = q.shape
+        if self.kind == "einsum":
+            att = torch.einsum("bhtd,bhsd->bhts", q, q) / math.sqrt(d)
+            return torch.einsum("bhts,bhsd->bhtd", F.softmax(att, dim=-1), q)
+        if self.kind == "hf-additive":  # HF eager attention: a finfo.min additive causal mask
+            mask = torch.full((t, t), torch.finfo(q.dtype).min).triu(1)
+            return F.softmax(q @ q.transpose(-2, -1) + mask, dim=-1) @ q
+        if self.kind == "gqa5d":  # (B, H_kv, group, T, D) against (B, H_kv, 1, T, D)
+            qq = q.view(b, 2, h // 2, t, d)
+            kv = q[:, :2].unsqueeze(2)
+            return F.softmax(qq @ kv.transpose(-2, -1), dim=-1) @ kv
+        if self.kind == "sdpa-keywords":
+            return F.scaled_dot_product_attention(q, key=q, value=q, is_causal=True)
+        raise ValueError(self.kind)
+
+
+@pytest.mark.parametrize("kind,shape,causal", [("einsum", [2, 4, 16, 16], None), ("hf-additive", [2, 4, 16, 16], True),
+                                               ("gqa5d", [2, 4, 16, 16], None)])
+def test_attention_by_hand_written_other_ways_is_sized_right(kind, shape, causal):
+    """T equal to the head dim (16 and 16: the ·v product is square too), einsum's permutes, HF's
+    finfo.min mask, GQA's 5-D grouping (every query head counts)."""
+    s = _trace(Variants(kind), torch.randn(2, 4, 16, 16))
+    assert [c["shape"] for c in s["by_hand"]] == [shape]
+    assert s["by_hand"][0]["causal"] is causal
+
+
+def test_sdpa_called_with_keywords_is_read_and_never_fails_the_count():
+    s = _trace(Variants("sdpa-keywords"), torch.randn(2, 4, 16, 8))
+    assert s["sdpa"][0]["shape"] == [2, 4, 16, 8] and s["sdpa"][0]["kv_shape"] == [2, 4, 16, 8] and "error" not in s
+
+
+def test_the_optimizer_is_not_copied_when_memory_would_not_hold_two_copies(monkeypatch):
+    model = TinyGPT(vocab=100)
+    monkeypatch.setattr(kernels, "optimizer_memory", lambda opt: (10 * 2**30, 4 * 2**30))
+    out = kernels.ComputeFixesProbe(seconds=2.0).stop(_ctx(model, torch.optim.AdamW(model.parameters()), _ids()))
+    assert out["optimizer"]["timing"]["not_measured"].startswith("two copies of the parameters with their state need")

@@ -108,15 +108,21 @@ def optimizer_slow(ctx: Context) -> list[Finding]:
         note = (f"saving = optimizer time - the memory-bandwidth floor of AdamW "
                 f"({ADAMW_BYTES_PER_PARAM} B/param at {ctx.gpu.hbm_tb_s} TB/s): an upper bound")
     measured = fused_optimizer_saving(ctx)
-    if measured is not None and measured[0] > 0:
-        # Measured on a copy of the parameters: replaces the bandwidth floor's upper bound.
+    if measured is not None:
+        # Measured on a copy of the parameters: replaces the bandwidth floor's upper bound, even
+        # when it says fused=True is not faster here.
         saving, words, more = measured
         ev.update(more)
         because += f"; {words}"
-        note = "estimate: one step of a copy of the parameters timed as configured and with fused=True after the run"
+        note = ("estimate: one step of a copy of the parameters timed as configured and with fused=True after the run"
+                if saving > 0 else "measured: fused=True was not faster here, so no saving is claimed")
+        saving = saving if saving > 0 else None
     if fused:
         fix = ("the optimizer is already fused: its time is the step's gradient clipping and "
                "parameter traffic; fewer optimizer steps (a larger step in tokens) amortise it")
+    elif measured is not None and saving is None:
+        fix = ("fused=True measured no faster here: the step's time is parameter traffic; fewer optimizer "
+               "steps (a larger step in tokens) amortise it")
     else:
         fix = "torch.optim.AdamW(..., fused=True) (one kernel for all parameters)"
     return [Finding(
