@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from gpuprof.measure.kernels import _Clock, _how, _rng_kept, alternate
+from gpuprof.measure.pairs import Clock, alternate, how, rng_kept
 
 ROUNDS_S = 10.0  # the timed rounds after the compile: at most this, at least 2 rounds
 
@@ -32,7 +32,7 @@ def time_compiled(model, args: tuple, kwargs: dict, device: str, autocast_dtype,
     from gpuprof.measure.cuda import is_cuda
     from gpuprof.measure.microbatch import loss_of
 
-    clock = _Clock(device)
+    clock = Clock(device)
     ac = (torch.autocast("cuda" if is_cuda(device) else "cpu", dtype=autocast_dtype)
           if autocast_dtype is not None else contextlib.nullcontext())
     compiled = torch.compile(model, backend=backend, mode=mode)
@@ -90,11 +90,11 @@ class CompileProbe:
         if budget is not None:
             budget.say(f"compiling the model to time it (--measure-compile; outside the {budget.total_s:.0f} s budget)")
         try:
-            with _rng_kept(ctx.device):
+            with rng_kept(ctx.device):
                 out = time_compiled(ctx.model, tuple(ctx.example_args or ()), dict(ctx.example_kwargs or {}),
                                     ctx.device, ctx.autocast_dtype, backend=self.backend, seconds=self.seconds)
         except Exception as exc:  # noqa: BLE001 - a model dynamo or inductor cannot compile
             return {"not_measured": f"compile failed: {exc.__class__.__name__}: {exc}"[:500]}
         out["method"] = ("the run's eager model and torch.compile(model) (default mode), forward+backward at the run's "
-                         "micro-batch, timed alternately after one compiling call, best of each; " + _how(ctx.device))
+                         "micro-batch, timed alternately after one compiling call, best of each; " + how(ctx.device))
         return out

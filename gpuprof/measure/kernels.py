@@ -11,10 +11,11 @@ one after the other on the same device, within the post-run budget's `kernels` p
 - vocabulary: the output projection and the loss (F.linear to V logits, cross-entropy, forward
   and backward) at the model's V and at V padded to a multiple of 64, at the micro-batch's tokens;
 - optimizer: one Adam/AdamW step on a copy of the parameters (fresh gradients) as the run's
-  optimizer is configured and with fused=True, when torch has a fused kernel for the device.
+  optimizer is configured and with fused=True, when torch has a fused kernel for the device
+  (measure/fused_optimizer.py).
 
 Each pair is timed alternately (A, B, A, B, …) after a warm-up of each, and the best of each
-kept, so a drift in the machine's speed hits both. On CUDA the times are CUDA events on the
+kept, so a drift in the machine's speed hits both (measure/pairs.py). On CUDA the times are CUDA events on the
 current stream; elsewhere wall time. Nothing here touches the user's model, optimizer or data:
 the tensors are new ones of the same shapes. `rules/compute.py` turns the figures into findings;
 a difference under 5% of the step is reported without a saving.
@@ -22,93 +23,15 @@ a difference under 5% of the step is reported without a saving.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 
+from gpuprof.measure.fused_optimizer import _optimizer, _optimizer_need
+from gpuprof.measure.pairs import Clock, alternate, autocast_for, how, rng_kept
+
 PAD_MULTIPLE = 64  # GPT-2's 50257 -> 50304 (nanoGPT, build-nanogpt)
-MAX_REPS = 12
-MIN_REPS = 5
-SETTLED = 0.02  # a round that improves neither best by more than 2% ends the timing (after MIN_REPS)
 SLICES = {"attention": 0.4, "vocab": 0.3, "optimizer": 0.3}
 
-
-class _Clock:
-    """Seconds of fn(): CUDA events on the device's current stream, else wall time."""
-
-    def __init__(self, device):
-        import torch
-
-        from gpuprof.measure.cuda import cuda_device, is_cuda
-
-        self.torch = torch
-        self.cuda = is_cuda(device)
-        self.dev = cuda_device(device) if self.cuda else torch.device(str(device))
-
-    def sync(self):
-        if self.cuda:
-            self.torch.cuda.synchronize(self.dev)
-
-    def spans(self, *fns) -> list[float]:
-        """Run fns in order; the seconds of each."""
-        if self.cuda:
-            stream = self.torch.cuda.current_stream(self.dev)
-            evs = [self.torch.cuda.Event(enable_timing=True) for _ in range(len(fns) + 1)]
-            evs[0].record(stream)
-            for fn, ev in zip(fns, evs[1:]):
-                fn()
-                ev.record(stream)
-            evs[-1].synchronize()
-            return [max(a.elapsed_time(b) / 1e3, 1e-9) for a, b in zip(evs, evs[1:])]
-        out, t = [], time.perf_counter()
-        for fn in fns:
-            fn()
-            now = time.perf_counter()
-            out.append(max(now - t, 1e-9))
-            t = now
-        return out
-
-
-def alternate(clock: _Clock, variants: dict, seconds: float, now=time.perf_counter) -> dict:
-    """{name: [best seconds of each part]} for variants {name: [part fns]} run alternately: a
-    warm-up of each, then rounds of one run of each until the bests settle (a round after the
-    MIN_REPS-th improves neither by more than 2%), `seconds` is spent, or MAX_REPS rounds; at
-    least 2 rounds. Raises TimeoutError when the warm-up alone leaves no room for 2 rounds."""
-    deadline = now() + seconds
-    t0 = now()
-    for parts in variants.values():
-        clock.spans(*parts)  # warm-up: kernel selection, allocator, autotuning caches
-    clock.sync()
-    one_round = now() - t0
-    if one_round * 3 > seconds:
-        raise TimeoutError(f"one round takes {one_round:.2f} s; {seconds:.2f} s would not hold 2 timed rounds")
-    best = {name: None for name in variants}
-    rounds = 0
-    while rounds < MAX_REPS and (rounds < 2 or now() + one_round < deadline):
-        improved = False
-        for name, parts in variants.items():
-            got = clock.spans(*parts)
-            if best[name] is None or sum(got) < (1 - SETTLED) * sum(best[name]):
-                improved = True
-            best[name] = got if best[name] is None else [min(a, b) for a, b in zip(best[name], got)]
-        rounds += 1
-        if rounds >= MIN_REPS and not improved:
-            break
-    return {"best": best, "rounds": rounds}
-
-
-def _autocast(device, dtype):
-    import torch
-
-    from gpuprof.hardware import torch_dtype
-    from gpuprof.measure.cuda import is_cuda
-
-    if dtype in ("bf16", "fp16"):
-        return torch.autocast("cuda" if is_cuda(device) else "cpu", dtype=torch_dtype(dtype))
-    return contextlib.nullcontext()
-
-
-# -- attention -------------------------------------------------------------------------------------
 
 def time_attention(device, shape, dtype: str, *, causal: bool, masked: bool, dropout_p: float,
                    seconds: float) -> dict:
@@ -119,7 +42,7 @@ def time_attention(device, shape, dtype: str, *, causal: bool, masked: bool, dro
 
     from gpuprof.hardware import torch_dtype
 
-    clock = _Clock(device)
+    clock = Clock(device)
     b, h, t, d = (int(x) for x in shape)
     tdtype = torch_dtype(dtype) if dtype in ("bf16", "fp16", "fp32") else torch.float32
     q, k, v = (torch.randn(b, h, t, d, dtype=tdtype, device=clock.dev, requires_grad=True) for _ in range(3))
@@ -127,7 +50,7 @@ def time_attention(device, shape, dtype: str, *, causal: bool, masked: bool, dro
     keep = torch.ones(t, t, dtype=torch.bool, device=clock.dev).tril().view(1, 1, t, t)
     mask_out = ~keep
     scale = 1.0 / math.sqrt(d)
-    ac = _autocast(device, dtype)
+    ac = autocast_for(device, dtype)
     state: dict = {}
 
     def by_hand():
@@ -178,7 +101,7 @@ def _attention(ctx, trace: dict | None, seconds: float, skipped: list[str]) -> d
                                        seconds=seconds)
         out["timing"]["method"] = ("one layer's attention at the model's (B, H, T, head dim), dtype, mask and dropout, "
                                    "forward and backward, by hand and through F.scaled_dot_product_attention, timed "
-                                   "alternately, best of each; " + _how(ctx.device))
+                                   "alternately, best of each; " + how(ctx.device))
     except TimeoutError as exc:
         skipped.append("attention timed both ways")
         out["timing"] = {"not_measured": f"{exc}"}
@@ -214,10 +137,10 @@ def time_vocab(device, tokens: int, width: int, vocab: int, vocab_to: int, dtype
     import torch
     import torch.nn.functional as F
 
-    clock = _Clock(device)
+    clock = Clock(device)
     x = torch.randn(tokens, width, dtype=param_dtype, device=clock.dev, requires_grad=True)
     targets = torch.randint(0, vocab, (tokens,), device=clock.dev)
-    ac = _autocast(device, dtype)
+    ac = autocast_for(device, dtype)
     weights = {v: (torch.randn(v, width, dtype=param_dtype, device=clock.dev) * 0.02).requires_grad_(True)
                for v in (vocab, vocab_to)}
 
@@ -268,7 +191,7 @@ def _vocab_timed(ctx, seconds: float, skipped: list[str]) -> dict | None:
         out["timing"]["tokens"] = ids.numel()
         out["timing"]["method"] = ("the output projection (F.linear to V logits) and cross-entropy, forward+backward, "
                                    "at the micro-batch's tokens, at V and padded V, timed alternately, best of each; "
-                                   + _how(ctx.device))
+                                   + how(ctx.device))
     except TimeoutError as exc:
         skipped.append("vocabulary timed padded")
         out["timing"] = {"not_measured": str(exc)}
@@ -278,158 +201,6 @@ def _vocab_timed(ctx, seconds: float, skipped: list[str]) -> dict | None:
 
 
 # -- optimizer -------------------------------------------------------------------------------------
-
-def optimizer_mode(opt) -> str | None:
-    """How an Adam/AdamW steps: 'fused', 'foreach' or 'for-loop' (torch's default resolved the
-    way step() resolves it); None for another optimizer."""
-    import torch
-
-    if type(opt) not in (torch.optim.Adam, torch.optim.AdamW):
-        return None
-    d = opt.defaults
-    if d.get("fused"):
-        return "fused"
-    if d.get("foreach") is not None:
-        return "foreach" if d["foreach"] else "for-loop"
-    from torch.optim.optimizer import _default_to_fused_or_foreach
-
-    params = [p for g in opt.param_groups for p in g["params"]]
-    _, foreach = _default_to_fused_or_foreach(params, differentiable=False, use_fused=False)
-    return "foreach" if foreach else "for-loop"
-
-
-def fused_available(opt) -> str | None:
-    """Why fused=True is not available for this optimizer's parameters (None: it is)."""
-    from torch.optim.optimizer import _get_fused_kernels_supported_devices
-
-    devices = set(_get_fused_kernels_supported_devices())
-    for g in opt.param_groups:
-        for p in g["params"]:
-            if p.device.type not in devices:
-                return f"no fused kernel for {p.device.type} parameters in this torch"
-            if not p.is_floating_point():
-                return "non-floating-point parameters"
-    if opt.defaults.get("differentiable"):
-        return "differentiable=True"
-    return None
-
-
-COPIES = 8  # tensors of the parameters' size the timing holds: grads, and per copy params + 2 states (+2 amsgrad)
-
-
-def optimizer_memory(opt) -> tuple[int, int | None]:
-    """(bytes the timing needs, bytes free where the parameters are: CUDA mem_get_info, else the
-    host's available memory; None when unknown)."""
-    import psutil
-    import torch
-
-    params = [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
-    need = COPIES * sum(p.numel() * p.element_size() for p in params)
-    dev = params[0].device if params else torch.device("cpu")
-    try:
-        free = torch.cuda.mem_get_info(dev)[0] if dev.type == "cuda" else psutil.virtual_memory().available
-    except Exception:  # noqa: BLE001
-        free = None
-    return need, free
-
-
-def time_optimizer(opt, device, seconds: float) -> dict:
-    """One step of a copy of `opt`'s parameters as configured and with fused=True."""
-    import torch
-
-    clock = _Clock(device)
-    cls = type(opt)
-    groups = [g for g in opt.param_groups if any(p.requires_grad for p in g["params"])]
-    params = [[p for p in g["params"] if p.requires_grad] for g in groups]
-    grads = [[torch.randn_like(p) * 1e-3 for p in ps] for ps in params]
-
-    def build(fused: bool):
-        copy = []
-        for g, ps, gs in zip(groups, params, grads):
-            hyper = {k: v for k, v in g.items() if k != "params"}
-            if fused:
-                hyper.update(fused=True, foreach=False)
-            clones = []
-            for p, gr in zip(ps, gs):
-                c = p.detach().clone().requires_grad_(True)
-                c.grad = gr  # shared by both copies: Adam/AdamW never write to a gradient
-                clones.append(c)
-            copy.append({**hyper, "params": clones})
-        return cls(copy)
-
-    variants = {}
-    for name, fused in (("current", False), ("fused", True)):
-        o = build(fused)
-        o.step()  # the first step creates the state (exp_avg, exp_avg_sq): not timed
-        variants[name] = [o.step]
-    res = alternate(clock, variants, seconds)
-    count = sum(p.numel() for ps in params for p in ps)
-    return {"current_s": res["best"]["current"][0], "fused_s": res["best"]["fused"][0], "rounds": res["rounds"],
-            "parameters": count}
-
-
-def _optimizer(ctx, seconds: float, skipped: list[str]) -> dict | None:
-    opt = getattr(ctx, "optimizer", None)
-    if opt is None:
-        return None
-    try:
-        return _optimizer_timed(ctx, opt, seconds, skipped)
-    except Exception as exc:  # noqa: BLE001 - an optimizer torch's private helpers do not know
-        return {"class": type(opt).__name__, "not_measured": f"{exc.__class__.__name__}: {exc}"}
-
-
-def _optimizer_timed(ctx, opt, seconds: float, skipped: list[str]) -> dict:
-    from gpuprof.units import gib
-
-    mode = optimizer_mode(opt)
-    out = {"class": type(opt).__name__, "mode": mode}
-    if mode is None or mode == "fused":
-        return out
-    why = fused_available(opt)
-    if why:
-        out["fused_unavailable"] = why
-        return out
-    mem_need, mem_free = optimizer_memory(opt)
-    if mem_free is not None and mem_need > 0.8 * mem_free:
-        out["timing"] = {"not_measured": (f"two copies of the parameters with their state need {gib(mem_need)}, "
-                                          f"{gib(mem_free)} is free")}
-        return out
-    need = _optimizer_need(ctx)
-    if seconds < 0.05 or need > seconds:
-        skipped.append("optimizer timed fused")
-        out["timing"] = {"not_measured": (f"~{need:.1f} s needed, {seconds:.1f} s left in the post-run budget"
-                                          if need else f"no time left in the post-run budget ({seconds:.2f} s)")}
-        return out
-    try:
-        out["timing"] = time_optimizer(opt, ctx.device, seconds)
-        out["timing"]["method"] = ("one step of a copy of the parameters (fresh gradients) with the run's optimizer "
-                                   "settings and with fused=True, after a state-creating step each, timed alternately, "
-                                   "best of each; " + _how(ctx.device))
-    except TimeoutError as exc:
-        skipped.append("optimizer timed fused")
-        out["timing"] = {"not_measured": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - e.g. no memory for a copy of the parameters
-        out["timing"] = {"not_measured": f"{exc.__class__.__name__}: {exc}"}
-    return out
-
-
-def _optimizer_need(ctx) -> float:
-    """Seconds timing the optimizer both ways takes: 2 variants × (a state-creating step, a
-    warm-up, 2 timed rounds) of the run's own optimizer phase; 0 when it will not be timed."""
-    opt = getattr(ctx, "optimizer", None)
-    profile = getattr(ctx, "profile", None)
-    if opt is None or profile is None or optimizer_mode(opt) in (None, "fused"):
-        return 0.0
-    return 8 * profile.stats.seconds("optimizer")
-
-
-def _how(device) -> str:
-    from gpuprof.measure.cuda import is_cuda
-
-    return "CUDA events" if is_cuda(device) else "wall time"
-
-
-# -- the instrument --------------------------------------------------------------------------------
 
 def trace_forward(model, args, kwargs, autocast_dtype) -> dict:
     """The op trace of one forward under no_grad, the RNG restored (when the FLOP count did not
@@ -442,23 +213,6 @@ def trace_forward(model, args, kwargs, autocast_dtype) -> dict:
     count_flops(eager, tuple(args or ()), dict(kwargs or {}), autocast_dtype=autocast_dtype, extra_modes=(trace,),
                 counter=False)
     return trace.summary()
-
-
-@contextlib.contextmanager
-def _rng_kept(device):
-    import torch
-
-    from gpuprof.measure.cuda import cuda_device, is_cuda
-
-    cpu = torch.get_rng_state()
-    dev = cuda_device(device) if is_cuda(device) else None
-    gpu = torch.cuda.get_rng_state(dev) if dev is not None else None
-    try:
-        yield
-    finally:
-        torch.set_rng_state(cpu)
-        if gpu is not None:
-            torch.cuda.set_rng_state(gpu, dev)
 
 
 class ComputeFixesProbe:
@@ -476,7 +230,7 @@ class ComputeFixesProbe:
     def stop(self, ctx) -> dict | None:
         if getattr(ctx, "model", None) is None:
             return None
-        with _rng_kept(ctx.device):  # the random inputs and dropout draw nothing from the run's stream
+        with rng_kept(ctx.device):  # the random inputs and dropout draw nothing from the run's stream
             return self._measure(ctx)
 
     def _measure(self, ctx) -> dict:

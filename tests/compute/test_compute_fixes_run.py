@@ -4,10 +4,8 @@ with SDPA, 1024 and fused=True none of them is; a compiled model's .item() graph
 at the script's own file and line."""
 
 import io
-import re
 from pathlib import Path
 
-import pytest
 
 from gpuprof.analysis.bounds import violations
 from gpuprof.analysis.pipeline import analyze

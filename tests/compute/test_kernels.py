@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gpuprof.measure import kernels
+from gpuprof.measure import fused_optimizer, kernels, pairs
 from gpuprof.measure.flops import count_flops
 from gpuprof.measure.optrace import OpTrace
 
@@ -127,16 +127,16 @@ class Ticks:
 
 def test_alternate_stops_when_the_bests_settle_and_keeps_the_minimum():
     clock = Ticks([[1.0], [1.0]] + [[0.5], [0.8]] * 20)  # 2 warm-ups, then steady rounds
-    res = kernels.alternate(clock, {"a": [None], "b": [None]}, seconds=100.0, now=clock.now)
+    res = pairs.alternate(clock, {"a": [None], "b": [None]}, seconds=100.0, now=clock.now)
     assert res["best"] == {"a": [0.5], "b": [0.8]}
-    assert res["rounds"] == kernels.MIN_REPS  # round 2 and 3 improved nothing: settled
-    assert clock.calls == 2 + 2 * kernels.MIN_REPS
+    assert res["rounds"] == pairs.MIN_REPS  # round 2 and 3 improved nothing: settled
+    assert clock.calls == 2 + 2 * pairs.MIN_REPS
 
 
 def test_alternate_refuses_when_the_warm_up_leaves_no_room():
     clock = Ticks([[1.0], [1.0]])
     with pytest.raises(TimeoutError):
-        kernels.alternate(clock, {"a": [None], "b": [None]}, seconds=5.0, now=clock.now)
+        pairs.alternate(clock, {"a": [None], "b": [None]}, seconds=5.0, now=clock.now)
     assert clock.calls == 2  # the warm-ups only
 
 
@@ -157,8 +157,8 @@ def test_vocab_head_is_found_and_padded_to_64():
                                      ({"foreach": False}, "for-loop"), ({}, "for-loop")])
 def test_optimizer_mode_is_how_step_runs(kw, mode):
     opt = torch.optim.AdamW(nn.Linear(4, 4).parameters(), **kw)
-    assert kernels.optimizer_mode(opt) == mode  # CPU parameters: torch's default is the for-loop
-    assert kernels.optimizer_mode(torch.optim.SGD(nn.Linear(4, 4).parameters(), lr=0.1)) is None
+    assert fused_optimizer.optimizer_mode(opt) == mode  # CPU parameters: torch's default is the for-loop
+    assert fused_optimizer.optimizer_mode(torch.optim.SGD(nn.Linear(4, 4).parameters(), lr=0.1)) is None
 
 
 def _ctx(model, optimizer, args):
@@ -214,13 +214,13 @@ def test_no_time_left_skips_the_timings_and_says_so():
 
 
 def test_on_cuda_the_pairs_are_timed_with_events_on_the_measured_devices_stream(fake_cuda):
-    """_Clock on a (fake, strict) GPU: each part is the GPU time between its events on the device's
+    """pairs.Clock on a (fake, strict) GPU: each part is the GPU time between its events on the device's
     current stream, read only after the last event completed; cuda:1 never touches cuda:0."""
     gpu = fake_cuda  # one device
-    clock = kernels._Clock("cuda:0")
+    clock = pairs.Clock("cuda:0")
     work = {"hand": 0.003, "sdpa": 0.001}
     parts = {name: [lambda s=s: gpu.enqueue(s)] for name, s in work.items()}
-    res = kernels.alternate(clock, parts, seconds=10.0)
+    res = pairs.alternate(clock, parts, seconds=10.0)
     assert res["best"]["hand"] == [pytest.approx(0.003)] and res["best"]["sdpa"] == [pytest.approx(0.001)]
     records = [c for c in gpu.calls if c[0] == "Event.record"]
     assert records and all(c[1:] == (0, 0) for c in records)  # cuda:0's current stream
@@ -274,6 +274,6 @@ def test_sdpa_called_with_keywords_is_read_and_never_fails_the_count():
 
 def test_the_optimizer_is_not_copied_when_memory_would_not_hold_two_copies(monkeypatch):
     model = TinyGPT(vocab=100)
-    monkeypatch.setattr(kernels, "optimizer_memory", lambda opt: (10 * 2**30, 4 * 2**30))
+    monkeypatch.setattr(fused_optimizer, "optimizer_memory", lambda opt: (10 * 2**30, 4 * 2**30))
     out = kernels.ComputeFixesProbe(seconds=2.0).stop(_ctx(model, torch.optim.AdamW(model.parameters()), _ids()))
     assert out["optimizer"]["timing"]["not_measured"].startswith("two copies of the parameters with their state need")
