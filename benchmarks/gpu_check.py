@@ -508,7 +508,7 @@ def check_gpu_spans(ctx: Ctx) -> Check:
 def check_compute_fixes(ctx: Ctx) -> Check:
     c = Check("compute-fixes")
     if ctx.smoke:
-        opts = ["--steps", "2", "--warmup", "1", "--post-budget", "6"]
+        opts = ["--steps", "2", "--warmup", "1", "--post-budget", "3"]
         model = ["--block", "64", "--n-embd", "32", "--n-head", "2", "--batch", "2", "--threads", "1"]
     else:  # GPT-2 124M's widths, 4 layers, bf16 autocast
         opts = ["--steps", "4", "--warmup", "2", "--post-budget", "40"]
