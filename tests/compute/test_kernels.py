@@ -141,10 +141,11 @@ def test_alternate_refuses_when_the_warm_up_leaves_no_room():
 
 
 def test_attention_timing_times_both_ways_forward_and_backward():
-    res = kernels.time_attention("cpu", [1, 2, 32, 8], "fp32", causal=True, masked=True, dropout_p=0.0, seconds=1.0)
+    res = kernels.time_attention("cpu", [1, 2, 32, 8], "fp32", causal=True, masked=True, dropout_p=0.0, seconds=1.0,
+                                 layers=3)
     for k in ("by_hand_forward_s", "by_hand_backward_s", "sdpa_forward_s", "sdpa_backward_s"):
         assert 0 < res[k] < 1.0
-    assert res["rounds"] >= 2 and res["causal"] is True
+    assert res["rounds"] >= 2 and res["causal"] is True and res["layers_timed"] == 3
 
 
 def test_vocab_head_is_found_and_padded_to_64():
