@@ -59,9 +59,9 @@ CASES = {
 POST_BUDGET = 30.0
 
 
-def diagnose(args: list[str], out: Path) -> dict:
+def diagnose(args: list[str], out: Path, post_budget: float = POST_BUDGET) -> dict:
     cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--steps", str(STEPS), "--warmup", str(WARMUP),
-           "--out", str(out), "--post-budget", str(POST_BUDGET), str(SCRIPT), *args, "--steps", str(STEPS + WARMUP + 4)]
+           "--out", str(out), "--post-budget", str(post_budget), str(SCRIPT), *args, "--steps", str(STEPS + WARMUP + 4)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     r = subprocess.run(cmd, cwd=out.parent, env=env, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
@@ -85,7 +85,7 @@ def plain(args: list[str]) -> float:
 PLAIN_STEPS = 14
 
 
-def run_case(name: str, rounds: int, tmp: Path) -> dict:
+def run_case(name: str, rounds: int, tmp: Path, post_budget: float = POST_BUDGET) -> dict:
     from gpuprof.analysis.bounds import violations
     from gpuprof.analysis.pipeline import Analysis
     from gpuprof.profile import from_data
@@ -97,7 +97,7 @@ def run_case(name: str, rounds: int, tmp: Path) -> dict:
     for _ in range(rounds):
         for which in ("before", "after"):
             k += 1
-            prof = diagnose(common + (before if which == "before" else after), tmp / f"{name}-{k}.json")
+            prof = diagnose(common + (before if which == "before" else after), tmp / f"{name}-{k}.json", post_budget)
             loaded = from_data(prof)
             bad = violations(loaded, Analysis.from_dict(prof["analysis"], loaded))
             if bad:
@@ -140,9 +140,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=",".join(CASES))
     ap.add_argument("--post-budget", type=float, default=POST_BUDGET, help="each diagnose's --post-budget")
     a = ap.parse_args(argv)
-    globals()["POST_BUDGET"] = a.post_budget
     with tempfile.TemporaryDirectory() as d:
-        rows = [run_case(n, a.rounds, Path(d)) for n in a.only.split(",")]
+        rows = [run_case(n, a.rounds, Path(d), a.post_budget) for n in a.only.split(",")]
     print("before/after: the plain script's step (s); achieved = before − after; measured: gpuprof's prediction")
     print(f"{'case':10} {'finding':20} {'before':>9} {'after':>9} {'achieved':>9} {'measured':>9} {'ratio':>6} "
           f"{'claimed':>7}  result")

@@ -96,7 +96,7 @@ def time_optimizer(opt, device, seconds: float) -> dict:
             "parameters": count}
 
 
-def _optimizer(ctx, seconds: float, skipped: list[str]) -> dict | None:
+def optimizer_part(ctx, seconds: float, skipped: list[str]) -> dict | None:
     opt = getattr(ctx, "optimizer", None)
     if opt is None:
         return None
@@ -122,7 +122,7 @@ def _optimizer_timed(ctx, opt, seconds: float, skipped: list[str]) -> dict:
         out["timing"] = {"not_measured": (f"two copies of the parameters with their state need {gib(mem_need)}, "
                                           f"{gib(mem_free)} is free")}
         return out
-    need = _optimizer_need(ctx)
+    need = optimizer_need(ctx)
     if seconds < 0.05 or need > seconds:
         skipped.append("optimizer timed fused")
         out["timing"] = {"not_measured": (f"~{need:.1f} s needed, {seconds:.1f} s left in the post-run budget"
@@ -141,7 +141,7 @@ def _optimizer_timed(ctx, opt, seconds: float, skipped: list[str]) -> dict:
     return out
 
 
-def _optimizer_need(ctx) -> float:
+def optimizer_need(ctx) -> float:
     """Seconds timing the optimizer both ways takes: 2 variants × (a state-creating step, a
     warm-up, 2 timed rounds) of the run's own optimizer phase; 0 when it will not be timed."""
     opt = getattr(ctx, "optimizer", None)

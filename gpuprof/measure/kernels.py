@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 
-from gpuprof.measure.fused_optimizer import _optimizer, _optimizer_need
+from gpuprof.measure.fused_optimizer import optimizer_need, optimizer_part
 from gpuprof.measure.pairs import Clock, alternate, autocast_for, how, rng_kept
 
 PAD_MULTIPLE = 64  # GPT-2's 50257 -> 50304 (nanoGPT, build-nanogpt)
@@ -276,15 +276,15 @@ class ComputeFixesProbe:
             else:
                 skipped.append("the op trace of one forward")
                 trace = {"not_measured": f"one forward (~{est / 2:.1f} s) does not fit the post-run budget"}
-        out["attention"] = _attention(ctx, trace, min(left() * SLICES["attention"] / 1.0, left()), skipped)
+        out["attention"] = _attention(ctx, trace, left() * SLICES["attention"], skipped)
         rest = left()
         # The vocabulary gets what the optimizer's timing will not need (8 of the run's optimizer
         # phases when it is timed at all), and at least its share of what is left.
         vocab = _vocab(ctx, max(rest * SLICES["vocab"] / (SLICES["vocab"] + SLICES["optimizer"]),
-                                rest - _optimizer_need(ctx)), skipped)
+                                rest - optimizer_need(ctx)), skipped)
         if vocab is not None:
             out["vocab"] = vocab
-        optimizer = _optimizer(ctx, left(), skipped)
+        optimizer = optimizer_part(ctx, left(), skipped)
         if optimizer is not None:
             out["optimizer"] = optimizer
         out["seconds"] = time.perf_counter() - t0
