@@ -134,9 +134,13 @@ def _no_profile_error(script: str, result) -> GpuprofError:
         return ScriptFailed(f"{result.error_line} (before the first complete training step: nothing measured)")
     if result.ended == "interrupted":
         return GpuprofError(f"interrupted before the first complete training step ({seen})")
+    if result.no_step:
+        return GpuprofError(
+            f"{script}: no training step seen, so the script was stopped: {result.no_step} (an inference "
+            f"script, or a loop gpuprof cannot follow); it {seen}")
     return GpuprofError(
-        f"{script} ended without a complete training step: gpuprof marks a step at each "
-        f"torch.optim.Optimizer.step() (optimizer step hooks) after an nn.Module forward; it {seen}")
+        f"{script} ended without a complete training step: gpuprof ends a step at an optimizer step, "
+        f"or without an optimizer at a zero_grad or the next forward after a backward; it {seen}")
 
 
 # ------------------------------------------------------------------------------ data parallel

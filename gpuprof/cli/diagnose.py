@@ -45,9 +45,9 @@ def diagnose(
     device: Optional[str] = typer.Option(None, help="cpu, cuda or cuda:N (default: cuda if available)."),
     pin_memory: bool = typer.Option(True, "--pin-memory/--no-pin-memory", help="Pinned host buffers + non_blocking copies (CUDA)."),
     data: Optional[Path] = typer.Option(None, help="A uint16 token file (nanoGPT train.bin); default: a generated one."),
-    steps: int = typer.Option(10, help="Measured optimizer steps."),
+    steps: int = typer.Option(10, help="Measured steps (optimizer steps; in a loop without an optimizer, parameter updates or loop iterations)."),
     warmup: int = typer.Option(2, help="Steps run before measuring (compile, allocator warm-up)."),
-    stop: bool = typer.Option(True, "--stop/--no-stop", help="Script mode: stop the script after warmup+steps optimizer steps."),
+    stop: bool = typer.Option(True, "--stop/--no-stop", help="Script mode: stop the script after warmup+steps steps (and one that shows no training step within a bound)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the profile JSON here (atomic; checked before the run; a write that still fails goes to a fallback file, exit 3)."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile JSON instead of the report."),
     gpu: Optional[str] = options.GPU,
@@ -145,7 +145,7 @@ def diagnose(
 
         check_script(script)  # a path that is not a script: one line, before saying it is profiled
         if not as_json:  # --json: stdout is the profile; stderr carries only the script's own output
-            err.print(f"gpuprof: profiling {script}: {warmup} warmup + {steps} measured optimizer steps, then "
+            err.print(f"gpuprof: profiling {script}: {warmup} warmup + {steps} measured steps, then "
                       f"the script is stopped (--no-stop lets it finish)" if stop
                       else f"gpuprof: profiling {script} until it finishes", highlight=False, markup=False)
         with LiveProgress(err, what=script, warmup=warmup, steps=steps if stop else None, enabled=not as_json) as live:

@@ -1,8 +1,10 @@
 """The `forward` and `eval` phases: which module calls are the model's forward, and their end.
 
 A global module forward pre-hook catches each outermost module call with grad enabled, and a
-forward hook on that module ends it (see ForwardHooks._fwd_pre for why not a global post-hook)
-and counts the step's tokens. A forward under no_grad/inference_mode is `eval`, and stays `eval`
+forward hook on that module, registered for that one call, ends it (see ForwardHooks._fwd_pre for
+why not a global post-hook) and counts the step's tokens. Between calls nothing of gpuprof's is
+on the user's modules: `torch.save(model)`, `copy.deepcopy`, pickle and `state_dict()` see the
+model exactly as the script made it. A forward under no_grad/inference_mode is `eval`, and stays `eval`
 until the next training event (a grad-enabled forward, backward, optimizer work or grad-enabled
 data call), so the loss.item() and batches of an evaluation loop are not training time either.
 A torch.compile'd model counts once: its OptimizedModule is the outermost call; the inner module
@@ -13,8 +15,8 @@ on its state.
 
 from __future__ import annotations
 
+import sys
 import threading
-import weakref
 
 import torch
 from torch.nn.modules import module as nn_module
@@ -39,10 +41,13 @@ class ForwardHooks:
         """Global forward pre-hook: an outermost module call on the script's thread starts a
         `forward` (or `eval`) span. It then unregisters itself until that call ends, so the
         model's submodules take torch's hook-free fast path (a global hook sends every module
-        call through the slow path, ~2 µs each); a forward hook on the outermost module itself
-        ends the span and registers the pre-hook again."""
+        call through the slow path, ~2 µs each); a forward hook on the outermost module itself,
+        registered for this call only, ends the span, registers the pre-hook again and removes
+        itself (a hook left on the user's module would be pickled with it)."""
         if _is_compiling():
-            return None  # inside dynamo's trace of a compiled model
+            return None
+        if self.stopped and _get_ident() == self._tid:  # a bare `except:` swallowed StopScript
+            self._raise_stop()
         if self._off or self.suspended:
             return None
         timer = self.timer
@@ -54,18 +59,23 @@ class ForwardHooks:
             return None
         if _get_ident() != self._tid:
             return None
+        if self._stale is not None:  # the hook of a forward that raised: removed now
+            self._stale.remove()
+            self._stale = None
+        training = torch.is_grad_enabled()
         if timer is None:
             if not self._start(module, args, _caller_kwargs()):
                 return None
             timer = self.timer
+        elif training and self._step.backwards and self.step_rule != "optimizer":
+            self._loop_iteration()  # may close the step (the `backward` step rule), or stop
+        if self.steps_done == 0 and self.stop_after is not None:
+            self._check_first_step(int(training), int(not training))
         # Step aside (a dict pop, not a handle's remove: no allocation per forward).
         nn_module._global_forward_pre_hooks.pop(self._pre_id, None)
         self._outer = module
-        if self._last_outer() is not module:  # usually the same model every time
-            if module not in self._post_hooked:
-                self._post_hooked[module] = _forward_hook(module, self._fwd_post)
-            self._last_outer = weakref.ref(module)
-        if torch.is_grad_enabled():
+        self._outer_handle = _forward_hook(module, self._fwd_post)
+        if training:
             if self._in_data:
                 self._not_data()
             self.counts["forward"] += 1
@@ -73,6 +83,8 @@ class ForwardHooks:
             self._fwd_training = True
             prev = timer.switch("forward")
             self._fwd_prev = "other" if prev == "eval" else prev
+            for watcher in self.forward_watchers:
+                watcher.arm()
         else:
             self._fwd_training = False
             self.counts["eval_forward"] += 1
@@ -82,24 +94,42 @@ class ForwardHooks:
         return None
 
     def _fwd_post(self, module, args, kwargs=None, output=None):
-        """Forward hook on an outermost module (module, args, kwargs, output): the end of its span,
-        also when forward raised (always_call). Calls of it nested in another forward are ignored."""
+        """Forward hook on an outermost module (module, args, kwargs, output), for its current
+        call: the end of its span, also when forward raised (always_call). Calls of it nested
+        in another forward are ignored."""
         if module is not self._outer or _is_compiling() or _get_ident() != self._tid:
             return None
-        self._outer = None
-        if self._off:
-            return None
-        # _end_forward, written out: watch for the next outermost call again (same hook, same key)
-        nn_module._global_forward_pre_hooks[self._pre_id] = self._pre_fn
-        self.timer.switch(self._fwd_prev)
-        if self._fwd_training:  # tokens counted here: the pre-hook sees no kwargs
+        if self._fwd_training and self.forward_watchers:
+            for watcher in self.forward_watchers:
+                watcher.disarm()
+            self.forward_watchers[:] = [w for w in self.forward_watchers if not w.done]
+        # The always-call path after a raising forward passes no output (and is iterating over
+        # the module's hook dict): then the hook is removed later.
+        self._end_forward(raised=output is None and sys.exc_info()[0] is not None)
+        if not self._off and self._fwd_training:  # tokens counted here: the pre-hook sees no kwargs
             self._step.tokens += _tokens_of(args, kwargs)
         return None
 
-    def _end_forward(self) -> None:
+    def _end_forward(self, raised: bool = False) -> None:
         self._outer = None
+        self._drop_outer_hook(raised)
         if self._off:
             return
         # Watch for the next outermost call again: the same hook under the same key.
         nn_module._global_forward_pre_hooks[self._pre_id] = self._pre_fn
         self.timer.switch(self._fwd_prev)
+
+    def _drop_outer_hook(self, raised: bool = False) -> None:
+        """Remove this call's forward hook from the user's module. When its forward raised, torch
+        is iterating over that module's hook dict (Module._call_impl's always-call path): a
+        removal then would turn the user's error into another one, so the handle is removed at
+        the next forward (or at remove())."""
+        handle, self._outer_handle = self._outer_handle, None
+        if handle is None:
+            return
+        if raised:
+            if self._stale is not None:
+                self._stale.remove()
+            self._stale = handle
+        else:
+            handle.remove()

@@ -5,10 +5,12 @@ a part of TrainingHooks kept in a module of its own:
 
 - forward / eval (gpuprof.measure.forward_hooks): a global module forward pre-hook catches each
   outermost module call, a forward hook on that module ends it.
-- optimizer and the step boundary (gpuprof.measure.optimizer_hooks): optimizer step pre/post
-  hooks and GradScaler.step; the first optimizer seen stepping ends each step.
+- optimizer (gpuprof.measure.optimizer_hooks): optimizer step pre/post hooks and GradScaler.step.
+- the step boundary (gpuprof.measure.step_rules): the first optimizer seen stepping ends each
+  step; in a loop without one, a gradient reset after a backward (`model.zero_grad()`) or the
+  next loop iteration does; a script that shows no step at all is stopped, not run blind.
 - backward, the optimizer's helpers, h2d, DataLoader iteration (gpuprof.measure.torch_wrappers):
-  wrappers of torch.autograd.backward, Optimizer.zero_grad, clip_grad_norm_,
+  wrappers of torch.autograd.backward, Optimizer.zero_grad, Module.zero_grad, clip_grad_norm_,
   GradScaler.unscale_/update, Tensor.to/.cuda/.pin_memory and the DataLoader iterator. The h2d
   wrappers are not installed at all when torch sees no accelerator (no copy is possible, and
   clip_grad_norm_ alone calls Tensor.to once per parameter).
@@ -21,7 +23,10 @@ phase switching, and the start of the run at the first event. A model compiled i
 backward or optimizer step then starts the run, and forward time falls into `other`.
 
 Every hook and wrapper is removed by `remove()`; a wrapper the script still holds a reference to
-afterwards just calls the original. Hooks ignore other threads, forked DataLoader workers, and
+afterwards just calls the original. Only torch's classes and global hook registries are touched
+for the whole run: a hook on one of the script's own modules lives for one forward call (a
+forward hook on the outermost module, gpuprof.measure.forward_hooks; a watcher's hook on a layer),
+so the script's objects pickle, copy and compile as they would without gpuprof. Hooks ignore other threads, forked DataLoader workers, and
 calls made while `suspended` (an instrument running the model itself).
 """
 
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from typing import Callable
 
@@ -39,20 +45,17 @@ from torch.optim import optimizer as optim_module
 from gpuprof.measure.data_hooks import DataHooks, data_like_name
 from gpuprof.measure.forward_hooks import ForwardHooks
 from gpuprof.measure.hook_calls import accelerator_available
-from gpuprof.measure.optimizer_hooks import OptimizerHooks, StopScript, _StepCounts
+from gpuprof.measure.optimizer_hooks import OptimizerHooks
+from gpuprof.measure.step_rules import NoStepLimits, StepRules, StopScript, _StepCounts
 from gpuprof.measure.timer import PhaseTimer
 from gpuprof.measure.torch_wrappers import TorchWrappers
 
 # What the runner and the benchmarks import from here.
-__all__ = ["StopScript", "TrainingHooks", "data_like_name"]
+__all__ = ["NoStepLimits", "StopScript", "TrainingHooks", "data_like_name"]
 
 _get_ident = threading.get_ident
 _ACTIVE: "weakref.WeakSet[TrainingHooks]" = weakref.WeakSet()
 _FORK_HANDLER = False
-
-
-def _dead_ref():  # what a weakref to nothing answers: the "no last outermost module yet" state
-    return None
 
 
 def _after_fork_in_child() -> None:
@@ -61,20 +64,29 @@ def _after_fork_in_child() -> None:
         hooks._off = True
 
 
-class TrainingHooks(ForwardHooks, OptimizerHooks, TorchWrappers, DataHooks):
+class TrainingHooks(ForwardHooks, OptimizerHooks, StepRules, TorchWrappers, DataHooks):
     """Installs the hooks; keeps the phase state and the counters of one script run.
 
     on_first_forward(module, args, kwargs) -> PhaseTimer: called once, at the first outermost
     forward (with hooks suspended); the returned timer is then driven by the hooks.
     on_step(done): called after each closed step. stop_after: raise StopScript once that many
-    steps are closed (None: never).
+    steps are closed (None: never); then a script that shows no step is stopped at the
+    `no_step_limits` too. clock: seconds, for those limits.
     """
 
     def __init__(self, on_first_forward: Callable, on_step: Callable[[int], None] | None = None,
-                 stop_after: int | None = None):
+                 stop_after: int | None = None, no_step_limits: NoStepLimits = NoStepLimits(),
+                 clock: Callable[[], float] = time.monotonic):
         self._on_first_forward = on_first_forward
         self._on_step = on_step
         self.stop_after = stop_after
+        self.no_step_limits = no_step_limits
+        self._clock = clock
+        self._t0 = 0.0  # the clock at the first event
+        self.step_rule: str | None = None  # gpuprof.sections.script.STEP_RULES, once a step closed
+        self.step_marker: str | None = None  # the call that closed the first step, in words
+        self.no_step: str | None = None  # why the script was stopped with no step seen
+        self.optimizers_alive: int | None = None  # counted once, when the `backward` rule is weighed
         self.timer: PhaseTimer | None = None
         self.steps_done = 0
         self.stopped = False
@@ -84,11 +96,12 @@ class TrainingHooks(ForwardHooks, OptimizerHooks, TorchWrappers, DataHooks):
         self._pre_handle = None  # the global forward pre-hook's handle, from install() to remove()
         self._pre_id = None  # its key in torch's dict of global forward pre-hooks
         self._pre_fn = None  # the bound method stored there (made once, not per forward)
-        # module -> its forward-hook handle; weak, so a module created per call (an inline
-        # `nn.CrossEntropyLoss()(...)`) does not leave a stale entry a new one could alias
-        self._post_hooked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._outer = None  # the outermost module whose forward is running
-        self._last_outer = _dead_ref  # weak: the last one, known to carry our forward hook
+        self._outer_handle = None  # its forward hook, for this call only
+        self._stale = None  # the hook of an outermost forward that raised, removed at the next one
+        # Objects whose hooks go on the model only during a training forward: arm() at its
+        # start, disarm() at its end (gpuprof.measure.precision.MatmulDtypeWatch).
+        self.forward_watchers: list = []
         self._fwd_prev = "other"
         self._fwd_training = False
         self._opt_prev: list[str] = []
@@ -100,6 +113,7 @@ class TrainingHooks(ForwardHooks, OptimizerHooks, TorchWrappers, DataHooks):
                            other_optimizer_step=0, h2d_copies=0, h2d_bytes=0, pin_memory=0,
                            h2d_pageable=0, h2d_blocking=0,
                            dataloader_iter=0, dataloader_next=0, data_calls=0, optimizer_aux=0,
+                           module_zero_grad=0,
                            skipped_optimizer_step=0, forward_in_backward=0)
         self.accelerator = False  # set by install(): whether h2d copies are wrapped at all
         self.wrapped: list[str] = []  # names of user functions wrapped as `data`
@@ -132,7 +146,8 @@ class TrainingHooks(ForwardHooks, OptimizerHooks, TorchWrappers, DataHooks):
         # Tensor.backward() calls torch.autograd.backward(): one wrapper sees both entry points.
         self._patch(torch.autograd, "backward", self._wrap(torch.autograd.backward, "backward", "backward"))
         self._patch(torch.optim.Optimizer, "zero_grad",
-                    self._wrap(torch.optim.Optimizer.zero_grad, "optimizer", "optimizer_aux"))
+                    self._wrap_reset(torch.optim.Optimizer.zero_grad, "optimizer_aux"))
+        self._patch(torch.nn.Module, "zero_grad", self._wrap_reset(torch.nn.Module.zero_grad, "module_zero_grad"))
         clip = self._wrap(torch.nn.utils.clip_grad_norm_, "optimizer", "optimizer_aux")
         self._patch(torch.nn.utils, "clip_grad_norm_", clip)
         if hasattr(torch.nn.utils, "clip_grad"):
@@ -158,11 +173,13 @@ class TrainingHooks(ForwardHooks, OptimizerHooks, TorchWrappers, DataHooks):
         if self._pre_handle is not None:
             self._pre_handle.remove()  # also when a forward had it stepped aside: a no-op then
             self._pre_handle = None
-        for h in (*self._handles, *list(self._post_hooked.values())):
-            h.remove()
+        for h in (*self._handles, self._outer_handle, self._stale):
+            if h is not None:
+                h.remove()
         self._handles.clear()
-        self._post_hooked.clear()
-        self._last_outer = _dead_ref
+        self._outer_handle = self._stale = None
+        for watcher in self.forward_watchers:
+            watcher.disarm()
         while self._undo:
             self._undo.pop()()
         _ACTIVE.discard(self)
@@ -196,6 +213,7 @@ class TrainingHooks(ForwardHooks, OptimizerHooks, TorchWrappers, DataHooks):
             self.suspended = False
         if self.timer is None:
             return False
+        self._t0 = self._clock()
         self.timer.start_step()
         return True
 

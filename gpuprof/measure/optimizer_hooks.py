@@ -13,36 +13,12 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from dataclasses import dataclass
 
 from gpuprof.measure.hook_calls import _is_compiling
+from gpuprof.measure.step_rules import StopScript
+from gpuprof.sections.script import STEP_OPTIMIZER
 
 _get_ident = threading.get_ident
-
-
-class StopScript(BaseException):
-    """Raised from the optimizer post-hook after the requested steps. A BaseException, so a
-    script's `except Exception:` cannot swallow it."""
-
-
-@dataclass
-class _StepCounts:
-    forwards: int = 0
-    eval_forwards: int = 0
-    backwards: int = 0
-    tokens: int = 0
-    h2d_copies: int = 0
-    h2d_bytes: int = 0
-    h2d_pageable: int = 0
-    h2d_pageable_bytes: int = 0
-    h2d_blocking: int = 0
-
-    def extra(self) -> dict:
-        d = {"forwards": self.forwards, "backwards": self.backwards, "eval_forwards": self.eval_forwards}
-        if self.h2d_copies:
-            d.update(h2d_copies=self.h2d_copies, h2d_bytes=self.h2d_bytes, h2d_pageable=self.h2d_pageable,
-                     h2d_pageable_bytes=self.h2d_pageable_bytes, h2d_blocking=self.h2d_blocking)
-        return d
 
 
 class OptimizerHooks:
@@ -88,16 +64,16 @@ class OptimizerHooks:
 
     def _opt_post(self, opt, args, kwargs):
         if self.stopped and _get_ident() == self._tid:  # a bare `except:` swallowed the first one
-            raise StopScript(f"gpuprof: stopping the script after {self.steps_done} optimizer steps")
+            self._raise_stop()
         if not self._active() or not self._opt_prev:
             return None
         self.timer.switch(self._opt_prev.pop())
         primary = self._primary_opt() if self._primary_opt is not None else None
-        if opt is not primary or self._opt_prev:
+        if opt is not primary or self._opt_prev or self.step_rule not in (None, STEP_OPTIMIZER):
             self.counts["other_optimizer_step"] += 1
             return None
         self.counts["optimizer_step"] += 1
-        self._close_step()
+        self._close_step(STEP_OPTIMIZER, f"{type(opt).__name__}.step()")
         return None
 
     def _wrap_scaler_step(self, fn):
@@ -116,24 +92,12 @@ class OptimizerHooks:
             finally:
                 hooks.timer.switch(prev)
             primary = hooks._primary_opt() if hooks._primary_opt is not None else None
-            if hooks.steps_done == done and primary in (None, optimizer) and not hooks._off:
+            if (hooks.steps_done == done and primary in (None, optimizer) and not hooks._off
+                    and hooks.step_rule in (None, STEP_OPTIMIZER)):
                 hooks._primary_opt = hooks._primary_opt or weakref.ref(optimizer)
                 hooks.counts["skipped_optimizer_step"] += 1
-                hooks._close_step()
+                hooks._close_step(STEP_OPTIMIZER, f"{type(optimizer).__name__}.step() (through GradScaler.step)")
             return result
 
         wrapper.__gpuprof_wrapped__ = fn
         return wrapper
-
-    def _close_step(self) -> None:
-        s = self._step
-        self.timer.end_step(tokens=s.tokens, micro_steps=s.backwards or s.forwards, extra=s.extra())
-        self._step = _StepCounts()
-        self.steps_done += 1
-        if self._on_step is not None:
-            self._on_step(self.steps_done)
-        if self.stop_after is not None and self.steps_done >= self.stop_after:
-            self.stopped = True
-            self._off = True  # nothing after this point is measured
-            raise StopScript(f"gpuprof: stopping the script after {self.steps_done} optimizer steps")
-        self.timer.start_step()

@@ -117,13 +117,16 @@ class MatmulDtypeWatch:
     """Observes the dtype the model's largest matmul layer computes in, at its first training
     forward: autocast applied *inside* forward (accelerate wraps HF models' forward that way,
     Lightning's precision plugins likewise) is invisible from outside the call, but its output
-    dtype is not. A one-shot forward hook on that layer (nn.Linear, or HF's Conv1D)."""
+    dtype is not. A forward hook on that layer (nn.Linear, or HF's Conv1D), put on it only while
+    a training forward runs (TrainingHooks arms and disarms its forward_watchers), so nothing of
+    gpuprof's stays on the user's model between calls; it is done after the first output."""
 
     def __init__(self, model):
         import torch
 
         self.dtype: str | None = None
         self.layer: str | None = None
+        self._module = None
         self._handle = None
         best = None
         for name, mod in model.named_modules():
@@ -132,20 +135,30 @@ class MatmulDtypeWatch:
                 if best is None or w.numel() > best[1].weight.numel():
                     best = (name, mod)
         if best is not None:
-            self.layer = best[0]
-            self._handle = best[1].register_forward_hook(self._seen)
+            self.layer, self._module = best
+
+    @property
+    def done(self) -> bool:
+        return self.dtype is not None or self._module is None
+
+    def arm(self) -> None:
+        if self._handle is None and not self.done:
+            self._handle = self._module.register_forward_hook(self._seen)
 
     def _seen(self, module, args, output):
         import torch
 
         if torch.is_grad_enabled() and isinstance(output, torch.Tensor) and output.is_floating_point():
             self.dtype = str(output.dtype).replace("torch.", "")
-            self.remove()
 
-    def remove(self) -> None:
+    def disarm(self) -> None:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+        if self.done:
+            self._module = None  # no reference to the user's model is kept
+
+    remove = disarm
 
 
 def with_observed_matmul(precision: dict, observed: str | None, layer: str | None, device: str) -> dict:

@@ -2,9 +2,9 @@
 and DataLoader iteration.
 
 - backward: torch.autograd.backward (Tensor.backward calls it).
-- optimizer: Optimizer.zero_grad, clip_grad_norm_ and GradScaler.unscale_/update (the optimizer
-  step itself is gpuprof.measure.optimizer_hooks), so the phase means what it means in the
-  built-in loop.
+- optimizer: Optimizer.zero_grad, Module.zero_grad, clip_grad_norm_ and GradScaler.unscale_/update
+  (the optimizer step itself is gpuprof.measure.optimizer_hooks; a zero_grad may also end a step,
+  gpuprof.measure.step_rules), so the phase means what it means in the built-in loop.
 - h2d: Tensor.to/.cuda from a CPU tensor to an accelerator, and Tensor.pin_memory.
 - data: DataLoader.__iter__ / _BaseDataLoaderIter.__next__.
 
@@ -64,6 +64,8 @@ class TorchWrappers:
             elif current != "backward":  # not a backward inside a backward
                 counts[counter] += 1
                 hooks._step.backwards += 1
+                if not hooks.steps_done and hooks.stop_after is not None:
+                    hooks._check_first_step()
             if training and hooks._in_data:
                 hooks._not_data()
             if stays_eval and current == "eval" and not grad_enabled():

@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpuprof.analysis.findings import Finding
 from gpuprof.profile import Profile
 from gpuprof.sections import Sections
+from gpuprof.sections.script import STEP_BACKWARD, STEP_OPTIMIZER, STEP_ZERO_GRAD
 from gpuprof.stats import PHASES, StepStats
 from gpuprof.units import NM, count, evidence_words, flops_rate, pct, seconds, tokens
 
@@ -78,6 +79,22 @@ def throughput_text(profile: Profile, stats: StepStats) -> str:
     if stats.irregular:
         text += f" ({stats.run_tokens_per_s * world:,.0f} over the whole run)"
     return text
+
+
+def step_rule_text(rule) -> str | None:
+    """What a script's step is and what showed it (sections.script.StepRule), or None when no
+    rule was recorded (an older profile, the built-in loop, an attached run)."""
+    marker = rule.marker or NM
+    if rule.rule == STEP_OPTIMIZER:
+        return f"one per optimizer step: {marker} ends each; the backward calls before it are its micro-steps"
+    if rule.rule == STEP_ZERO_GRAD:
+        return (f"one per parameter update: no optimizer step was seen, and {marker} reset the gradients of "
+                f"a backward, so they were consumed by an update made by hand (e.g. p.data.add_); each reset "
+                f"opens the next step, the backward calls since the last one are its micro-steps")
+    if rule.rule == STEP_BACKWARD:
+        return ("one per loop iteration holding a backward: no torch.optim optimizer in the process and no "
+                "gradient reset between backwards, so the forward after a backward opens the next step")
+    return None
 
 
 def micro_text(stats: StepStats) -> str | None:
@@ -158,16 +175,30 @@ def attach_rows(profile: Profile) -> list[tuple[str, str]]:
 
 def attention_line(att) -> str | None:
     """How the traced forward computed attention: 'by hand in 12 layers' or 'F.scaled_dot_product_attention
-    in 12 layers: flash kernel' (the kernels torch ran, counted); None when not traced or none seen."""
+    in 12 calls: flash kernel' (the kernels torch ran, counted), with torch's own modules named
+    (nn.MultiheadAttention computing it by hand, or calling SDPA inside); None when not traced or
+    none seen."""
+    def plural(n, word):
+        return f"{n} {word}{'s' if n != 1 else ''}"
+
     parts = []
-    if att.by_hand:
-        parts.append(f"by hand in {len(att.by_hand)} layer{'s' if len(att.by_hand) > 1 else ''} (q·kᵀ, softmax, ·v)")
-    if att.sdpa:
+    own = [c for c in att.by_hand if not c.torch_module]
+    torch_hand = [c for c in att.by_hand if c.torch_module]
+    if own:
+        parts.append(f"by hand in {plural(len(own), 'layer')} (q·kᵀ, softmax, ·v)")
+    if torch_hand:
+        sites = sorted({c.call_site for c in torch_hand if c.call_site})
+        parts.append(f"by hand inside {torch_hand[0].torch_module} in {plural(len(torch_hand), 'call')} "
+                     f"(need_weights=True{', at ' + ', '.join(sites[:2]) if sites else ''})")
+    for label, calls in (("F.scaled_dot_product_attention", [c for c in att.sdpa if not c.torch_module]),
+                         ("F.scaled_dot_product_attention inside nn.MultiheadAttention (need_weights=False)",
+                          [c for c in att.sdpa if c.torch_module])):
+        if not calls:
+            continue
         kernels: dict[str, int] = {}
-        for c in att.sdpa:
+        for c in calls:
             kernels[c.backend or "?"] = kernels.get(c.backend or "?", 0) + 1
-        n = len(att.sdpa)
-        parts.append(f"F.scaled_dot_product_attention in {n} call{'s' if n > 1 else ''}: "
+        parts.append(f"{label} in {plural(len(calls), 'call')}: "
                      + ", ".join(f"{k} kernel" + (f" ×{v}" if len(kernels) > 1 else "") for k, v in kernels.items()))
     return "; ".join(parts) or None
 
@@ -179,6 +210,9 @@ def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]
     rows = [("view", run["view"])] if run.get("view") else []
     if run.get("mode") == "script":
         rows.append(("script", " ".join(str(c) for c in run.get("command") or []) or NM))
+        steps = step_rule_text(Sections.of(profile).script.steps)
+        if steps:
+            rows.append(("steps", steps))
     elif run.get("mode") == "attach":
         rows += attach_rows(profile)
     else:

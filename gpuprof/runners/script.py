@@ -4,8 +4,9 @@ The script runs as `__main__` with `sys.argv = [script, *args]` and `sys.path[0]
 as `python script.py args` would set them (the working directory is left alone). The hooks of
 gpuprof.measure.hooks turn its own calls into phases and steps; at the first forward the run's
 state (gpuprof.runners.script_state) reads its configuration, wraps its data functions and starts
-the stack sampler and the instruments. After warmup+steps optimizer steps the script is stopped
-(StopScript, a BaseException). Its stdout/stderr are teed: the user sees them live, and nanoGPT
+the stack sampler and the instruments. After warmup+steps steps (gpuprof.measure.step_rules: an
+optimizer step, or in a loop without one a parameter update or a loop iteration) the script is
+stopped (StopScript, a BaseException), and so is a script that shows no step within a bound. Its stdout/stderr are teed: the user sees them live, and nanoGPT
 `iter`/`step` lines are parsed. The run ends in a ScriptRun: its profile
 (gpuprof.runners.script_profile) and how it ended.
 """
@@ -62,6 +63,7 @@ class ScriptRun:
     ended: str  # finished | stopped | failed | interrupted
     error: dict | None = None  # file, line, type, message (failed)
     counts: dict = field(default_factory=dict)
+    no_step: str | None = None  # stopped with no training step seen: what was seen instead
 
     @property
     def error_line(self) -> str:
@@ -190,4 +192,4 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
     profile = _build_profile(run, ended, error, run_wall)
     if profile is not None and profile.run.get("ended") == "interrupted":
         ended = "interrupted"  # Ctrl-C during the post-run measurements
-    return ScriptRun(profile, ended, error, dict(hooks.counts))
+    return ScriptRun(profile, ended, error, dict(hooks.counts), hooks.no_step)

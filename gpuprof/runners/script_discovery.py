@@ -9,6 +9,7 @@ largest module among the globals); and the get_batch-like functions of the scrip
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import types
@@ -39,6 +40,11 @@ def _namespaces(module, file: str) -> list[tuple[str, dict]]:
         f = f.f_back
     for fr in reversed(frames):
         spaces.append((f"local of {fr.f_code.co_name}()", dict(fr.f_locals)))
+    # an argparse script's settings: the parsed Namespace (`args.batch_size`) in any of those
+    for where, ns in list(spaces):
+        for key, value in ns.items():
+            if isinstance(value, argparse.Namespace):
+                spaces.append((f"{where} `{key}`:", vars(value)))
     return spaces
 
 
@@ -88,8 +94,11 @@ def read_config(run, eager, compiled: bool, first) -> None:
     put("device", run.device, "observed: device of the first forward's input" if first is not None
         else "observed: device of the model's parameters")
     if first is not None and first.dim() == 2 and not first.is_floating_point():
-        put("batch_size", int(first.shape[0]), "observed: first forward's input shape (B, T)")
-        put("block_size", int(first.shape[1]), "observed: first forward's input shape (B, T)")
+        rows, cols = (int(n) for n in first.shape)
+        if cfg.get("batch_size") == cols != rows:  # (T, B): nn.Transformer's default layout
+            put("block_size", rows, "observed: first forward's input shape (T, B), B being the batch_size setting")
+        put("batch_size", rows, "observed: first forward's input shape (B, T)")
+        put("block_size", cols, "observed: first forward's input shape (B, T)")
 
     dims, dim_src = {}, {}
     mcfg = getattr(eager, "config", None)

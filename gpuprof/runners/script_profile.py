@@ -144,6 +144,9 @@ def _script_section(run, attribution: dict, gpuprof_step_s: float | None = None)
     elif counts["h2d_copies"] == 0:
         hooks["h2d_note"] = "no host-to-device copies seen"
     section = {
+        # What ended each step (gpuprof.measure.step_rules), and the call that showed it.
+        "steps": {"rule": run.hooks.step_rule, "marker": run.hooks.step_marker,
+                  "optimizers_alive": run.hooks.optimizers_alive},
         "reported": reported,
         "iter_lines": [x.to_dict() for x in iters],
         "eval_lines": [vars(x) for x in run.eval_lines],

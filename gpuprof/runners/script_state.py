@@ -106,6 +106,7 @@ class _Run:
         self.config["tf32_matmul"] = bool(precision.get("tf32_matmul"))
         try:  # autocast inside forward (accelerate, precision plugins) shows in the output dtype
             self.matmul_watch = MatmulDtypeWatch(eager)
+            self.hooks.forward_watchers.append(self.matmul_watch)  # armed from this forward on
         except Exception:  # noqa: BLE001 - an odd module: the precision read at entry stands
             self.matmul_watch = None
         self.ctx = RunContext(self.config, gcfg, eager, tuple(args), dict(kwargs), self.device,

@@ -32,10 +32,10 @@ from gpuprof.sections.run import (CommSection, CommStep, Filesystem, PostRunPart
                                   Residency, StorageSection, TimerSection)
 from gpuprof.sections.samplers import (Cost, HostSection, NvmlGpu, NvmlSection, SamplerPhase,
                                        SamplerSection, Stat)
-from gpuprof.sections.script import Reported, ScriptSection, StackSampler, TopFunction
+from gpuprof.sections.script import Reported, ScriptSection, StackSampler, StepRule, TopFunction
 
 __all__ = ["Sections", "Record", "Section", "HostSection", "NvmlSection", "NvmlGpu", "SamplerSection",
-           "SamplerPhase", "Stat", "Cost", "ScriptSection", "Reported", "TopFunction", "StackSampler",
+           "SamplerPhase", "Stat", "Cost", "ScriptSection", "StepRule", "Reported", "TopFunction", "StackSampler",
            "ProbeSection", "KernelsSection", "CompileSection", "Precisions", "Switch", "MatmulShape", "FlopsSection", "MicrobatchSection",
            "MicrobatchPoint", "MemorySection", "CopiesSection", "SyncsSection", "TimerSection",
            "StorageSection", "Filesystem", "Residency", "CommSection", "CommStep", "PostRunSection",

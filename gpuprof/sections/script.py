@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 
 from gpuprof.sections.base import Record, Section, mapping, number
 
+# What ended each step of a script (gpuprof.measure.step_rules): an optimizer step, a gradient
+# reset after a backward with no optimizer step, or a loop iteration holding one backward.
+STEP_OPTIMIZER, STEP_ZERO_GRAD, STEP_BACKWARD = "optimizer", "zero_grad", "backward"
+STEP_RULES = (STEP_OPTIMIZER, STEP_ZERO_GRAD, STEP_BACKWARD)
+
 
 @dataclass(frozen=True)
 class Reported(Record):
@@ -49,7 +54,19 @@ class StackSampler(Record):
 
 
 @dataclass(frozen=True)
+class StepRule(Record):
+    """What ended each step of the script: `rule` (STEP_RULES) and the call that did, in words
+    (`marker`: "AdamW.step()", "TransformerModel.zero_grad()"); None in older profiles (then the
+    optimizer step, the only rule they had)."""
+
+    rule: str | None = None
+    marker: str | None = None
+    optimizers_alive: int | None = None  # torch.optim.Optimizer objects, when counted (the backward rule)
+
+
+@dataclass(frozen=True)
 class ScriptSection(Section):
+    steps: StepRule = field(default_factory=StepRule)
     reported: Reported = field(default_factory=Reported)
     counts: dict = field(default_factory=dict)  # hooks.counts: hook -> calls over the run
     h2d_note: str | None = None  # hooks.h2d_note
@@ -63,7 +80,8 @@ class ScriptSection(Section):
         top = {phase: tuple(TopFunction.from_dict(e) for e in entries if isinstance(e, dict))
                for phase, entries in mapping(d.get("top_functions")).items() if isinstance(entries, list)}
         sampler = d.get("sampler")
-        return {"reported": Reported.from_dict(d.get("reported")), "counts": mapping(hooks.get("counts")),
+        return {"steps": StepRule.from_dict(d.get("steps")),
+                "reported": Reported.from_dict(d.get("reported")), "counts": mapping(hooks.get("counts")),
                 "h2d_note": hooks.get("h2d_note") or None, "top_functions": top,
                 "sampler": StackSampler.from_dict(sampler) if isinstance(sampler, dict) and sampler else None}
 

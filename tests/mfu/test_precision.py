@@ -144,8 +144,12 @@ def test_autocast_inside_forward_is_seen_in_the_matmul_output():
     entry = read_precision(model, None, "cpu")  # what a hook at the forward's entry sees
     assert entry["compute_dtype"] == "fp32"
     watch = MatmulDtypeWatch(model)
+    assert not model[0]._forward_hooks  # nothing on the user's layer until a training forward arms it
+    watch.arm()  # what TrainingHooks does at an outermost training forward's start...
     model(torch.randn(2, 8)).sum().backward()
-    assert watch.dtype == "bfloat16" and watch.layer == "0"
+    watch.disarm()  # ... and at its end
+    assert watch.dtype == "bfloat16" and watch.layer == "0" and watch.done
+    assert not model[0]._forward_hooks
     prec = with_observed_matmul(entry, watch.dtype, watch.layer, "cpu")
     assert prec["compute_dtype"] == "bf16" and "inside the model's forward" in prec["autocast_note"]
 

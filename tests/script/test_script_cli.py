@@ -81,11 +81,19 @@ def test_ctrl_c_gives_a_partial_report_and_exits_130(data_dir, tmp_path):
     assert "gpuprof diagnosis (partial)" in res.stdout
 
 
-def test_script_without_optimizer_step_says_what_was_looked_for(data_dir, tmp_path):
-    res = _invoke(data_dir, tmp_path, "--no_step=True", "--max_iters=2")
-    assert res.exit_code == 2
-    (msg,) = [x for x in res.stderr.splitlines() if x.startswith("gpuprof: error:")]
-    assert "Optimizer.step()" in msg and "12 training forwards" in msg and "0 optimizer steps" in msg
+def test_a_loop_that_never_steps_its_optimizer_gets_steps_from_its_zero_grad(data_dir, tmp_path):
+    # nanoGPT's loop with optimizer.step() left out: its zero_grad after the backwards still ends
+    # each loop iteration (the `zero_grad` step rule), and the report says so.
+    out = tmp_path / "run.gpuprof.json"
+    res = _invoke(data_dir, tmp_path, "--no_step=True", "--max_iters=20", opts=["--out", str(out)])
+    assert res.exit_code == 0, res.output
+    saved = json.loads(out.read_text())
+    assert len(saved["steps"]) == 2 and [s["micro_steps"] for s in saved["steps"]] == [4, 4]
+    rule = saved["measurements"]["script"]["steps"]
+    assert (rule["rule"], rule["marker"]) == ("zero_grad", "AdamW.zero_grad()")
+    assert rule["optimizers_alive"] >= 1  # the script's AdamW (and any an earlier test left alive)
+    words = " ".join(res.stdout.replace("│", " ").split())  # What ran's box, unwrapped
+    assert "steps one per parameter update: no optimizer step was seen, and AdamW.zero_grad()" in words
 
 
 def test_bad_script_paths_exit_2(tmp_path):

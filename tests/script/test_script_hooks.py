@@ -35,6 +35,7 @@ def _patched_attributes():
         "Tensor.backward": torch.Tensor.__dict__["backward"],
         "autograd.backward": torch.autograd.backward,
         "Optimizer.zero_grad": torch.optim.Optimizer.__dict__["zero_grad"],
+        "Module.zero_grad": torch.nn.Module.__dict__["zero_grad"],
         "clip_grad_norm_": torch.nn.utils.clip_grad_norm_,
         "GradScaler.unscale_": torch.amp.GradScaler.__dict__["unscale_"],
         "GradScaler.update": torch.amp.GradScaler.__dict__["update"],
@@ -180,7 +181,7 @@ def test_every_hook_and_patch_is_removed(monkeypatch, accelerator):
     assert len(nn_module._global_forward_pre_hooks) == len(before["forward pre-hooks"]) + 1
     x, y = _batch()
     model(x, y).backward()
-    assert model._forward_hooks  # the outermost module's own forward hook
+    assert not model._forward_hooks  # the outermost module's forward hook lived for its call only
     hooks.remove()
     assert _patched_attributes() == before
     assert not model._forward_hooks
@@ -358,9 +359,9 @@ def test_a_module_created_per_call_is_seen_every_time():
             del crit
             loss.backward()
             opt.step()
-        # Only live modules are remembered as hooked: a dead one's address, reused by a new
-        # module, must not look hooked (its forward would never end and hide all later ones).
-        assert len(hooks._post_hooked) == 2  # head and emb
+        # A hook lives for its call only: nothing is left on any module, live or freed (a dead
+        # one's address reused by a new module must never look hooked).
+        assert not model.head._forward_hooks and not model.emb._forward_hooks
     finally:
         hooks.remove()
     # head, emb and the loss module are three outermost calls per step, all six steps
