@@ -11,6 +11,17 @@ forward. Two torch modes see it:
   attention computed by hand (minGPT, early build-nanogpt): q·kᵀ, a mask, softmax, dropout, ·v.
 The module each op ran in comes from global forward hooks (the innermost module running).
 
+torch's own attention is not the user's code. `nn.MultiheadAttention` (inside
+`nn.TransformerEncoderLayer`/`DecoderLayer` and `nn.Transformer` too) calls
+`F.multi_head_attention_forward`, which the function mode sees with its arguments; what it runs
+inside is hidden from that mode (a mode is off while it handles a call), and its aten ops are
+torch's: with `need_weights=False` (what the encoder/decoder layers pass) it is an SDPA call, kept
+with the kernel the dispatch mode saw; with `need_weights=True` (nn.MultiheadAttention's default
+when a user calls it) torch computes softmax(q·kᵀ)·v by hand, kept as by-hand attention of
+`torch_module` with the user's call site (file:line), whose fix is `need_weights=False`. (The
+encoder layer's inference fast path, which bypasses nn.MultiheadAttention, is not taken while a
+function mode is active: torch sees a tensor with a torch function override.)
+
 On CUDA, for an SDPA call that did not get the flash kernel, torch's own checker
 (`torch.backends.cuda.can_use_flash_attention(params, debug=True)`) says why: its warnings are
 kept as the reasons it was refused (dtype, head dim, mask, dropout).
@@ -19,6 +30,8 @@ kept as the reasons it was refused (dtype, head dim, mask, dropout).
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 import weakref
 
@@ -34,6 +47,18 @@ _SOFTMAX = ("_softmax", "_safe_softmax")
 _MASKS = ("masked_fill", "where", "add", "masked_fill_", "add_")
 _DROPOUT = ("native_dropout", "bernoulli_")
 MAX_CALLS = 256  # attention occurrences kept (a 96-layer model has 96)
+
+
+def _call_site() -> str | None:
+    """file:line of the innermost user frame on the stack (the user's call into torch's module)."""
+    from gpuprof.measure.stacks import is_user_file
+
+    f = sys._getframe(1)
+    while f is not None:
+        if is_user_file(f.f_code.co_filename):
+            return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+        f = f.f_back
+    return None
 
 
 def _name(func) -> str:
@@ -76,7 +101,7 @@ class OpTrace:
         self.stack: list[str] = []
         self.sdpa: list[dict] = []
         self.by_hand: list[dict] = []
-        self._in_sdpa: dict | None = None
+        self._in_sdpa: dict | None = None  # an SDPA call (the user's, or inside torch's MHA)
         # id(tensor) -> (weak reference to it, the open by-hand candidate it belongs to): weak, so the
         # trace keeps no (B, H, T, T) score tensor alive that the forward would have freed
         self._pending: dict[int, tuple] = {}
@@ -106,12 +131,16 @@ class OpTrace:
         self._handles = [nn_module.register_module_forward_pre_hook(self._pre),
                          nn_module.register_module_forward_hook(self._post)]
 
+        sdpa_fn = torch.nn.functional.scaled_dot_product_attention
+        mha_fn = torch.nn.functional.multi_head_attention_forward
+
         class _Functions(torch.overrides.TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                if func is torch.nn.functional.scaled_dot_product_attention and trace._in_sdpa is None:
+                if (func is sdpa_fn or func is mha_fn) and trace._in_sdpa is None:
                     try:
-                        call = trace._sdpa_call(args, kwargs)
+                        call = (trace._sdpa_call(args, kwargs) if func is sdpa_fn
+                                else trace._mha_call(args, kwargs))
                     except Exception as exc:  # noqa: BLE001 - a trace problem never fails the count
                         trace.error = trace.error or f"{exc.__class__.__name__}: {exc}"
                         return func(*args, **kwargs)
@@ -120,9 +149,7 @@ class OpTrace:
                         return func(*args, **kwargs)
                     finally:
                         trace._in_sdpa = None
-                        call["backend"] = call.pop("_backend", None) or "math"
-                        if len(trace.sdpa) < MAX_CALLS:
-                            trace.sdpa.append(call)
+                        trace._keep(call)
                 return func(*args, **kwargs)
 
         class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
@@ -165,6 +192,50 @@ class OpTrace:
         if q.is_cuda:
             call["refused"] = flash_refusals(q, k, v, mask, float(dropout or 0.0), bool(causal), gqa)
         return call
+
+    def _mha_call(self, args, kwargs) -> dict:
+        """F.multi_head_attention_forward(query, key, value, embed_dim, num_heads, …): query is
+        (T, B, E) there (nn.MultiheadAttention transposes batch_first inputs) or unbatched (T, E)."""
+        import torch
+
+        def arg(i, name, default=None):
+            return args[i] if len(args) > i else kwargs.get(name, default)
+
+        q, k, heads = arg(0, "query"), arg(1, "key"), int(arg(4, "num_heads"))
+        t, s_ = int(q.shape[0]), int(k.shape[0])
+        b = int(q.shape[1]) if q.dim() == 3 else 1
+        d = int(q.shape[-1]) // heads
+        mask, causal = arg(16, "attn_mask"), bool(arg(24, "is_causal", False))
+        need = bool(arg(15, "need_weights", True))
+        training = bool(arg(13, "training", True))
+        dropout = float(arg(10, "dropout_p", 0.0) or 0.0) if training else 0.0
+        upper = None
+        if mask is not None and t == s_:
+            m = mask.detach()
+            upper = _is_upper_mask(torch.isinf(m) if m.is_floating_point() else m, value_masks=True)
+        dtype = _dtype_name(q)
+        if torch.is_autocast_enabled(q.device.type) and q.is_floating_point():
+            dtype = _dtype_name(torch.empty(0, dtype=torch.get_autocast_dtype(q.device.type)))
+        call = {"module": self.module(), "torch_module": "nn.MultiheadAttention", "need_weights": need,
+                "call_site": _call_site(), "shape": [b, heads, t, d], "kv_shape": [b, heads, s_, d],
+                "dtype": dtype, "device": str(q.device), "dropout_p": dropout}
+        if need:  # torch computes it by hand: the by-hand record's fields
+            call.update(masked=mask is not None or causal, causal=True if causal else upper, by_hand=True)
+        else:
+            call.update(mask=mask is not None, is_causal=causal or bool(upper))
+        return call
+
+    def _keep(self, call: dict) -> None:
+        """An SDPA call (the user's, or torch's MHA with need_weights=False), or torch's MHA
+        computing by hand (need_weights=True), when its call has ended."""
+        backend = call.pop("_backend", None)
+        if call.pop("by_hand", False):
+            if len(self.by_hand) < MAX_CALLS:
+                self.by_hand.append(call)
+            return
+        call["backend"] = backend or "math"
+        if len(self.sdpa) < MAX_CALLS:
+            self.sdpa.append(call)
 
     def _op(self, name: str, args, out) -> None:
         import torch

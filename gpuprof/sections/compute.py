@@ -162,6 +162,11 @@ class AttentionCall(Record):
     dropout_p: float | None = None
     backend: str | None = None
     refused: list = field(default_factory=list)
+    # torch's own attention (gpuprof.measure.optrace): "nn.MultiheadAttention", the need_weights it
+    # was called with, and the user's call site (file:line); None for the user's own code
+    torch_module: str | None = None
+    need_weights: bool | None = None
+    call_site: str | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from gpuprof.analysis.rules.compute import (
     activation_checkpointing,
     attention_backend,
     attention_by_hand,
+    attention_need_weights,
     optimizer_not_fused,
     vocab_not_padded,
 )
@@ -41,6 +42,7 @@ RULES = [
     optimizer_slow,
     precision_slow,
     attention_by_hand,
+    attention_need_weights,
     vocab_not_padded,
     optimizer_not_fused,
     no_tensor_cores,

@@ -1,5 +1,6 @@
 """Rules about what the compute could do differently, each from a pair timed after the run
-(measure/kernels.py): attention by hand vs SDPA (attention-by-hand), the SDPA kernel torch chose
+(measure/kernels.py): attention by hand vs SDPA (attention-by-hand; attention-need-weights when it is
+torch's nn.MultiheadAttention called with need_weights=True), the SDPA kernel torch chose
 on a GPU (attention-backend), the vocabulary padded to a multiple of 64 (vocab-not-padded), and
 Adam/AdamW with fused=True (optimizer-not-fused).
 
@@ -32,18 +33,17 @@ def _small(saving: float, total: float) -> str:
 
 
 def attention_by_hand(ctx: Context) -> list[Finding]:
-    """Attention computed by hand (q·kᵀ, mask, softmax, dropout, ·v) where
-    F.scaled_dot_product_attention would run a fused kernel. Saving: one layer timed both ways
+    """Attention computed by hand (q·kᵀ, mask, softmax, dropout, ·v) in the user's own code, where
+    F.scaled_dot_product_attention would run a fused kernel. Saving: the layers timed both ways
     at the run's shapes, (by hand − SDPA) × the layers of that shape × micro-steps, forward and
-    backward each capped by the run's own phase."""
-    att = ctx.sections.kernels.attention
-    if not att.by_hand:
+    backward each capped by the run's own phase. torch's own modules are attention_need_weights."""
+    calls = [c for c in ctx.sections.kernels.attention.by_hand if not c.torch_module]
+    if not calls:
         return []
-    first = att.by_hand[0]
-    n = len(att.by_hand)
-    modules = sorted({c.module for c in att.by_hand if c.module})
+    first = calls[0]
+    n = len(calls)
+    modules = sorted({c.module for c in calls if c.module})
     where = (f"{modules[0]} and {n - 1} more" if len(modules) > 1 else (modules[0] if modules else "the model"))
-    b, h, t, d = (list(first.shape) + [None] * 4)[:4]
     args = ["q, k, v"]
     if first.masked and first.causal is not False:
         args.append("is_causal=True")
@@ -53,21 +53,60 @@ def attention_by_hand(ctx: Context) -> list[Finding]:
         args.append("dropout_p=self.dropout if self.training else 0.0")
     fix = (f"y = F.scaled_dot_product_attention({', '.join(args)}) in place of q @ k.transpose(-2, -1), "
            f"masked_fill, softmax{', dropout' if first.dropout_p else ''} and @ v ({where})")
+    seen = (f"{n} attention layer{'s' if n > 1 else ''} compute softmax(q·kᵀ)·v by hand ({where}), "
+            f"at (B, H, T, head dim) = ({', '.join(map(str, (list(first.shape) + [None] * 4)[:4]))}) in {first.dtype}")
+    return _timed_attention(ctx, calls, "attention-by-hand", f"attention computed by hand in {where}", fix, seen)
+
+
+def attention_need_weights(ctx: Context) -> list[Finding]:
+    """torch's nn.MultiheadAttention called with need_weights=True (its default when a user calls
+    it): torch then computes softmax(q·kᵀ)·v by hand (bmm, softmax) to return the weights, where
+    need_weights=False runs F.scaled_dot_product_attention inside it. The fix is at the user's
+    call site, never in torch's code; the saving is timed as attention_by_hand's."""
+    calls = [c for c in ctx.sections.kernels.attention.by_hand if c.torch_module]
+    if not calls:
+        return []
+    first = calls[0]
+    n = len(calls)
+    sites = sorted({c.call_site for c in calls if c.call_site})
+    site = (f"{sites[0]} and {len(sites) - 1} more" if len(sites) > 1 else (sites[0] if sites else "your call"))
+    modules = sorted({c.module for c in calls if c.module})
+    where = (f"{modules[0]} and {n - 1} more" if len(modules) > 1 else (modules[0] if modules else "the model"))
+    fix = (f"pass need_weights=False in the {first.torch_module} call at {site} ({where}): torch then runs "
+           f"F.scaled_dot_product_attention inside it; keep need_weights=True only on a call whose "
+           f"attention weights you use")
+    seen = (f"{n} {first.torch_module} call{'s' if n > 1 else ''} at {site} ({where}) run with need_weights=True, "
+            f"so torch computes softmax(q·kᵀ)·v by hand (bmm, softmax) to return the weights, at (B, H, T, head "
+            f"dim) = ({', '.join(map(str, (list(first.shape) + [None] * 4)[:4]))}) in {first.dtype}")
+    return _timed_attention(ctx, calls, "attention-need-weights",
+                            f"{first.torch_module} computes attention by hand (need_weights=True) at {site}", fix, seen)
+
+
+def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, seen: str) -> list[Finding]:
+    """The finding for attention layers computed by hand (`calls`), with the saving the by-hand vs
+    SDPA timing supports: that timing covers the layers of its shape and dtype."""
+    att = ctx.sections.kernels.attention
+    first = calls[0]
+    b, h, t, d = (list(first.shape) + [None] * 4)[:4]
     stored = (b or 0) * (h or 0) * (t or 0) ** 2
     memory = (f"; SDPA's fused kernels also never store the (B, H, T, T) attention matrix: "
               f"{count(stored)} values per layer here" if stored else "")
-    ev = {"layers": n, "module": first.module, "shape": list(first.shape), "dtype": first.dtype,
+    ev = {"layers": len(calls), "module": first.module, "shape": list(first.shape), "dtype": first.dtype,
           "causal": first.causal, "dropout_p": first.dropout_p}
-    seen = (f"{n} attention layer{'s' if n > 1 else ''} compute softmax(q·kᵀ)·v by hand ({where}), "
-            f"at (B, H, T, head dim) = ({b}, {h}, {t}, {d}) in {first.dtype}")
+    if first.call_site:
+        ev["call_site"] = first.call_site
     timing = att.timing
     total = step_s(ctx)
-    if timing.by_hand_forward_s is None or timing.sdpa_forward_s is None or not total:
-        why = timing.not_measured or "the layer was not timed"
-        return [Finding(id="attention-by-hand", title=f"attention computed by hand in {where}",
-                        saving_s=None, saving_share=None, evidence=ev, confidence="medium", fix=fix,
-                        note=f"not estimated: {why}{memory}", because=seen)]
-    layers = att.timed_layers or n
+    # the layers of the timed shape and dtype (a timing without them: the first layer's, as kept
+    # by profiles before torch's own modules were told apart)
+    timed = ([c for c in calls if list(c.shape) == list(timing.shape) and c.dtype == timing.dtype]
+             if timing.shape else calls[:att.timed_layers or len(calls)])
+    if timing.by_hand_forward_s is None or timing.sdpa_forward_s is None or not total or not timed:
+        why = timing.not_measured or ("the layers timed had another shape" if timing.by_hand_forward_s is not None
+                                      else "the layer was not timed")
+        return [Finding(id=fid, title=title, saving_s=None, saving_share=None, evidence=ev, confidence="medium",
+                        fix=fix, note=f"not estimated: {why}{memory}", because=seen)]
+    layers = len(timed)
     micro = micro_steps(ctx)
     per_fwd = timing.by_hand_forward_s - timing.sdpa_forward_s
     per_bwd = timing.by_hand_backward_s - timing.sdpa_backward_s
@@ -85,14 +124,12 @@ def attention_by_hand(ctx: Context) -> list[Finding]:
     if saving <= 0 or saving / total < CLAIM_SHARE:
         note = (_small(saving, total) if saving > 0 else
                 "measured: SDPA was not faster here, so no saving is claimed on this device")
-        return [Finding(id="attention-by-hand", title=f"attention computed by hand in {where}",
-                        saving_s=None, saving_share=None, evidence=ev, confidence="medium", kind="info",
-                        fix=fix, note=note + memory, because=because)]
+        return [Finding(id=fid, title=title, saving_s=None, saving_share=None, evidence=ev, confidence="medium",
+                        kind="info", fix=fix, note=note + memory, because=because)]
     return [Finding(
-        id="attention-by-hand",
-        title=f"attention computed by hand in {where}: SDPA ran it in {times(fused / hand)} the time",
+        id=fid, title=f"{title}: SDPA ran it in {times(fused / hand)} the time",
         saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium", fix=fix,
-        note=("estimate: one layer timed after the run both ways at the run's shapes, scaled by layers and "
+        note=("estimate: the layers timed after the run both ways at the run's shapes, scaled by layers and "
               "micro-steps" + memory), because=because,
         claims={k: v for k, v in (("forward", save_f), ("backward", save_b)) if v > 0},
     )]
