@@ -7,7 +7,8 @@ one after the other on the same device, within the post-run budget's `kernels` p
 - attention: a layer that computes attention by hand (seen by the op trace of the FLOP count's
   forward, measure/optrace.py) timed as written — q·kᵀ, scale, mask, softmax, dropout, ·v — and
   as `F.scaled_dot_product_attention`, forward and backward, at the layer's (B, H, T, head dim),
-  dtype (the run's autocast), mask and dropout;
+  dtype (the run's autocast), mask and dropout; the model around torch's own nn.MultiheadAttention
+  called with need_weights=True is timed as it runs and with need_weights=False (that flag is the fix);
 - vocabulary: the output projection and the loss (F.linear to V logits, cross-entropy, forward
   and backward) at the model's V and at V padded to a multiple of 64, at the micro-batch's tokens;
 - optimizer: one Adam/AdamW step on a copy of the parameters (fresh gradients) as the run's
@@ -16,13 +17,15 @@ one after the other on the same device, within the post-run budget's `kernels` p
 
 Each pair is timed alternately (A, B, A, B, …) after a warm-up of each, and the best of each
 kept, so a drift in the machine's speed hits both (measure/pairs.py). On CUDA the times are CUDA events on the
-current stream; elsewhere wall time. Nothing here touches the user's model, optimizer or data:
-the tensors are new ones of the same shapes. `rules/compute.py` turns the figures into findings;
+current stream; elsewhere wall time. Nothing here touches the user's optimizer or data, and only
+need_weights's timing runs the user's model (its gradients dropped, as the micro-batch curve's);
+the other tensors are new ones of the same shapes. `rules/compute.py` turns the figures into findings;
 a difference under 5% of the step is reported without a saving.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -92,42 +95,119 @@ def time_attention(device, shape, dtype: str, *, causal: bool, masked: bool, dro
             "dropout_p": dropout_p}
 
 
+def time_need_weights(model, args: tuple, kwargs: dict, device, autocast_dtype, seconds: float) -> dict:
+    """The model's forward+backward on the run's micro-batch as it runs (its nn.MultiheadAttention
+    calls with need_weights=True: `by_hand_*`) and with need_weights=False forced on every one of
+    them (`sdpa_*`: a forward pre-hook that rewrites the argument, on the modules only while that
+    forward runs), timed alternately. The whole model, not the attention alone: timed alone, 4
+    nn.MultiheadAttention modules on this project's CPU differed by -0.4 to +1.1 ms, the model
+    around them by 3.9 ms. Raises when the model fails without the weights (it uses them)."""
+    import torch
+
+    from gpuprof.measure.microbatch import loss_of
+
+    mods = [m for m in model.modules() if isinstance(m, torch.nn.MultiheadAttention)]
+    clock = Clock(device)
+    ac = (torch.autocast(clock.dev.type, dtype=autocast_dtype) if autocast_dtype is not None
+          else contextlib.nullcontext())
+    state: dict = {}
+
+    def no_weights(module, a, kw):
+        if len(a) > 4:  # forward(query, key, value, key_padding_mask, need_weights, ...)
+            return (*a[:4], False, *a[5:]), kw
+        return a, {**kw, "need_weights": False}
+
+    def forward(force: bool):
+        def run():
+            handles = [m.register_forward_pre_hook(no_weights, with_kwargs=True) for m in mods] if force else []
+            try:
+                with ac:
+                    state["loss"] = loss_of(model(*args, **kwargs)).float().mean()
+            finally:
+                for h in handles:
+                    h.remove()
+        return run
+
+    def backward():
+        state.pop("loss").backward()
+        model.zero_grad(set_to_none=True)
+
+    was_training = model.training
+    model.train()
+    try:
+        res = alternate(clock, {"by_hand": [forward(False), backward], "sdpa": [forward(True), backward]}, seconds)
+    finally:
+        model.train(was_training)
+        model.zero_grad(set_to_none=True)
+    hand, fused = res["best"]["by_hand"], res["best"]["sdpa"]
+    return {"by_hand_forward_s": hand[0], "by_hand_backward_s": hand[1], "sdpa_forward_s": fused[0],
+            "sdpa_backward_s": fused[1], "rounds": res["rounds"], "modules": len(mods), "per": "model"}
+
+
 def _attention(ctx, trace: dict | None, seconds: float, skipped: list[str]) -> dict:
     out = dict(trace or {})
     hand = out.get("by_hand") or []
+    own = [c for c in hand if not c.get("torch_module")]
     if not hand:
         return out
-    first = hand[0]
-    same = [c for c in hand if c["shape"] == first["shape"] and c["dtype"] == first["dtype"]]
     out["layers"] = len(hand)
-    out["timed_layers"] = len(same)  # the others (another shape) are not scaled from this timing
+    if own:  # the user's attention by hand: its layers of one shape timed both ways
+        t0 = time.perf_counter()
+        first = own[0]
+        same = [c for c in own if c["shape"] == first["shape"] and c["dtype"] == first["dtype"]]
+        out["timed_layers"] = len(same)  # the others (another shape) are not scaled from this timing
+        share = seconds / 2 if len(own) < len(hand) else seconds
+        out["timing"] = _time_group(ctx, first, len(same), share, skipped)
+        seconds -= time.perf_counter() - t0
+    if len(own) < len(hand):  # torch's nn.MultiheadAttention with need_weights=True
+        if seconds < 0.05:
+            skipped.append("nn.MultiheadAttention timed with need_weights=False")
+            out["mha_timing"] = {"not_measured": f"no time left in the post-run budget ({seconds:.2f} s)"}
+            return out
+        try:
+            timing = time_need_weights(ctx.model, tuple(ctx.example_args or ()), dict(ctx.example_kwargs or {}),
+                                       ctx.device, ctx.autocast_dtype, seconds)
+            timing["method"] = ("the model's forward+backward on the run's micro-batch as it runs and with "
+                                "need_weights=False on every nn.MultiheadAttention, timed alternately, best of each; "
+                                + how(ctx.device))
+            out["mha_timing"] = timing
+        except TimeoutError as exc:
+            skipped.append("nn.MultiheadAttention timed with need_weights=False")
+            out["mha_timing"] = {"not_measured": f"{exc}"}
+        except Exception as exc:  # noqa: BLE001 - e.g. the model uses the weights it asked for
+            out["mha_timing"] = {"not_measured": f"the model with need_weights=False failed: "
+                                                 f"{exc.__class__.__name__}: {exc}"}
+    return out
+
+
+def _time_group(ctx, first: dict, layers: int, seconds: float, skipped: list[str]) -> dict:
+    """The user's by-hand attention timed both ways (time_attention), the layers of the first
+    one's shape together, else one alone; {"not_measured": why} when it cannot be."""
     if seconds < 0.05:
         skipped.append("attention timed both ways")
-        out["timing"] = {"not_measured": f"no time left in the post-run budget ({seconds:.2f} s)"}
-        return out
+        return {"not_measured": f"no time left in the post-run budget ({seconds:.2f} s)"}
     t0 = time.perf_counter()
     kw = dict(causal=first["causal"] is not False, masked=bool(first["masked"]),
               dropout_p=float(first.get("dropout_p") or 0.0))
     try:
         try:  # the model's layers of that shape together, as their activations live in the model
-            out["timing"] = time_attention(ctx.device, first["shape"], first["dtype"], seconds=seconds,
-                                           layers=len(same), **kw)
+            timing = time_attention(ctx.device, first["shape"], first["dtype"], seconds=seconds, layers=layers, **kw)
         except (TimeoutError, MemoryError, RuntimeError) as exc:  # RuntimeError: torch.cuda.OutOfMemoryError
             left = seconds - (time.perf_counter() - t0)
-            if len(same) == 1 or left < 0.05:
+            if layers == 1 or left < 0.05:
                 raise
-            out["timing"] = time_attention(ctx.device, first["shape"], first["dtype"], seconds=left, layers=1, **kw)
-            out["timing"]["layers_not_timed_together"] = f"{exc.__class__.__name__}: {exc}"
-        out["timing"]["method"] = ("the model's attention layers of one (B, H, T, head dim), dtype, mask and dropout, "
-                                   "run together (forward through every layer, then backward), by hand and through "
-                                   "F.scaled_dot_product_attention, timed alternately, best of each, per layer; "
-                                   + how(ctx.device))
+            timing = time_attention(ctx.device, first["shape"], first["dtype"], seconds=left, layers=1, **kw)
+            timing["layers_not_timed_together"] = f"{exc.__class__.__name__}: {exc}"
+        timing["method"] = ("the model's attention layers of one (B, H, T, head dim), dtype, mask and dropout, run "
+                            "together (forward through every layer, then backward), by hand and through "
+                            "F.scaled_dot_product_attention, timed alternately, best of each, per layer; "
+                            + how(ctx.device))
+        return timing
     except TimeoutError as exc:
         skipped.append("attention timed both ways")
-        out["timing"] = {"not_measured": f"{exc}"}
+        return {"not_measured": f"{exc}"}
     except Exception as exc:  # noqa: BLE001 - e.g. OOM at the model's shapes
-        out["timing"] = {"not_measured": f"{exc.__class__.__name__}: {exc}"}
-    return out
+        return {"not_measured": f"{exc.__class__.__name__}: {exc}"}
 
 
 # -- vocabulary ------------------------------------------------------------------------------------

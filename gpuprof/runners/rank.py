@@ -101,8 +101,9 @@ def _run_script(spec: dict) -> tuple[dict | None, str, dict | None]:
         error = _stopped()
     if prof is None and error is None:
         c = result.counts
+        why = f"stopped: {result.no_step}; " if result.no_step else ""
         error = {"type": "NoStep", "file": None, "line": None,
-                 "message": (f"no complete training step (saw {c.get('forward', 0)} forwards, "
+                 "message": (f"no complete training step ({why}saw {c.get('forward', 0)} forwards, "
                              f"{c.get('backward', 0)} backwards, {c.get('optimizer_step', 0)} optimizer steps)")}
     return prof, result.ended, error
 

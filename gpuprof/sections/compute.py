@@ -181,6 +181,7 @@ class AttentionTiming(Section):
     shape: list = field(default_factory=list)
     dtype: str | None = None
     method: str | None = None
+    per: str | None = None  # "model": the whole model's forward+backward (need_weights); else one layer
 
 
 @dataclass(frozen=True)
@@ -193,13 +194,16 @@ class AttentionSection(Section):
     timed_layers: int | None = None
     method: str | None = None
     error: str | None = None
-    timing: AttentionTiming = field(default_factory=AttentionTiming)
+    timing: AttentionTiming = field(default_factory=AttentionTiming)  # the user's own by-hand layers
+    # torch's nn.MultiheadAttention called with need_weights=True: `by_hand_*` with it, `sdpa_*` without
+    mha_timing: AttentionTiming = field(default_factory=AttentionTiming)
 
     @classmethod
     def _nested(cls, d: dict) -> dict:
         calls = {k: tuple(AttentionCall.from_dict(c) for c in items(d.get(k)) if isinstance(c, dict))
                  for k in ("by_hand", "sdpa")}
-        return {**calls, "timing": AttentionTiming.from_dict(d.get("timing"))}
+        return {**calls, "timing": AttentionTiming.from_dict(d.get("timing")),
+                "mha_timing": AttentionTiming.from_dict(d.get("mha_timing"))}
 
 
 @dataclass(frozen=True)

@@ -115,9 +115,11 @@ def test_need_weights_true_gets_the_fix_at_the_users_line_with_a_timing():
     assert "attention-by-hand" not in found
     f = found["attention-need-weights"]  # a fix, or information when under 5% of the step here
     assert f"pass need_weights=False in the nn.MultiheadAttention call at model.py:{CALL_LINE}" in f.fix
-    timing = profile.measurements["kernels"]["attention"]["timing"]
+    timing = profile.measurements["kernels"]["attention"]["mha_timing"]  # the model, as it runs and without weights
+    assert timing["per"] == "model" and timing["modules"] == 2
     assert timing["by_hand_forward_s"] > 0 and timing["sdpa_forward_s"] > 0
     assert f.evidence["timed_layers"] == 2 and f.evidence["call_site"] == f"model.py:{CALL_LINE}"
+    assert "timing" not in profile.measurements["kernels"]["attention"]  # no attention of the user's own
 
 
 def test_nn_transformer_gets_no_attention_advice():

@@ -222,9 +222,10 @@ def test_dataloader_script(data_dir, workers):
     assert run.ended == "stopped" and len(p.steps) == 3
     assert all(s.micro_steps == 1 and s.tokens == 8 * 32 for s in p.steps)
     assert run.counts["dataloader_next"] >= 4
-    cfg = p.run["config"]  # argparse settings in main(): inferred from the inputs instead
+    cfg = p.run["config"]  # argparse settings in main(): read from its Namespace
     assert cfg["batch_size"] == 8 and cfg["block_size"] == 32 and cfg["grad_accum"] == 1
-    assert cfg["source"]["batch_size"].startswith("observed")
+    assert cfg["source"]["batch_size"] == "local of main() `args`: `batch_size`"
+    assert cfg["source"]["block_size"] == "local of main() `args`: `block_size`"
     if workers == 0:  # 8 items x 2 ms of __getitem__ in this process, inside DataLoader.__next__
         assert p.stats.phases["data"].seconds >= 0.016
     else:  # the workers load ahead; __getitem__ never runs in this process

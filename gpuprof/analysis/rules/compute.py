@@ -62,7 +62,8 @@ def attention_need_weights(ctx: Context) -> list[Finding]:
     """torch's nn.MultiheadAttention called with need_weights=True (its default when a user calls
     it): torch then computes softmax(q·kᵀ)·v by hand (bmm, softmax) to return the weights, where
     need_weights=False runs F.scaled_dot_product_attention inside it. The fix is at the user's
-    call site, never in torch's code; the saving is timed as attention_by_hand's."""
+    call site, never in torch's code; the saving is nn.MultiheadAttention timed both ways (the
+    kernels section's mha_timing), scaled as attention_by_hand's."""
     calls = [c for c in ctx.sections.kernels.attention.by_hand if c.torch_module]
     if not calls:
         return []
@@ -79,12 +80,16 @@ def attention_need_weights(ctx: Context) -> list[Finding]:
             f"so torch computes softmax(q·kᵀ)·v by hand (bmm, softmax) to return the weights, at (B, H, T, head "
             f"dim) = ({', '.join(map(str, (list(first.shape) + [None] * 4)[:4]))}) in {first.dtype}")
     return _timed_attention(ctx, calls, "attention-need-weights",
-                            f"{first.torch_module} computes attention by hand (need_weights=True) at {site}", fix, seen)
+                            f"{first.torch_module} computes attention by hand (need_weights=True) at {site}", fix, seen,
+                            timing=ctx.sections.kernels.attention.mha_timing,
+                            ways=("the model's forward+backward", "as it runs", "with need_weights=False"))
 
 
-def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, seen: str) -> list[Finding]:
-    """The finding for attention layers computed by hand (`calls`), with the saving the by-hand vs
-    SDPA timing supports: that timing covers the layers of its shape and dtype."""
+def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, seen: str, timing=None,
+                     ways=("one layer, forward+backward", "by hand", "through SDPA")) -> list[Finding]:
+    """The finding for attention layers computed by hand (`calls`), with the saving the timing of
+    the two ways supports (`timing`: the kernels section's `timing` by default; `ways`: what one
+    unit and each way are, in words): it covers the layers of its shape and dtype."""
     att = ctx.sections.kernels.attention
     first = calls[0]
     b, h, t, d = (list(first.shape) + [None] * 4)[:4]
@@ -95,11 +100,13 @@ def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, 
           "causal": first.causal, "dropout_p": first.dropout_p}
     if first.call_site:
         ev["call_site"] = first.call_site
-    timing = att.timing
+    timing = att.timing if timing is None else timing
     total = step_s(ctx)
     # the layers of the timed shape and dtype (a timing without them: the first layer's, as kept
     # by profiles before torch's own modules were told apart)
-    timed = ([c for c in calls if list(c.shape) == list(timing.shape) and c.dtype == timing.dtype]
+    per_model = timing.per == "model"  # the whole model timed both ways: every layer is in it
+    timed = (calls if per_model else
+             [c for c in calls if list(c.shape) == list(timing.shape) and c.dtype == timing.dtype]
              if timing.shape else calls[:att.timed_layers or len(calls)])
     if timing.by_hand_forward_s is None or timing.sdpa_forward_s is None or not total or not timed:
         why = timing.not_measured or ("the layers timed had another shape" if timing.by_hand_forward_s is not None
@@ -108,29 +115,36 @@ def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, 
                         fix=fix, note=f"not estimated: {why}{memory}", because=seen)]
     layers = len(timed)
     micro = micro_steps(ctx)
-    per_fwd = timing.by_hand_forward_s - timing.sdpa_forward_s
-    per_bwd = timing.by_hand_backward_s - timing.sdpa_backward_s
-    save_f = min(max(0.0, per_fwd) * layers * micro, ctx.seconds("forward"))
-    save_b = min(max(0.0, per_bwd) * layers * micro, ctx.seconds("backward"))
+    times_each = micro * (1 if per_model else layers)
+    # The net difference, forward and backward together: a part that got slower takes from the
+    # other's saving; each part's claim is capped by its own phase.
+    raw_f = (timing.by_hand_forward_s - timing.sdpa_forward_s) * times_each
+    raw_b = (timing.by_hand_backward_s - timing.sdpa_backward_s) * times_each
+    net = max(0.0, raw_f + raw_b)
+    gains = max(0.0, raw_f) + max(0.0, raw_b)
+    save_f = min(net * max(0.0, raw_f) / gains, ctx.seconds("forward")) if gains else 0.0
+    save_b = min(net * max(0.0, raw_b) / gains, ctx.seconds("backward")) if gains else 0.0
     saving = save_f + save_b
     hand = timing.by_hand_forward_s + timing.by_hand_backward_s
     fused = timing.sdpa_forward_s + timing.sdpa_backward_s
     ev.update(by_hand_layer_s=hand, sdpa_layer_s=fused, timed_layers=layers, micro_steps=micro,
               measured_saving_s=saving)
-    because = (f"{seen}; one layer, forward+backward, took {seconds(hand)} by hand and {seconds(fused)} "
-               f"through SDPA ({times(fused / hand) if hand else 'n/a'} the time); × {layers} layer"
-               f"{'s' if layers > 1 else ''} × {micro} micro-step{'s' if micro > 1 else ''} = "
-               f"{seconds(saving)} per step")
+    unit, way_a, way_b = ways
+    scale = "" if per_model else f" × {layers} layer{'s' if layers > 1 else ''}"
+    because = (f"{seen}; {unit}, took {seconds(hand)} {way_a} and {seconds(fused)} "
+               f"{way_b} ({times(fused / hand) if hand else 'n/a'} the time);{scale} × {micro} micro-step"
+               f"{'s' if micro > 1 else ''} = {seconds(saving)} per step")
     if saving <= 0 or saving / total < CLAIM_SHARE:
         note = (_small(saving, total) if saving > 0 else
-                "measured: SDPA was not faster here, so no saving is claimed on this device")
+                f"measured: {way_b} was not faster here, so no saving is claimed on this device")
         return [Finding(id=fid, title=title, saving_s=None, saving_share=None, evidence=ev, confidence="medium",
                         kind="info", fix=fix, note=note + memory, because=because)]
     return [Finding(
-        id=fid, title=f"{title}: SDPA ran it in {times(fused / hand)} the time",
+        id=fid, title=f"{title}: {way_b.removeprefix('through ')} ran it in {times(fused / hand)} the time",
         saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium", fix=fix,
-        note=("estimate: the layers timed after the run both ways at the run's shapes, scaled by layers and "
-              "micro-steps" + memory), because=because,
+        note=("estimate: " + ("the model timed after the run both ways on the run's micro-batch, × micro-steps"
+                              if per_model else "the layers timed after the run both ways at the run's shapes, "
+                              "scaled by layers and micro-steps") + memory), because=because,
         claims={k: v for k, v in (("forward", save_f), ("backward", save_b)) if v > 0},
     )]
 
