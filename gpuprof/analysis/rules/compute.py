@@ -35,15 +35,13 @@ def _small(saving: float, total: float) -> str:
 def attention_by_hand(ctx: Context) -> list[Finding]:
     """Attention computed by hand (q·kᵀ, mask, softmax, dropout, ·v) in the user's own code, where
     F.scaled_dot_product_attention would run a fused kernel. Saving: the layers timed both ways
-    at the run's shapes, (by hand − SDPA) × the layers of that shape × micro-steps, forward and
-    backward each capped by the run's own phase. torch's own modules are attention_need_weights."""
+    at the run's shapes, (by hand − SDPA) × the layers of that shape × micro-steps, net of forward
+    and backward, each part capped by the run's own phase. torch's own modules are
+    attention_need_weights."""
     calls = [c for c in ctx.sections.kernels.attention.by_hand if not c.torch_module]
     if not calls:
         return []
-    first = calls[0]
-    n = len(calls)
-    modules = sorted({c.module for c in calls if c.module})
-    where = (f"{modules[0]} and {n - 1} more" if len(modules) > 1 else (modules[0] if modules else "the model"))
+    first, n, where = calls[0], len(calls), _where(calls, "module", "the model")
     args = ["q, k, v"]
     if first.masked and first.causal is not False:
         args.append("is_causal=True")
@@ -54,7 +52,7 @@ def attention_by_hand(ctx: Context) -> list[Finding]:
     fix = (f"y = F.scaled_dot_product_attention({', '.join(args)}) in place of q @ k.transpose(-2, -1), "
            f"masked_fill, softmax{', dropout' if first.dropout_p else ''} and @ v ({where})")
     seen = (f"{n} attention layer{'s' if n > 1 else ''} compute softmax(q·kᵀ)·v by hand ({where}), "
-            f"at (B, H, T, head dim) = ({', '.join(map(str, (list(first.shape) + [None] * 4)[:4]))}) in {first.dtype}")
+            f"at (B, H, T, head dim) = ({_dims(first)}) in {first.dtype}")
     return _timed_attention(ctx, calls, "attention-by-hand", f"attention computed by hand in {where}", fix, seen)
 
 
@@ -67,22 +65,28 @@ def attention_need_weights(ctx: Context) -> list[Finding]:
     calls = [c for c in ctx.sections.kernels.attention.by_hand if c.torch_module]
     if not calls:
         return []
-    first = calls[0]
-    n = len(calls)
-    sites = sorted({c.call_site for c in calls if c.call_site})
-    site = (f"{sites[0]} and {len(sites) - 1} more" if len(sites) > 1 else (sites[0] if sites else "your call"))
-    modules = sorted({c.module for c in calls if c.module})
-    where = (f"{modules[0]} and {n - 1} more" if len(modules) > 1 else (modules[0] if modules else "the model"))
+    first, n = calls[0], len(calls)
+    site, where = _where(calls, "call_site", "your call"), _where(calls, "module", "the model")
     fix = (f"pass need_weights=False in the {first.torch_module} call at {site} ({where}): torch then runs "
            f"F.scaled_dot_product_attention inside it; keep need_weights=True only on a call whose "
            f"attention weights you use")
     seen = (f"{n} {first.torch_module} call{'s' if n > 1 else ''} at {site} ({where}) run with need_weights=True, "
             f"so torch computes softmax(q·kᵀ)·v by hand (bmm, softmax) to return the weights, at (B, H, T, head "
-            f"dim) = ({', '.join(map(str, (list(first.shape) + [None] * 4)[:4]))}) in {first.dtype}")
+            f"dim) = ({_dims(first)}) in {first.dtype}")
     return _timed_attention(ctx, calls, "attention-need-weights",
                             f"{first.torch_module} computes attention by hand (need_weights=True) at {site}", fix, seen,
                             timing=ctx.sections.kernels.attention.mha_timing,
                             ways=("the model's forward+backward", "as it runs", "with need_weights=False"))
+
+
+def _where(calls, attr: str, none: str) -> str:
+    """The first of the calls' modules (or call sites) and how many more, in words."""
+    names = sorted({getattr(c, attr) for c in calls if getattr(c, attr)})
+    return f"{names[0]} and {len(names) - 1} more" if len(names) > 1 else (names[0] if names else none)
+
+
+def _dims(call) -> str:
+    return ", ".join(map(str, (list(call.shape) + [None] * 4)[:4]))
 
 
 def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, seen: str, timing=None,
