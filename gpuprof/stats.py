@@ -19,7 +19,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-PHASES = ("data", "h2d", "forward", "backward", "optimizer", "other", "eval")
+PHASES = ("data", "h2d", "forward", "backward", "comm", "optimizer", "other", "eval")
+# Phases a step has only in some runs, shown only where a step has them: `comm` (a sharded
+# model's collectives, gpuprof.measure.collective_hooks), `eval` (an evaluation inside the step).
+OPTIONAL_PHASES = ("comm", "eval")
 # Phases that enqueue no GPU work of their own: their GPU span is idle time the host exposed.
 HOST_ONLY_PHASES = ("data", "other")
 
@@ -172,7 +175,7 @@ def step_stats(steps: Sequence) -> StepStats | None:
     def phases_of(s) -> dict:
         return (s.gpu_phases if gpu else s.phases) or {}
 
-    names = [p for p in PHASES if p != "eval" or any(phases_of(s).get("eval") for s in steps)]
+    names = [p for p in PHASES if p not in OPTIONAL_PHASES or any(phases_of(s).get(p) for s in steps)]
     names += sorted({p for s in steps for p in phases_of(s)} - set(names))
     n = len(regular)
     mean = {p: sum(phases_of(s).get(p, 0.0) for s in regular) / n for p in names}

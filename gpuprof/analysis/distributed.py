@@ -6,10 +6,13 @@ measurement.
 Comparing ranks separates communication from waiting. In synchronous data parallelism every rank
 ends its backward when the slowest rank's gradients arrive, so all step times are alike and a
 fast rank's extra time hides in its all-reduce ("exposed": after its own backward compute). A
-rank's busy time = its step − its exposed all-reduce time; the slowest rank is the busiest, by
+sharded (FSDP2) rank waits inside its collectives instead: its all-gathers before each unit's
+forward and backward, its reduce-scatters after each backward (the `comm` phase,
+gpuprof.measure.collective_hooks). A rank's busy time = its step − its exposed communication
+(DDP's all-reduce after the backward, or FSDP's `comm`); the slowest rank is the busiest, by
 how much it exceeds the median of the others, in the phase that grew most. The rank that waited
-least for its all-reduce shows what communication itself costs (the others' extra exposure is
-waiting for it). Every median here is gpuprof.stats's.
+least shows what communication itself costs (the others' extra exposure is waiting for it).
+Every median here is gpuprof.stats's.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from __future__ import annotations
 from gpuprof.profile import Profile, rank_error_text
 from gpuprof.stats import PHASES, median
 
-METHOD = ("busy = step − exposed all-reduce (time after the rank's own backward compute spent waiting "
-          "for the all-reduce); the slowest rank is the busiest")
+METHOD = ("busy = step − exposed communication (DDP: the time after the rank's own backward compute spent "
+          "waiting for the all-reduce; FSDP2: the `comm` phase, its collectives); the slowest rank is the busiest")
+COLLECTIVE_FIELDS = ("calls", "bytes", "seconds", "backward_calls", "backward_seconds")
 
 
 def _comm(prof: Profile) -> dict | None:
@@ -36,21 +40,47 @@ def _comm(prof: Profile) -> dict | None:
             "algbw_Bps": c.algbw_Bps, "backend": c.backend, "clock": c.clock, "link": c.link}
 
 
+def _collectives(prof: Profile) -> dict | None:
+    """A rank's FSDP2 collectives (gpuprof.measure.collective_hooks): per kind, medians over its
+    measured steps of calls, bytes, host seconds and how many came in the backward; exposed = the
+    `comm` phase per step (median)."""
+    steps = [s for s in prof.steps if (s.extra or {}).get("collectives")]
+    if not steps:
+        return None
+    gpu = prof.stats.timeline == "gpu"
+    kinds = sorted({k for s in steps for k in s.extra["collectives"]})
+    by_kind = {}
+    for k in kinds:
+        vals = {f: median(float((s.extra["collectives"].get(k) or {}).get(f, 0)) for s in steps)
+                for f in COLLECTIVE_FIELDS}
+        by_kind[k] = {f: (int(round(v)) if f in ("calls", "bytes", "backward_calls") else v) for f, v in vals.items()}
+    section = prof.measurements.get("collectives") or {}
+    group = section.get("group") or {}
+    return {"by_kind": by_kind, "exposed_s": median(((s.gpu_phases if gpu else s.phases) or {}).get("comm", 0.0)
+                                                    for s in steps),
+            "world": group.get("size"), "backend": group.get("backend"), "clock": section.get("clock")}
+
+
 def _busy(prof: Profile) -> dict:
-    """Per measured step: busy = step − that step's exposed all-reduce, and each phase with the
-    backward's exposed all-reduce taken out (the rank's own compute). The row shows medians over
-    the steps; the per-step figures (`_steps`) pair the ranks step by step for the straggler."""
+    """Per measured step: busy = step − that step's exposed communication (DDP's all-reduce after
+    the backward, taken out of the backward; or FSDP's `comm` phase), and each own phase (the
+    rank's own compute). The row shows medians over the steps; the per-step figures (`_steps`)
+    pair the ranks step by step for the straggler."""
     exposed = {s.index: s.exposed_s for s in prof.sections.comm.per_step}
     gpu = prof.stats.timeline == "gpu"
     per: dict[int, dict] = {}
     for st in prof.steps:
-        if st.index not in exposed:
-            continue
         phases = (st.gpu_phases if gpu else st.phases) or {}
         total = (st.gpu_s if gpu else st.wall_s) or sum(phases.values())
-        e = min(exposed[st.index], total)
-        per[st.index] = {"busy": total - e,
-                         "own": {p: phases[p] - (e if p == "backward" else 0.0) for p in PHASES if p in phases}}
+        if st.index in exposed:
+            e = min(exposed[st.index], total)
+            own = {p: phases[p] - (e if p == "backward" else 0.0) for p in PHASES if p in phases}
+        elif "comm" in phases:
+            e = min(phases["comm"], total)
+            own = {p: phases[p] for p in PHASES if p in phases and p != "comm"}
+        else:
+            continue
+        per[st.index] = {"busy": total - e, "own": own}
     if not per:
         return {}
     own_keys = {p for v in per.values() for p in v["own"]}
@@ -69,12 +99,12 @@ def _rank_row(e: dict) -> dict:
     if s is None:
         return row
     phases = {p: v.seconds for p, v in s.phases.items()}
-    comm = _comm(prof)
+    comm, collectives = _comm(prof), _collectives(prof)
     row["ended_in"] = prof.run.get("ended_in")
     row.update(step_s=s.step_s, phases=phases, data_s=phases.get("data", 0.0), micro_steps=s.micro_steps,
                tokens_per_step=s.tokens_per_step, n_steps=s.n_steps, comm=comm,
-               comm_not_measured=prof.sections.comm.not_measured)
-    if comm is not None and s.step_s:
+               comm_not_measured=prof.sections.comm.not_measured, collectives=collectives)
+    if (comm is not None or collectives is not None) and s.step_s:
         row.update(_busy(prof))
     return row
 
@@ -99,6 +129,9 @@ def distributed_stats(entries: list[dict], world: int | None = None) -> dict:
             out["slowest"] = slowest
     for r in rows:
         r.pop("_steps", None)  # per-step pairs: the straggler's input, not kept
+    coll_rows = [r for r in rows if r.get("collectives") and r["status"] == "ok"]
+    if coll_rows:
+        out["collectives"] = _job_collectives(coll_rows)
     comm_rows = [r for r in rows if r.get("comm")]
     if comm_rows:
         least = min(comm_rows, key=lambda r: r["comm"]["exposed_s"] or 0.0)
@@ -125,6 +158,28 @@ def distributed_stats(entries: list[dict], world: int | None = None) -> dict:
                         for r in comm_rows],
         }
     return out
+
+
+def _job_collectives(rows: list[dict]) -> dict:
+    """FSDP2's collectives for the job: the figures of the rank that waited least in them (what
+    the collectives themselves cost), and every rank's waiting beyond it."""
+    least = min(rows, key=lambda r: r["collectives"]["exposed_s"] or 0.0)
+    c = least["collectives"]
+    world = c.get("world") or len(rows)
+    kinds = {}
+    for kind, k in c["by_kind"].items():
+        entry = dict(k)
+        if kind in ("all_gather", "reduce_scatter") and k["seconds"] and k["bytes"] and world > 1:
+            # nccl-tests' convention for both: busbw = algbw × (n−1)/n
+            entry["algbw_Bps"] = k["bytes"] / k["seconds"]
+            entry["busbw_Bps"] = entry["algbw_Bps"] * (world - 1) / world
+        kinds[kind] = entry
+    return {"rank": least["rank"], "exposed_s": c["exposed_s"], "step_s": least["step_s"],
+            "micro_steps": least.get("micro_steps"), "by_kind": kinds, "world": world,
+            "backend": c.get("backend"), "clock": c.get("clock"),
+            "waiting": [{"rank": r["rank"],
+                         "waiting_s": max(0.0, (r["collectives"]["exposed_s"] or 0.0) - (c["exposed_s"] or 0.0))}
+                        for r in rows]}
 
 
 def slowest_rank(entries: list[dict]) -> int | None:

@@ -96,8 +96,9 @@ def analyze(profile: Profile, options: AnalysisOptions | None = None, **kw) -> A
     findings = run_rules(ctx)
     if profile.ranks:  # a merged data-parallel run: the one-process rules read one rank's view
         from gpuprof.analysis.rules.distributed import RULES as DISTRIBUTED
+        from gpuprof.analysis.rules.sharded import RULES as SHARDED
 
-        own = {r.__name__.replace("_", "-") for r in DISTRIBUTED}
+        own = {r.__name__.replace("_", "-") for r in (*DISTRIBUTED, *SHARDED)}
         view = profile.run.get("rank")
         findings = [replace(f, title=f"rank {view}: {f.title}")
                     if f.id not in own and view is not None and not f.title.startswith("rank ") else f

@@ -32,6 +32,7 @@ import os
 import time
 
 from gpuprof.measure.cuda import is_cuda
+from gpuprof.measure.sharding import is_sharded
 from gpuprof.stats import median
 
 
@@ -132,6 +133,8 @@ class CommMeter:
         import torch.distributed as dist
 
         ddp = getattr(ctx, "ddp", None)
+        if ddp is None and is_sharded(getattr(ctx, "model", None)):
+            return  # FSDP2 / tensor parallel: its collectives are the `comm` phase (collective_hooks)
         if ddp is None:
             raise RuntimeError("no DistributedDataParallel module was found in the run (a model "
                                "data-parallel by other means is not measured)")

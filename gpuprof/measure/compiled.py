@@ -20,6 +20,7 @@ import contextlib
 import time
 
 from gpuprof.measure.pairs import Clock, alternate, how, rng_kept
+from gpuprof.measure.sharding import refusal
 
 ROUNDS_S = 10.0  # the timed rounds after the compile: at most this, at least 2 rounds
 
@@ -84,6 +85,9 @@ class CompileProbe:
             return {"not_measured": "no eager model"}
         if cfg.get("compile"):
             return {"not_measured": "the run is already compiled"}
+        sharded = refusal(getattr(ctx, "sharding", None))
+        if sharded:
+            return {"not_measured": sharded}
         budget = getattr(ctx, "budget", None)
         if budget is not None and budget.interrupted:
             return {"not_measured": "interrupted (Ctrl-C or the launcher) after the run"}

@@ -16,6 +16,7 @@ import contextlib
 import time
 
 from gpuprof.dims import TRAIN_OVER_FORWARD, gpt_flops_per_token, missing_gpt_dims
+from gpuprof.measure.sharding import refusal
 
 def count_flops(model, args: tuple = (), kwargs: dict | None = None, *, autocast_dtype=None,
                 extra_modes: tuple = (), counter: bool = True) -> dict:
@@ -97,7 +98,11 @@ class FlopsInstrument:
 
         budget = getattr(ctx, "budget", None)
         fits = True
-        if budget is not None:
+        sharded = refusal(getattr(ctx, "sharding", None))
+        if sharded and self.count and ctx.model is not None:
+            fits = False
+            out["errors"].append(f"count skipped: {sharded}")
+        elif budget is not None:
             allotted = budget.allot(self.name)
             # FlopCounterMode runs one eager forward (~2x its time with the counter's dispatch)
             est = 2 * per_micro_s(ctx, ("forward",))

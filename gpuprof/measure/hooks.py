@@ -16,6 +16,8 @@ a part of TrainingHooks kept in a module of its own:
   clip_grad_norm_ alone calls Tensor.to once per parameter).
 - data (gpuprof.measure.data_hooks): user functions the runner wraps with `wrap_attr`
   (get_batch-like functions of the script).
+- comm (gpuprof.measure.collective_hooks): FSDP2's all-gathers and reduce-scatters, wrapped in
+  torch's FSDP2 module from the first event of a torch.distributed run on.
 
 This module holds what they share: the run's state and counters, install() and remove(), the
 phase switching, and the start of the run at the first event. A model compiled in place
@@ -42,6 +44,7 @@ import torch
 from torch.nn.modules import module as nn_module
 from torch.optim import optimizer as optim_module
 
+from gpuprof.measure.collective_hooks import CollectiveHooks
 from gpuprof.measure.data_hooks import DataHooks, data_like_name
 from gpuprof.measure.forward_hooks import ForwardHooks
 from gpuprof.measure.hook_calls import accelerator_available
@@ -64,7 +67,7 @@ def _after_fork_in_child() -> None:
         hooks._off = True
 
 
-class TrainingHooks(ForwardHooks, OptimizerHooks, StepRules, TorchWrappers, DataHooks):
+class TrainingHooks(ForwardHooks, OptimizerHooks, StepRules, TorchWrappers, DataHooks, CollectiveHooks):
     """Installs the hooks; keeps the phase state and the counters of one script run.
 
     on_first_forward(module, args, kwargs) -> PhaseTimer: called once, at the first outermost
@@ -87,6 +90,9 @@ class TrainingHooks(ForwardHooks, OptimizerHooks, StepRules, TorchWrappers, Data
         self.step_marker: str | None = None  # the call that closed the first step, in words
         self.no_step: str | None = None  # why the script was stopped with no step seen
         self.optimizers_alive: int | None = None  # counted once, when the `backward` rule is weighed
+        self.collective_kinds: list[str] = []  # FSDP2 collectives wrapped (collective_hooks)
+        self.collective_group: dict = {}  # size and backend of the first group seen
+        self.collective_errors: list[str] = []
         self.timer: PhaseTimer | None = None
         self.steps_done = 0
         self.stopped = False
@@ -214,6 +220,10 @@ class TrainingHooks(ForwardHooks, OptimizerHooks, StepRules, TorchWrappers, Data
         if self.timer is None:
             return False
         self._t0 = self._clock()
+        # A sharded model's collectives (FSDP2 shards at wrap time, before the first forward):
+        # wrapped only in a process that runs torch.distributed, whose FSDP modules are loaded.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            self._install_collectives()
         self.timer.start_step()
         return True
 

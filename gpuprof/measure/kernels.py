@@ -31,6 +31,7 @@ import time
 
 from gpuprof.measure.fused_optimizer import optimizer_need, optimizer_part
 from gpuprof.measure.pairs import Clock, alternate, autocast_for, how, rng_kept
+from gpuprof.measure.sharding import refusal
 
 PAD_MULTIPLE = 64  # GPT-2's 50257 -> 50304 (nanoGPT, build-nanogpt)
 SLICES = {"attention": 0.4, "vocab": 0.3, "optimizer": 0.3}
@@ -344,7 +345,10 @@ class ComputeFixesProbe:
 
         out: dict = {}
         trace = getattr(ctx, "op_trace", None)
-        if trace is None:
+        sharded = refusal(getattr(ctx, "sharding", None))
+        if sharded:  # neither the op trace's forward nor the optimizer's copy of sharded parameters
+            trace = {"not_measured": sharded}
+        elif trace is None:
             from gpuprof.measure.budget import per_micro_s
 
             est = 2 * per_micro_s(ctx, ("forward",))
@@ -364,7 +368,7 @@ class ComputeFixesProbe:
                                 rest - optimizer_need(ctx)), skipped)
         if vocab is not None:
             out["vocab"] = vocab
-        optimizer = optimizer_part(ctx, left(), skipped)
+        optimizer = optimizer_part(ctx, left(), skipped) if not sharded else None
         if optimizer is not None:
             out["optimizer"] = optimizer
         out["seconds"] = time.perf_counter() - t0

@@ -17,6 +17,7 @@ import torch
 
 from gpuprof.measure.budget import per_micro_s
 from gpuprof.measure.cuda import is_cuda, synchronize as sync
+from gpuprof.measure.sharding import refusal
 
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -58,6 +59,11 @@ class MicroBatchProbe:
         if ctx.model is None or batch is None:
             return None
         budget = getattr(ctx, "budget", None)
+        sharded = refusal(getattr(ctx, "sharding", None))
+        if sharded:  # timing it here would time the collectives and the waiting for peers
+            if budget is not None:
+                budget.done(self.name, ["the whole curve"])
+            return {"not_measured": sharded, "batch_size": batch, "points": []}
         if budget is None:
             return measure_curve_inputs(ctx.model, args, kwargs, ctx.device, ctx.autocast_dtype,
                                         reps=self.reps, budget_s=self.budget_s)

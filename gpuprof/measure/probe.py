@@ -13,6 +13,7 @@ import contextlib
 import time
 
 from gpuprof.hardware import normalize_dtype, torch_dtype
+from gpuprof.measure.sharding import refusal
 
 _CUDA_SIZE = {"fp32": 4096, "tf32": 8192, "bf16": 8192, "fp16": 8192}
 _CPU_MIN_SIZE = 512  # smaller products measure call overhead, not arithmetic
@@ -239,6 +240,9 @@ class CeilingProbe:
         if seconds < 0.2:
             skipped.append("precisions at the model's shapes")
             return {"not_measured": f"no time left in the post-run budget ({seconds:.2f} s)"}
+        sharded = refusal(getattr(ctx, "sharding", None))
+        if sharded:  # its shapes come from a forward of the model
+            return {"not_measured": sharded}
         try:
             matmuls = model_matmuls(ctx.model, ctx.example_args, example_kwargs=ctx.example_kwargs)
             dtypes, not_probed = offered_dtypes(ctx.device)

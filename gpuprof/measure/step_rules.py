@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuprof.measure.hook_calls import _is_compiling
 from gpuprof.sections.script import STEP_BACKWARD, STEP_OPTIMIZER, STEP_ZERO_GRAD
@@ -52,6 +52,7 @@ class NoStepLimits:
 
 @dataclass
 class _StepCounts:
+    collectives: dict = field(default_factory=dict)  # kind -> calls, bytes, seconds (collective_hooks)
     forwards: int = 0
     eval_forwards: int = 0
     backwards: int = 0
@@ -67,6 +68,8 @@ class _StepCounts:
         if self.h2d_copies:
             d.update(h2d_copies=self.h2d_copies, h2d_bytes=self.h2d_bytes, h2d_pageable=self.h2d_pageable,
                      h2d_pageable_bytes=self.h2d_pageable_bytes, h2d_blocking=self.h2d_blocking)
+        if self.collectives:
+            d["collectives"] = self.collectives
         return d
 
 

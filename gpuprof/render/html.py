@@ -19,7 +19,7 @@ from gpuprof.report.model import FindingView, Report, build_report
 from gpuprof.units import NM, finite, gib, seconds
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 PHASE_COLORS = {"data": "#d1495b", "h2d": "#edae49", "forward": "#00798c", "backward": "#30638e",
-                "optimizer": "#66a182", "other": "#a0a0a0", "eval": "#8e5572"}
+                "comm": "#c44e52", "optimizer": "#66a182", "other": "#a0a0a0", "eval": "#8e5572"}
 SERIES = ["#30638e", "#d1495b", "#66a182", "#edae49", "#8e5572", "#00798c", "#444444"]
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:980px;color:#222;padding:0 12px}

@@ -28,7 +28,7 @@ from gpuprof.units import seconds
 MICRO_ORDER = {"builtin": ("forward", "data", "h2d", "backward"),
                "script": ("data", "h2d", "forward", "backward")}
 STEP_ORDER = ("eval", "optimizer", "other")  # once per step, after the micro-steps
-COLORS = {"data": "yellow", "h2d": "magenta", "forward": "cyan", "backward": "blue",
+COLORS = {"data": "yellow", "h2d": "magenta", "forward": "cyan", "backward": "blue", "comm": "bright_red",
           "optimizer": "green", "other": "white", "eval": "red"}
 GLYPHS = "░▒▓█"  # the share of a character's time the phase ran: < 25%, < 50%, < 75%, more
 IDLE = "·"

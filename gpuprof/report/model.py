@@ -18,6 +18,7 @@ from gpuprof.analysis.findings import Finding
 from gpuprof.analysis.pipeline import Analysis
 from gpuprof.profile import Profile
 from gpuprof.report import words
+from gpuprof.report.words import collectives_line
 from gpuprof.stats import HOST_ONLY_PHASES, PHASES
 from gpuprof.units import bytes_per_s, nbytes, pct, seconds
 
@@ -184,7 +185,8 @@ def _ranks(d: dict | None) -> RanksView | None:
     """The ranks of a merged data-parallel run (gpuprof.analysis.distributed) in words."""
     if not d:
         return None
-    waiting = {w["rank"]: w["waiting_s"] for w in (d.get("communication") or {}).get("waiting", [])}
+    sharded = d.get("collectives")
+    waiting = {w["rank"]: w["waiting_s"] for w in (sharded or d.get("communication") or {}).get("waiting", [])}
     slow = (d.get("slowest") or {}).get("rank")
     rows = []
     for r in d.get("ranks", []):
@@ -192,16 +194,23 @@ def _ranks(d: dict | None) -> RanksView | None:
         if r.get("step_s") is None:
             rows.append((f"{r['rank']}{mark}", *["—"] * 7))
             continue
-        own, ph, comm = r.get("own_phases") or {}, r.get("phases") or {}, r.get("comm") or {}
+        own, ph = r.get("own_phases") or {}, r.get("phases") or {}
+        comm = (r.get("collectives") if sharded else r.get("comm")) or {}
         rows.append((f"{r['rank']}{mark}", seconds(r["step_s"]), seconds(own.get("data", ph.get("data"))),
                      seconds(own.get("forward", ph.get("forward"))), seconds(own.get("backward", ph.get("backward"))),
                      seconds(comm.get("exposed_s")) if comm else "—",
                      seconds(waiting.get(r["rank"])) if r["rank"] in waiting else "—",
                      seconds(r.get("busy_s")) if r.get("busy_s") is not None else "—"))
-    caption = ("* slowest rank, ! failed. step: each rank's typical step; the others are medians over the "
-               "measured steps: bwd = backward without the all-reduce wait; all-reduce = its exposed time "
-               "(after the rank's own backward compute); waits = exposed beyond the rank that waited least "
-               "(waiting for a slower rank); busy = step − all-reduce")
+    if sharded:
+        caption = ("* slowest rank, ! failed. step: each rank's typical step; the others are medians over the "
+                   "measured steps: fwd, bwd = the rank's own compute, without its collectives; comm = the time "
+                   "in FSDP's all-gathers and reduce-scatters (the `comm` phase); waits = comm beyond the rank "
+                   "that waited least (waiting for a slower rank); busy = step − comm")
+    else:
+        caption = ("* slowest rank, ! failed. step: each rank's typical step; the others are medians over the "
+                   "measured steps: bwd = backward without the all-reduce wait; all-reduce = its exposed time "
+                   "(after the rank's own backward compute); waits = exposed beyond the rank that waited least "
+                   "(waiting for a slower rank); busy = step − all-reduce")
     lines = []
     if d.get("slowest"):
         s = d["slowest"]
@@ -221,14 +230,16 @@ def _ranks(d: dict | None) -> RanksView | None:
                      f"exposed {seconds(c.get('exposed_s'))} on rank {c['rank']}"
                      + (f" ({pct(c['overlap_share'])} overlapped)" if c.get("overlap_share") is not None else "")
                      + f"; {bw_text}")
+    if sharded:
+        lines.append(collectives_line(sharded))
     problems = [f"rank {r['rank']} {r.get('status')}: {r.get('error') or 'no profile'}"
                 for r in d.get("ranks", []) if r.get("status") != "ok"]
     if d.get("absent_ranks"):
         problems.append(f"ranks not in this profile: {', '.join(map(str, d['absent_ranks']))} (other nodes: "
                         f"join their files with `gpuprof merge`)")
-    missing = next((r for r in d.get("ranks", []) if r.get("comm_not_measured")), None)
+    missing = None if sharded else next((r for r in d.get("ranks", []) if r.get("comm_not_measured")), None)
     if missing is not None:
         problems.append(f"rank {missing['rank']}: all-reduce not measured: {missing['comm_not_measured']}")
-    return RanksView(f"data parallel: {d.get('world_size')} ranks",
-                     ("rank", "step", "data", "fwd", "bwd", "all-reduce", "waits", "busy"), rows, caption,
-                     lines, problems)
+    return RanksView(f"{'sharded (FSDP2)' if sharded else 'data parallel'}: {d.get('world_size')} ranks",
+                     ("rank", "step", "data", "fwd", "bwd", "comm" if sharded else "all-reduce", "waits", "busy"),
+                     rows, caption, lines, problems)

@@ -9,7 +9,7 @@ from gpuprof.profile import Profile
 from gpuprof.sections import Sections
 from gpuprof.sections.script import STEP_BACKWARD, STEP_OPTIMIZER, STEP_ZERO_GRAD
 from gpuprof.stats import PHASES, StepStats
-from gpuprof.units import NM, count, evidence_words, flops_rate, pct, seconds, tokens
+from gpuprof.units import NM, bytes_per_s, count, evidence_words, flops_rate, nbytes, pct, seconds, tokens
 
 NOT_ESTIMATED = "not estimated (the note says why)"
 TYPICAL_NOTE = ("The typical step is the mean of the measured steps that are not irregular (far slower "
@@ -78,6 +78,45 @@ def throughput_text(profile: Profile, stats: StepStats) -> str:
         text += f" for the job ({world} ranks); the step and phases are rank {me}'s{slow}"
     if stats.irregular:
         text += f" ({stats.run_tokens_per_s * world:,.0f} over the whole run)"
+    return text
+
+
+COLLECTIVE_NAMES = {"all_gather": "all-gather", "all_gather_wait": "all-gather wait and copy-out",
+                    "reduce_scatter": "reduce-scatter"}
+
+
+def collectives_line(c: dict) -> str:
+    """FSDP2's collectives per step, on the rank that waited least (analysis.distributed's
+    `collectives`): each kind's calls, bytes, host time and bus bandwidth, and what was exposed."""
+    parts = []
+    for kind, k in c.get("by_kind", {}).items():
+        text = (f"{COLLECTIVE_NAMES.get(kind, kind)} {k['calls']}× ({k['backward_calls']} in backward)"
+                + (f", {nbytes(k['bytes'])}" if k.get("bytes") else "") + f", {seconds(k['seconds'])}")
+        if k.get("busbw_Bps"):
+            text += f", bus bandwidth {bytes_per_s(k['busbw_Bps'])}"
+        parts.append(text)
+    step = c.get("step_s")
+    share = f" ({pct(c['exposed_s'] / step)} of the step)" if step and c.get("exposed_s") is not None else ""
+    return (f"FSDP collectives per step on rank {c['rank']} (the rank that waited least; {c.get('backend') or '?'}, "
+            f"{c.get('clock') or 'host'} clock): " + "; ".join(parts)
+            + f"; in all {seconds(c.get('exposed_s'))} on the step's critical path{share}")
+
+
+def sharding_line(s) -> str | None:
+    """How the model is sharded (measurements.sharding, gpuprof.measure.sharding), or None."""
+    if not isinstance(s, dict) or not s.get("kind"):
+        return None
+    units = s.get("units") or []
+    if s["kind"] == "fsdp2":
+        names = ", ".join(u["module"] for u in units[:3]) + (f" … {units[-1]['module']}" if len(units) > 3 else "")
+        resharded = sum(1 for u in units if u.get("reshard_after_forward"))
+        dtypes = sorted({u.get("param_dtype") or "the parameters' own dtype" for u in units})
+        text = (f"FSDP2, {len(units)} unit{'s' if len(units) != 1 else ''} ({names}); reshard_after_forward on "
+                f"{resharded} of {len(units)}; all-gathered in {', '.join(dtypes)}")
+    else:
+        text = f"tensor parallel (DTensor parameters, placements {', '.join(s.get('placements') or []) or NM})"
+    text += (f"; {count(s.get('params_total') or 0)} parameters in all, {count(s.get('params_local') or 0)} on this "
+             f"rank (mesh {s.get('mesh_shape') or NM})")
     return text
 
 
@@ -225,6 +264,9 @@ def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]
     if cfg.get("param_count"):
         model += f"  {count(cfg['param_count'])} params"
     rows.append(("model", model))
+    sharding = sharding_line(profile.measurements.get("sharding"))
+    if sharding:
+        rows.append(("sharding", sharding))
     shape = [f"{lab} {cfg[k]}" for k, lab in (("batch_size", "batch"), ("block_size", "block"),
                                               ("grad_accum", "accum")) if cfg.get(k) is not None]
     tps = cfg.get("tokens_per_step") or (stats.tokens_per_step if stats else None)

@@ -131,6 +131,7 @@ class RunContext:
     ddp: object | None = None  # the run's DistributedDataParallel wrapper (data-parallel runs)
     optimizer: object | None = None  # the run's optimizer (scripts: the first one seen stepping)
     op_trace: dict | None = None  # measure/optrace.py's facts from the FLOP count's forward
+    sharding: dict | None = None  # measure/sharding.py: a model whose forward communicates (FSDP2, TP)
 
 
 def default_device() -> str:

@@ -8,6 +8,7 @@ import os
 from gpuprof.measure.budget import PostRunBudget
 from gpuprof.measure.instruments import stop_instruments
 from gpuprof.measure.precision import with_observed_matmul
+from gpuprof.measure.sharding import describe_sharding
 from gpuprof.measure.timer import GPU_UNFINISHED
 from gpuprof.measure.environment import environment
 from gpuprof.profile import Profile
@@ -55,12 +56,21 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     profile = Profile(run=run_info, steps=measured, warmup_steps=warm,
                       environment=environment(run.device))
     profile.measurements["script"] = _script_section(run, attribution, profile.stats.step_s)
+    if run.hooks.collective_kinds:
+        profile.measurements["collectives"] = _collectives_section(run)
     gpu_report = timer.gpu_report()
     if gpu_report:
         profile.measurements["timer"] = gpu_report
     if run.ctx is not None:
         run.ctx.profile = profile
         _observed_precision(run, cfg)
+        # Read after the run: FSDP2 settles its root's resharding at its first forward.
+        try:
+            run.sharding = run.ctx.sharding = describe_sharding(run.ctx.model)
+        except Exception as exc:  # noqa: BLE001 - a reading, never the profile
+            run.sharding = {"error": f"{exc.__class__.__name__}: {exc}"}
+        if run.sharding:
+            profile.measurements["sharding"] = run.sharding
     # Post-run measurements are guarded and share one time budget: a failure is "not measured",
     # never a lost profile.
     # Ctrl-C (or the launcher stopping this rank) wants out now: no post-run measurements.
@@ -104,6 +114,21 @@ def _observed_precision(run, cfg: dict) -> None:
     cfg["precision"] = run.ctx.precision = prec
     if prec.get("autocast_note") and cfg.get("autocast_dtype") is None:
         cfg["autocast_dtype"] = prec["autocast_dtype"]
+
+
+def _collectives_section(run) -> dict:
+    """How FSDP2's collectives were measured (gpuprof.measure.collective_hooks); the counts are in
+    each step's `extra.collectives`."""
+    hooks = run.hooks
+    cuda = run.device.startswith("cuda")
+    return {
+        "wrapped": list(hooks.collective_kinds),
+        "group": dict(hooks.collective_group) or None,
+        "clock": "host (CUDA: the calls enqueue; the copy-out's wait is on the GPU timeline)" if cuda else "host",
+        "method": ("FSDP2's foreach_all_gather, foreach_all_gather_copy_out and foreach_reduce wrapped for the run: "
+                   "each call is the `comm` phase on the script's thread; calls, bytes and host seconds per step"),
+        "errors": list(hooks.collective_errors)[:5],
+    }
 
 
 def _attribute_data(run, measured) -> dict:

@@ -54,6 +54,7 @@ class _Run:
         self.instrument_errors: list[str] = []
         self.device = "cpu"
         self.config: dict = {}
+        self.sharding: dict | None = None  # measure.sharding.describe_sharding, after the run
         self.source: dict = {}
         self.iter_lines: list[IterLine] = []
         self.eval_lines: list[EvalLine] = []

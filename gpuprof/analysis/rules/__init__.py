@@ -65,3 +65,7 @@ RULES = [
 from gpuprof.analysis.rules.distributed import RULES as _DISTRIBUTED  # noqa: E402
 
 RULES += _DISTRIBUTED
+# Sharded runs (FSDP2): their collectives, from the ranks together.
+from gpuprof.analysis.rules.sharded import RULES as _SHARDED  # noqa: E402
+
+RULES += _SHARDED

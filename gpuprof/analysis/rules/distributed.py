@@ -71,11 +71,13 @@ def straggler_rank(ctx: Context) -> list[Finding]:
                   "by_phase_s": slow.get("by_phase_s")},
         because=(f"rank {slow['rank']} computes for {seconds(slow['others_busy_s'] + extra)} of a "
                  f"{seconds(step)} step, the median other rank for {seconds(slow['others_busy_s'])}; "
-                 f"the others wait that {seconds(extra)} in their all-reduce ({pct(share)} of the step"
+                 f"the others wait that {seconds(extra)} in their "
+                 f"{'collectives (FSDP)' if _dist(ctx).get('collectives') else 'all-reduce'} ({pct(share)} of the step"
                  + (f"; it was the busier in {pct(consistency, 0)} of {slow.get('steps_compared')} steps"
                     if consistency is not None else "") + f"). Its extra time is in {where}."),
         fix=fixes.get(phase, "find what makes that rank slower (host, GPU, data)"),
-        note="a synchronous data-parallel step lasts as long as its slowest rank",
+        note=("a sharded step lasts as long as its slowest rank: every rank waits for it in FSDP's collectives"
+              if _dist(ctx).get("collectives") else "a synchronous data-parallel step lasts as long as its slowest rank"),
     )]
 
 

@@ -20,6 +20,7 @@ PHASE_MEANING = {
     "h2d": "copying batches to the device",
     "forward": "the forward pass",
     "backward": "the backward pass",
+    "comm": "collectives of a sharded model (FSDP's all-gathers and reduce-scatters), waiting for peers included",
     "optimizer": "clipping, the optimizer step and zero_grad",
     "other": "loop code outside the measured phases",
     "eval": "evaluation inside the training step",
@@ -234,7 +235,8 @@ def compute_bound(ctx: Context) -> list[Finding]:
         return []
     non_compute = sum(exposed_s(ctx, p) for p in ("data", "h2d", "other", "eval"))
     share = non_compute / total
-    if share > COMPUTE_BOUND_MAX_EXPOSED:
+    # a sharded model's collectives (and the waiting for peers in them) are not compute either
+    if share > COMPUTE_BOUND_MAX_EXPOSED or ctx.share("comm") > COMPUTE_BOUND_MAX_EXPOSED:
         return []
     compute_share = sum(ctx.share(p) for p in COMPUTE_PHASES)
     compute_s = sum(ctx.seconds(p) for p in COMPUTE_PHASES)

@@ -1,0 +1,128 @@
+"""Rules for sharded training (FSDP2), from the ranks' collectives together (the `collectives`
+of gpuprof.analysis.distributed: the figures of the rank that waited least, i.e. what the
+collectives themselves cost, not the waiting for a slower rank) and the model's sharding
+(measurements.sharding, gpuprof.measure.sharding). The straggler is distributed.py's rule.
+
+- fsdp-reduce-every-micro-step: with gradient accumulation, FSDP reduce-scattered the gradients
+  on every micro-step. Saving: the reduce-scatters of all micro-steps but the last, measured.
+  Cost: each rank keeps the unsharded gradients until the last micro-step.
+- fsdp-backward-regather: units resharded after forward are all-gathered again in backward.
+  Saving: those backward all-gathers (and their copy-out), measured. Cost: those units' unsharded
+  parameters stay allocated from forward to backward.
+- collectives-exposed: what FSDP's collectives take of the step, kind by kind, with the bus
+  bandwidth and, for fp32 parameters, what MixedPrecisionPolicy(param_dtype=bf16) does to the
+  all-gather bytes (stated, not timed). Information.
+"""
+
+from __future__ import annotations
+
+from gpuprof.analysis.findings import Context, Finding
+from gpuprof.analysis.rules.common import step_evidence, step_s
+from gpuprof.report.words import collectives_line
+from gpuprof.units import nbytes, pct, seconds
+
+MIN_SHARE = 0.02  # a measured saving under this share of the step is not worth a fix here
+BYTES_FP32 = 4
+
+
+def _collectives(ctx: Context) -> dict | None:
+    c = (ctx.distributed or {}).get("collectives")
+    return c if isinstance(c, dict) and c.get("by_kind") else None
+
+
+def _sharding(ctx: Context) -> dict:
+    s = ctx.measurements.get("sharding")
+    return s if isinstance(s, dict) else {}
+
+
+def fsdp_reduce_every_micro_step(ctx: Context) -> list[Finding]:
+    c = _collectives(ctx)
+    rs = (c or {}).get("by_kind", {}).get("reduce_scatter")
+    micro = int((c or {}).get("micro_steps") or 0)
+    units = len(_sharding(ctx).get("units") or [])
+    if not rs or micro < 2 or not units or rs["calls"] <= units:
+        return []  # one reduction per unit per step: already once per optimizer step
+    reduced = min(micro, round(rs["calls"] / units))  # micro-steps that reduce-scattered
+    saving = rs["seconds"] * (reduced - 1) / reduced
+    total = step_s(ctx) or c.get("step_s") or 0.0
+    if not total or saving / total < MIN_SHARE:
+        return []
+    world = c.get("world") or 1
+    grads = (_sharding(ctx).get("params_total") or 0) * BYTES_FP32
+    return [Finding(
+        id="fsdp-reduce-every-micro-step",
+        title=f"gradients are reduce-scattered on {reduced} of {micro} micro-steps per step",
+        saving_s=saving, saving_share=saving / total, kind="fix", confidence="high",
+        evidence={"reduce_scatter_calls": rs["calls"], "units": units, "micro_steps": micro,
+                  "reduce_scatter_s": rs["seconds"], "rank": c["rank"], **step_evidence(ctx)},
+        claims={"comm": saving},
+        because=(f"on rank {c['rank']} (the rank that waited least), FSDP ran {rs['calls']} reduce-scatters per "
+                 f"optimizer step for {units} units × {micro} micro-steps, {seconds(rs['seconds'])} in all; the "
+                 f"{reduced - 1} of {reduced} micro-steps that are not the step's last need none"),
+        fix=("reduce once per optimizer step: `model.set_requires_gradient_sync(micro_step == "
+             "gradient_accumulation_steps - 1)` before each micro-step's backward (FSDP2's no_sync)"),
+        note=(f"saving = the measured reduce-scatter time × {reduced - 1}/{reduced}; memory: each rank keeps the "
+              f"unsharded gradients until the last micro-step, ~{nbytes(grads)} in fp32 where it keeps a "
+              f"1/{world} shard now"),
+    )]
+
+
+def fsdp_backward_regather(ctx: Context) -> list[Finding]:
+    c = _collectives(ctx)
+    kinds = (c or {}).get("by_kind", {})
+    ag, wait = kinds.get("all_gather"), kinds.get("all_gather_wait") or {}
+    if not ag or not ag.get("backward_calls"):
+        return []
+    saving = ag["backward_seconds"] + (wait.get("backward_seconds") or 0.0)
+    total = step_s(ctx) or c.get("step_s") or 0.0
+    if not total or saving / total < MIN_SHARE:
+        return []
+    units = [u for u in _sharding(ctx).get("units") or [] if u.get("reshard_after_forward")]
+    world = c.get("world") or 1
+    held = sum(u.get("params") or 0 for u in units) * BYTES_FP32 * (world - 1) / world
+    names = ", ".join(u["module"] for u in units[:4]) + (f" and {len(units) - 4} more" if len(units) > 4 else "")
+    return [Finding(
+        id="fsdp-backward-regather",
+        title=f"{ag['backward_calls']} all-gathers per step run again in backward (reshard_after_forward=True)",
+        saving_s=saving, saving_share=saving / total, kind="fix", confidence="medium",
+        evidence={"backward_all_gathers": ag["backward_calls"], "backward_all_gather_s": saving,
+                  "units_resharded": len(units), "rank": c["rank"], **step_evidence(ctx)},
+        claims={"comm": saving},
+        because=(f"on rank {c['rank']} (the rank that waited least), {ag['backward_calls']} of {ag['calls']} "
+                 f"all-gathers per step came in backward, {seconds(saving)} with their copy-out: units resharded "
+                 f"after forward ({names or 'not read'}) gather their parameters again for backward"),
+        fix=("fully_shard(block, reshard_after_forward=False) for the last blocks (their backward follows their "
+             "forward soonest), or for all of them when memory allows"),
+        note=(f"saving = those backward all-gathers, measured; memory: their parameters stay unsharded from "
+              f"forward to backward, ~{nbytes(held)} more per rank for all {len(units)} units in fp32"
+              if units else "saving = those backward all-gathers, measured; the units' sizes were not read"),
+    )]
+
+
+def collectives_exposed(ctx: Context) -> list[Finding]:
+    c = _collectives(ctx)
+    total = step_s(ctx) or (c or {}).get("step_s") or 0.0
+    if not c or not total or (c.get("exposed_s") or 0.0) / total < 0.05:
+        return []
+    units = _sharding(ctx).get("units") or []
+    ag = c["by_kind"].get("all_gather") or {}
+    fp32 = units and all(u.get("param_dtype") in (None, "float32") for u in units) and \
+        (ctx.profile.config.get("precision") or {}).get("param_dtype") in (None, "float32")
+    note = ("no datasheet figure for this link: gloo between processes of one host" if c.get("backend") == "gloo"
+            else "compare the bus bandwidth with the link's per-direction figure")
+    change = ("hide the all-gathers behind compute: FSDP2 prefetches one unit ahead by default; "
+              "set_modules_to_forward_prefetch / set_modules_to_backward_prefetch fetch further ahead")
+    if fp32 and ag.get("bytes"):
+        change += (f"; MixedPrecisionPolicy(param_dtype=torch.bfloat16) in fully_shard halves the all-gather "
+                   f"bytes ({nbytes(ag['bytes'])} → {nbytes(ag['bytes'] / 2)} per step; not timed here)")
+    return [Finding(
+        id="collectives-exposed",
+        title=f"FSDP's collectives take {pct(c['exposed_s'] / total)} of the step ({seconds(c['exposed_s'])})",
+        saving_s=None, saving_share=None, kind="info", confidence="high",
+        evidence={"rank": c["rank"], "exposed_s": c["exposed_s"], **step_evidence(ctx),
+                  "by_kind": c["by_kind"], "backend": c.get("backend")},
+        because=collectives_line(c), fix=change, note=note,
+    )]
+
+
+RULES = [fsdp_reduce_every_micro_step, fsdp_backward_regather, collectives_exposed]
