@@ -69,7 +69,7 @@ def read_config(run, eager, compiled: bool, first) -> None:
     (gpuprof.runners.script_state._Run)."""
     spaces = _namespaces(run.module, run.file)
     cfg, src = run.config, run.source
-    cfg["model"] = f"{type(eager).__name__} (script)"
+    cfg["model"] = f"{_class_name(eager)} (script)"
 
     def put(key, value, where):
         if value is not None and cfg.get(key) is None:
@@ -163,6 +163,16 @@ def wrap_data_functions(hooks, g: dict) -> None:
 def _where(fn) -> str:
     code = fn.__code__
     return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+def _class_name(module) -> str:
+    """The model's class name; for an FSDP2 module (fully_shard makes a class `FSDP<Name>` from
+    FSDPModule and the model's own class) the model's own."""
+    cls = type(module)
+    bases = [b for b in cls.__bases__ if b.__name__ != "FSDPModule"]
+    if cls.__name__.startswith("FSDP") and len(bases) < len(cls.__bases__) and bases:
+        return bases[0].__name__
+    return cls.__name__
 
 
 def _unwrap(module) -> tuple[torch.nn.Module, bool]:

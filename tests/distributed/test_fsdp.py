@@ -1,0 +1,127 @@
+"""Sharded training under `gpuprof diagnose --nproc-per-node 2` (gloo on CPU, torchrun): an FSDP2
+GPT (tests/fixtures/fsdp_train.py: fully_shard per block and the root) with a slow rank, one with
+a rank that dies between two all-gathers, and a tensor-parallel MLP (tests/fixtures/tp_train.py).
+Nothing hangs; FSDP's collectives are the `comm` phase, counted exactly; the straggler is named
+through its peers' waiting; no post-run part runs the sharded model."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuprof.analysis.bounds import violations
+from gpuprof.analysis.pipeline import Analysis
+from gpuprof.profile import Profile
+
+from ddp_helpers import FIXTURES, finding, gpuprof, load, rank_stats
+
+FSDP = str(FIXTURES / "fsdp_train.py")
+SLOW_S = 0.04  # rank 1 sleeps this long per micro-step inside its blocks' forward
+ACCUM, UNITS, BLOCKS = 2, 5, 4  # micro-steps; FSDP units (4 blocks + the root); of them resharded
+PARAMS, BLOCK_PARAMS = 234_880, 49_984  # the fixture's GPT, every parameter; one block's
+RUN = ["--steps", "4", "--warmup", "1", "--post-budget", "2"]  # post-run parts run: they must not run the model
+
+
+@pytest.fixture(scope="module")
+def slow_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fsdp") / "merged.json"
+    r = gpuprof("diagnose", "--nproc-per-node", "2", *RUN, "--out", out, FSDP, f"--slow_rank=1",
+                f"--slow_s={SLOW_S}", "--max_iters=30", timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return load(out), r
+
+
+def test_every_rank_is_written_and_the_view_is_the_slowest(slow_run):
+    prof, r = slow_run
+    assert [(e["rank"], e["status"]) for e in prof["ranks"]] == [(0, "ok"), (1, "ok")]
+    assert prof["run"]["view"].startswith("rank 1 (the slowest rank)")
+    merged = Profile.from_dict(prof)
+    assert violations(merged, Analysis.from_dict(prof["analysis"], merged)) == []
+    assert "sharded (FSDP2): 2 ranks" in r.stdout
+
+
+def test_the_straggler_is_named_first_with_the_time_its_peers_wait(slow_run):
+    prof, _ = slow_run
+    top = prof["analysis"]["findings"][0]
+    assert top["id"] == "straggler-rank" and top["evidence"]["rank"] == 1
+    assert top["evidence"]["phase"] == "forward"
+    injected = SLOW_S * ACCUM
+    assert abs(top["saving_s"] - injected) <= 0.25 * injected, (top["saving_s"], injected)
+    # rank 0 waited for it inside FSDP's collectives: its comm phase holds that wait, not its forward
+    r0 = rank_stats(next(e for e in prof["ranks"] if e["rank"] == 0))
+    r1 = rank_stats(next(e for e in prof["ranks"] if e["rank"] == 1))
+    assert r0.phases["comm"].seconds - r1.phases["comm"].seconds >= 0.75 * injected
+    assert r0.phases["forward"].seconds < r1.phases["forward"].seconds - 0.75 * injected
+
+
+def test_collectives_are_counted_exactly_per_step(slow_run):
+    prof, _ = slow_run
+    for e in prof["ranks"]:
+        steps = e["profile"]["steps"]
+        assert len(steps) == 4
+        for s in steps:
+            c = s["extra"]["collectives"]
+            # per micro-step: all 5 units gathered for forward, the 4 resharded blocks again for backward
+            assert c["all_gather"]["calls"] == ACCUM * (UNITS + BLOCKS)
+            assert c["all_gather"]["backward_calls"] == ACCUM * BLOCKS
+            assert c["all_gather"]["bytes"] == ACCUM * (PARAMS + BLOCKS * BLOCK_PARAMS) * 4  # fp32
+            assert c["reduce_scatter"]["calls"] == ACCUM * UNITS
+            assert c["reduce_scatter"]["bytes"] == ACCUM * PARAMS * 4
+            assert c["all_gather"]["seconds"] > 0 and s["phases"]["comm"] > 0
+        m = e["profile"]["measurements"]
+        assert m["collectives"]["group"] == {"size": 2, "backend": "gloo"}
+        sh = m["sharding"]
+        assert sh["kind"] == "fsdp2" and len(sh["units"]) == UNITS
+        assert sh["params_total"] == PARAMS and sh["params_local"] == PARAMS // 2
+        # the root keeps its parameters after forward (FSDP2 decides at its first forward)
+        assert [u["reshard_after_forward"] for u in sh["units"]] == [False] + [True] * BLOCKS
+
+
+def test_nothing_after_the_run_runs_the_sharded_model(slow_run):
+    prof, _ = slow_run
+    ids = {f["id"] for f in prof["analysis"]["findings"]}
+    assert not ids & {"micro-batch-too-small", "precision-slow", "compile-missing", "attention-by-hand"}
+    for e in prof["ranks"]:
+        m = e["profile"]["measurements"]
+        assert "sharded (FSDP2)" in m["microbatch"]["not_measured"]
+        assert any("sharded (FSDP2)" in x for x in m["flops"]["errors"])
+        assert "sharded (FSDP2)" in m["probe"]["precisions"]["not_measured"]
+        assert "comm" not in m  # the DDP meter stays out of a sharded run
+
+
+def test_fsdp_fixes_carry_measured_savings(slow_run):
+    prof, _ = slow_run
+    rs = finding(prof, "fsdp-reduce-every-micro-step")
+    assert rs is not None and rs["evidence"]["reduce_scatter_calls"] == ACCUM * UNITS
+    # half of the reduce-scatters: those of the micro-step that is not the step's last
+    assert rs["saving_s"] == pytest.approx(rs["evidence"]["reduce_scatter_s"] / 2)
+    regather = finding(prof, "fsdp-backward-regather")
+    assert regather is not None and regather["evidence"]["backward_all_gathers"] == ACCUM * BLOCKS
+    exposed = finding(prof, "collectives-exposed")
+    assert exposed is not None and exposed["kind"] == "info" and "MixedPrecisionPolicy" in exposed["fix"]
+
+
+def test_a_rank_dying_between_all_gathers_ends_the_run_with_what_was_measured(tmp_path):
+    out = tmp_path / "merged.json"
+    r = gpuprof("diagnose", "--nproc-per-node", "2", *RUN, "--out", out, FSDP, "--die_rank=1", "--die_at=3",
+                "--reshard=False", "--gradient_accumulation_steps=1", "--max_iters=30", timeout=240)
+    assert r.returncode == 1, r.stderr[-3000:]
+    prof = load(out)
+    statuses = {e["rank"]: e["status"] for e in prof["ranks"]}
+    assert statuses[1] == "missing" and statuses[0] in ("failed", "interrupted")
+    steps = next(e for e in prof["ranks"] if e["rank"] == 0)["profile"]["steps"]
+    assert steps  # rank 0's completed steps survive; with reshard_after_forward=False nothing is re-gathered
+    for s in steps:
+        assert s["extra"]["collectives"]["all_gather"]["backward_calls"] == 0
+        assert s["extra"]["collectives"]["reduce_scatter"]["calls"] == UNITS
+
+
+def test_tensor_parallel_is_detected_and_never_run_after_the_run(tmp_path):
+    out = tmp_path / "merged.json"
+    r = gpuprof("diagnose", "--nproc-per-node", "2", *RUN, "--out", out, str(FIXTURES / "tp_train.py"), timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for e in load(out)["ranks"]:
+        m = e["profile"]["measurements"]
+        sh = m["sharding"]
+        # fc column-sharded (weight and bias), proj row-sharded; proj's 64-value bias replicated
+        assert sh["kind"] == "tensor_parallel" and sh["params_local"] == (sh["params_total"] - 64) // 2 + 64
+        assert "tensor parallel (DTensor)" in m["microbatch"]["not_measured"]
