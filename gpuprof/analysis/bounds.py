@@ -111,9 +111,12 @@ def _comm_violations(where: str, c) -> list[str]:
 
 
 def _distributed_violations(d) -> list[str]:
-    """A merged run's section: busy within 0..step, own phases >= 0, shares in 0-1, waits >= 0,
-    bus bandwidth not above the link's nominal figure."""
+    """A merged run's section (DistributedStats, or its saved dict): busy within 0..step, own
+    phases >= 0, shares in 0-1, waits >= 0, bus bandwidth not above the link's nominal figure,
+    FSDP's collectives within the step."""
     out = []
+    if hasattr(d, "to_dict"):
+        d = d.to_dict()
     if not isinstance(d, dict):
         return out
     for r in d.get("ranks") or []:
@@ -138,6 +141,13 @@ def _distributed_violations(d) -> list[str]:
     v = finite((d.get("slowest") or {}).get("extra_share"))
     if v is not None and not -TOL <= v <= 1 + TOL:
         out.append(f"distributed.slowest.extra_share = {v:.4g} is outside 0-1")
+    k = d.get("collectives") or {}
+    ex, step = finite(k.get("exposed_s")), finite(k.get("step_s"))
+    if ex is not None and (ex < -TOL or (step and ex > step * (1 + 1e-6) + TOL)):
+        out.append(f"distributed.collectives: exposed {ex:.4g} s is outside 0..the step")
+    for w in k.get("waiting") or []:
+        if finite(w.get("waiting_s")) is not None and w["waiting_s"] < -TOL:
+            out.append(f"distributed.collectives: rank {w.get('rank')} waits a negative time")
     return out
 
 

@@ -17,6 +17,7 @@ Every median here is gpuprof.stats's.
 
 from __future__ import annotations
 
+from gpuprof.analysis.distributed_results import DistributedStats
 from gpuprof.profile import Profile, rank_error_text
 from gpuprof.stats import PHASES, median
 
@@ -109,9 +110,10 @@ def _rank_row(e: dict) -> dict:
     return row
 
 
-def distributed_stats(entries: list[dict], world: int | None = None) -> dict:
-    """The ranks together (module docstring): {world_size, ranks: rows, absent_ranks, failed_ranks,
-    method, slowest (when ≥ 2 ranks have all-reduce figures), communication}."""
+def distributed_stats(entries: list[dict], world: int | None = None) -> DistributedStats:
+    """The ranks together (module docstring), typed (gpuprof.analysis.distributed_results): world
+    size, a row per rank, absent and failed ranks, the method, the slowest rank (when ≥ 2 ranks
+    have communication figures), DDP's `communication`, FSDP2's `collectives`."""
     rows = [_rank_row(e) for e in sorted(entries, key=lambda e: e["rank"])]
     world = world or max([int(e.get("world_size") or 1) for e in entries] + [1])
     present = {r["rank"] for r in rows}
@@ -157,7 +159,7 @@ def distributed_stats(entries: list[dict], world: int | None = None) -> dict:
                          "waiting_s": max(0.0, (r["comm"]["exposed_s"] or 0.0) - (c["exposed_s"] or 0.0))}
                         for r in comm_rows],
         }
-    return out
+    return DistributedStats.from_dict(out)
 
 
 def _job_collectives(rows: list[dict]) -> dict:
@@ -183,9 +185,10 @@ def _job_collectives(rows: list[dict]) -> dict:
 
 
 def slowest_rank(entries: list[dict]) -> int | None:
-    """The busiest rank of a merged run (None when the all-reduces were not measured on 2 ranks):
-    the view a merged profile shows (gpuprof.merge)."""
-    return (distributed_stats(entries).get("slowest") or {}).get("rank")
+    """The busiest rank of a merged run (None when the communication was not measured on 2
+    ranks): the view a merged profile shows (gpuprof.merge)."""
+    slow = distributed_stats(entries).slowest
+    return slow.rank if slow is not None else None
 
 
 def _slowest(rows: list[dict]) -> dict:

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Callable
 
+from gpuprof.analysis.distributed_results import DistributedStats
 from gpuprof.profile import Profile
 from gpuprof.sections import Sections
 from gpuprof.stats import StepStats
@@ -56,7 +57,7 @@ class Context:
     disk: dict | None = None  # a bench-disk result
     mfu: dict | None = None  # analysis.mfu result
     gpu: object | None = None  # hardware.GpuSpec
-    distributed: dict | None = None  # analysis.distributed result (a merged data-parallel run)
+    distributed: DistributedStats | None = None  # analysis.distributed (a merged multi-rank run)
 
     @property
     def config(self) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from gpuprof import __version__
+from gpuprof.analysis.distributed_results import DistributedStats
 from gpuprof.analysis.bounds import enforce
 from gpuprof.analysis.corrected import CorrectedConfig, merge
 from gpuprof.analysis.engine import run_rules
@@ -44,7 +45,7 @@ class Analysis:
     findings: tuple[Finding, ...]
     corrected: CorrectedConfig
     repairs: tuple[str, ...] = ()
-    distributed: dict | None = None  # gpuprof.analysis.distributed, a merged run only
+    distributed: DistributedStats | None = None  # gpuprof.analysis.distributed, a merged run only
     version: str = __version__  # the gpuprof that made it
 
     def to_dict(self) -> dict:
@@ -52,7 +53,7 @@ class Analysis:
                 "steps": self.stats.to_dict() if self.stats is not None else None,
                 "mfu": self.mfu, "findings": [f.to_dict() for f in self.findings],
                 "corrected_config": self.corrected.to_dict(), "repairs": list(self.repairs),
-                "distributed": self.distributed}
+                "distributed": self.distributed.to_dict() if self.distributed is not None else None}
 
     @classmethod
     def from_dict(cls, d: dict, profile: Profile) -> "Analysis":
@@ -65,7 +66,7 @@ class Analysis:
             findings=tuple(Finding.from_dict(f) for f in d.get("findings") or []),
             corrected=CorrectedConfig(dict(cc.get("overrides") or {}), dict(cc.get("sources") or {}),
                                       [tuple(x) for x in cc.get("overridden") or []], dict(cc.get("current") or {})),
-            repairs=tuple(d.get("repairs") or ()), distributed=d.get("distributed"),
+            repairs=tuple(d.get("repairs") or ()), distributed=DistributedStats.from_dict(d.get("distributed")),
             version=d.get("version") or "unknown")
 
     def finding(self, fid: str) -> Finding | None:

@@ -181,26 +181,27 @@ def _corrected(analysis: Analysis) -> CorrectedView | None:
     return CorrectedView(lines, flags(cc.overrides), format_config(cc.overrides, cc.header()), conflicts)
 
 
-def _ranks(d: dict | None) -> RanksView | None:
-    """The ranks of a merged data-parallel run (gpuprof.analysis.distributed) in words."""
-    if not d:
+def _ranks(d) -> RanksView | None:
+    """The ranks of a merged multi-rank run (analysis.distributed: DistributedStats) in words."""
+    if d is None:
         return None
-    sharded = d.get("collectives")
-    waiting = {w["rank"]: w["waiting_s"] for w in (sharded or d.get("communication") or {}).get("waiting", [])}
-    slow = (d.get("slowest") or {}).get("rank")
+    sharded = d.collectives
+    job = sharded or d.communication
+    waiting = {w.rank: w.waiting_s for w in (job.waiting if job is not None else ())}
+    slow = d.slowest.rank if d.slowest is not None else None
     rows = []
-    for r in d.get("ranks", []):
-        mark = " *" if r["rank"] == slow else (" !" if r.get("status") != "ok" else "")
-        if r.get("step_s") is None:
-            rows.append((f"{r['rank']}{mark}", *["—"] * 7))
+    for r in d.ranks:
+        mark = " *" if r.rank == slow else (" !" if r.status != "ok" else "")
+        if r.step_s is None:
+            rows.append((f"{r.rank}{mark}", *["—"] * 7))
             continue
-        own, ph = r.get("own_phases") or {}, r.get("phases") or {}
-        comm = (r.get("collectives") if sharded else r.get("comm")) or {}
-        rows.append((f"{r['rank']}{mark}", seconds(r["step_s"]), seconds(own.get("data", ph.get("data"))),
+        own, ph = r.own_phases, r.phases
+        comm = r.collectives if sharded else r.comm
+        rows.append((f"{r.rank}{mark}", seconds(r.step_s), seconds(own.get("data", ph.get("data"))),
                      seconds(own.get("forward", ph.get("forward"))), seconds(own.get("backward", ph.get("backward"))),
-                     seconds(comm.get("exposed_s")) if comm else "—",
-                     seconds(waiting.get(r["rank"])) if r["rank"] in waiting else "—",
-                     seconds(r.get("busy_s")) if r.get("busy_s") is not None else "—"))
+                     seconds(comm.exposed_s) if comm is not None else "—",
+                     seconds(waiting.get(r.rank)) if r.rank in waiting else "—",
+                     seconds(r.busy_s) if r.busy_s is not None else "—"))
     if sharded:
         caption = ("* slowest rank, ! failed. step: each rank's typical step; the others are medians over the "
                    "measured steps: fwd, bwd = the rank's own compute, without its collectives; comm = the time "
@@ -212,34 +213,33 @@ def _ranks(d: dict | None) -> RanksView | None:
                    "(after the rank's own backward compute); waits = exposed beyond the rank that waited least "
                    "(waiting for a slower rank); busy = step − all-reduce")
     lines = []
-    if d.get("slowest"):
-        s = d["slowest"]
-        lines.append(f"slowest: rank {s['rank']}, {seconds(s['extra_s'])} busier per step than the median other "
-                     f"rank ({pct(s.get('extra_share'))} of the step), most in {s.get('phase') or 'no single phase'}")
-    c = d.get("communication")
-    if c:
-        link = c.get("link") or {}
-        nominal, bw = link.get("nominal_Bps"), c.get("busbw_Bps")
+    if d.slowest is not None:
+        s = d.slowest
+        lines.append(f"slowest: rank {s.rank}, {seconds(s.extra_s)} busier per step than the median other "
+                     f"rank ({pct(s.extra_share)} of the step), most in {s.phase or 'no single phase'}")
+    c = d.communication
+    if c is not None:
+        link = c.link or {}
+        nominal, bw = link.get("nominal_Bps"), c.busbw_Bps
         bw_text = f"bus bandwidth {bytes_per_s(bw)}" if bw else "bus bandwidth not measured"
         if bw and nominal:
             bw_text += f" = {pct(bw / nominal)} of {bytes_per_s(nominal)} ({link.get('name')})"
         else:
             bw_text += f" (link: {link.get('name', 'not measured')}; no nominal figure)"
-        lines.append(f"all-reduce ({c.get('backend')}, {c.get('clock')} clock): {c.get('rounds_per_step'):g} per "
-                     f"step, {nbytes(c.get('bytes_per_round'))} each, in flight {seconds(c.get('in_flight_s'))}, "
-                     f"exposed {seconds(c.get('exposed_s'))} on rank {c['rank']}"
-                     + (f" ({pct(c['overlap_share'])} overlapped)" if c.get("overlap_share") is not None else "")
+        lines.append(f"all-reduce ({c.backend}, {c.clock} clock): {c.rounds_per_step:g} per "
+                     f"step, {nbytes(c.bytes_per_round)} each, in flight {seconds(c.in_flight_s)}, "
+                     f"exposed {seconds(c.exposed_s)} on rank {c.rank}"
+                     + (f" ({pct(c.overlap_share)} overlapped)" if c.overlap_share is not None else "")
                      + f"; {bw_text}")
     if sharded:
         lines.append(collectives_line(sharded))
-    problems = [f"rank {r['rank']} {r.get('status')}: {r.get('error') or 'no profile'}"
-                for r in d.get("ranks", []) if r.get("status") != "ok"]
-    if d.get("absent_ranks"):
-        problems.append(f"ranks not in this profile: {', '.join(map(str, d['absent_ranks']))} (other nodes: "
+    problems = [f"rank {r.rank} {r.status}: {r.error or 'no profile'}" for r in d.ranks if r.status != "ok"]
+    if d.absent_ranks:
+        problems.append(f"ranks not in this profile: {', '.join(map(str, d.absent_ranks))} (other nodes: "
                         f"join their files with `gpuprof merge`)")
-    missing = None if sharded else next((r for r in d.get("ranks", []) if r.get("comm_not_measured")), None)
+    missing = None if sharded else next((r for r in d.ranks if r.comm_not_measured), None)
     if missing is not None:
-        problems.append(f"rank {missing['rank']}: all-reduce not measured: {missing['comm_not_measured']}")
-    return RanksView(f"{'sharded (FSDP2)' if sharded else 'data parallel'}: {d.get('world_size')} ranks",
+        problems.append(f"rank {missing.rank}: all-reduce not measured: {missing.comm_not_measured}")
+    return RanksView(f"{'sharded (FSDP2)' if sharded else 'data parallel'}: {d.world_size} ranks",
                      ("rank", "step", "data", "fwd", "bwd", "comm" if sharded else "all-reduce", "waits", "busy"),
                      rows, caption, lines, problems)

@@ -85,21 +85,21 @@ COLLECTIVE_NAMES = {"all_gather": "all-gather", "all_gather_wait": "all-gather w
                     "reduce_scatter": "reduce-scatter"}
 
 
-def collectives_line(c: dict) -> str:
-    """FSDP2's collectives per step, on the rank that waited least (analysis.distributed's
-    `collectives`): each kind's calls, bytes, host time and bus bandwidth, and what was exposed."""
+def collectives_line(c) -> str:
+    """FSDP2's collectives per step, on the rank that waited least (JobCollectives of
+    analysis.distributed): each kind's calls, bytes, host time and bus bandwidth, and what was
+    exposed."""
     parts = []
-    for kind, k in c.get("by_kind", {}).items():
-        text = (f"{COLLECTIVE_NAMES.get(kind, kind)} {k['calls']}× ({k['backward_calls']} in backward)"
-                + (f", {nbytes(k['bytes'])}" if k.get("bytes") else "") + f", {seconds(k['seconds'])}")
-        if k.get("busbw_Bps"):
-            text += f", bus bandwidth {bytes_per_s(k['busbw_Bps'])}"
+    for kind, k in c.by_kind.items():
+        text = (f"{COLLECTIVE_NAMES.get(kind, kind)} {k.calls}× ({k.backward_calls} in backward)"
+                + (f", {nbytes(k.bytes)}" if k.bytes else "") + f", {seconds(k.seconds)}")
+        if k.busbw_Bps:
+            text += f", bus bandwidth {bytes_per_s(k.busbw_Bps)}"
         parts.append(text)
-    step = c.get("step_s")
-    share = f" ({pct(c['exposed_s'] / step)} of the step)" if step and c.get("exposed_s") is not None else ""
-    return (f"FSDP collectives per step on rank {c['rank']} (the rank that waited least; {c.get('backend') or '?'}, "
-            f"{c.get('clock') or 'host'} clock): " + "; ".join(parts)
-            + f"; in all {seconds(c.get('exposed_s'))} on the step's critical path{share}")
+    share = f" ({pct(c.exposed_s / c.step_s)} of the step)" if c.step_s and c.exposed_s is not None else ""
+    return (f"FSDP collectives per step on rank {c.rank} (the rank that waited least; {c.backend or '?'}, "
+            f"{c.clock or 'host'} clock): " + "; ".join(parts)
+            + f"; in all {seconds(c.exposed_s)} on the step's critical path{share}")
 
 
 def sharding_line(s) -> str | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import types
 
+from dataclasses import replace
+
 import pytest
 from typer.testing import CliRunner
 
@@ -120,12 +122,12 @@ def test_merge_finds_the_straggler_exactly():
     merged = merge_entries(entries)
     assert "distributed" not in merged.measurements  # the ranks together are the analysis's, not stored
     analysis = analyze(merged)
-    d = analysis.distributed
-    assert d["slowest"]["rank"] == 1 and d["slowest"]["phase"] == "data"
-    assert d["slowest"]["extra_s"] == pytest.approx(0.08)
-    assert d["slowest"]["phase_extra_s"] == pytest.approx(0.08)
-    assert d["communication"]["rank"] == 1 and d["communication"]["exposed_s"] == pytest.approx(0.01)
-    assert {w["rank"]: w["waiting_s"] for w in d["communication"]["waiting"]} == pytest.approx({0: 0.08, 1: 0.0})
+    d = analysis.distributed  # typed: gpuprof.analysis.distributed_results
+    assert d.slowest.rank == 1 and d.slowest.phase == "data"
+    assert d.slowest.extra_s == pytest.approx(0.08)
+    assert d.slowest.phase_extra_s == pytest.approx(0.08)
+    assert d.communication.rank == 1 and d.communication.exposed_s == pytest.approx(0.01)
+    assert {w.rank: w.waiting_s for w in d.communication.waiting} == pytest.approx({0: 0.08, 1: 0.0})
     assert merged.run["rank"] == 1 and merged.run["view"].startswith("rank 1 (the slowest rank)")
     findings = {f.id: f for f in analysis.findings}
     f = findings["straggler-rank"]
@@ -143,9 +145,9 @@ def test_sync_every_micro_step_saving_is_the_extra_rounds():
     f = findings["ddp-sync-every-micro-step"]
     assert f.evidence["rounds_per_step"] == 2 and f.saving_s == pytest.approx(0.01)
     # counts stay ints (a median of ints is stored as one)
-    c = analysis.distributed["communication"]
-    assert type(c["rounds_per_step"]) is int and type(c["micro_steps"]) is int and c["micro_steps"] == 2
-    assert all(type(r["comm"]["rounds_per_step"]) is int for r in analysis.distributed["ranks"])
+    c = analysis.distributed.communication
+    assert type(c.rounds_per_step) is int and type(c.micro_steps) is int and c.micro_steps == 2
+    assert all(type(r.comm.rounds_per_step) is int for r in analysis.distributed.ranks)
     # communication-exposed keeps only what stays exposed after that fix: no interval twice.
     assert findings["communication-exposed"].evidence["exposed_s"] == pytest.approx(0.01)
 
@@ -159,10 +161,10 @@ def test_failed_and_missing_ranks_are_named_and_kept():
                "profile": None, "error": {"type": "RankDied", "message": "killed by SIGKILL", "time": 5.0}}
     merged = merge_entries([failed, missing, ok])
     d = analyze(merged).distributed
-    assert [r["rank"] for r in d["ranks"]] == [0, 1, 2]
-    assert d["failed_ranks"] == [1, 2] and d["world_size"] == 3
-    assert "slowest" not in d  # one healthy rank: no straggler to compare
-    assert "RuntimeError at t.py:3: boom" in d["ranks"][1]["error"]
+    assert [r.rank for r in d.ranks] == [0, 1, 2]
+    assert d.failed_ranks == (1, 2) and d.world_size == 3
+    assert d.slowest is None  # one healthy rank: no straggler to compare
+    assert "RuntimeError at t.py:3: boom" in d.ranks[1].error
     assert first_failure([failed, missing, ok])["rank"] == 2  # it failed first
     with pytest.raises(GpuprofError, match="rank 2: RankDied"):
         merge_entries([missing])
@@ -277,9 +279,10 @@ def test_bounds_check_the_distributed_figures():
     merged = merge_entries(entries)
     analysis = analyze(merged)
     assert violations(merged, analysis) == []
-    c = analysis.distributed["communication"]
-    c["exposed_s"], c["in_flight_s"] = 0.05, 0.02  # exposed longer than in flight: impossible
-    analysis.distributed["ranks"][0]["busy_s"] = 5.0  # busier than its step
+    d = analysis.distributed  # frozen: an impossible analysis is made with replace()
+    bad = replace(d, communication=replace(d.communication, exposed_s=0.05, in_flight_s=0.02),  # exposed > in flight
+                  ranks=(replace(d.ranks[0], busy_s=5.0), *d.ranks[1:]))  # busier than its step
+    analysis = replace(analysis, distributed=bad)
     merged.ranks[1]["profile"]["measurements"]["comm"]["per_step"][0]["exposed_s"] = -1.0
     found = violations(merged, analysis)
     assert any("exposed 0.05 s is more than the 0.02 s in flight" in v for v in found)

@@ -3,6 +3,7 @@ every rank is instrumented, the launcher merges them and the distributed rules r
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -154,7 +155,7 @@ def test_two_nodes_merge_equals_all_ranks(tmp_path, data_dir):
     entries = [e for n in nodes for e in n["ranks"]]
     expected = merge_entries(entries)
     assert merged["ranks"] == expected.ranks
-    assert merged["analysis"]["distributed"] == distributed_stats(entries, 2)
+    assert merged["analysis"]["distributed"] == json.loads(json.dumps(distributed_stats(entries, 2).to_dict()))
     assert merged["run"]["launch"] == {"nnodes": 2, "nproc_per_node": 1, "world_size": 2}
     assert merged["steps"] == [s.to_dict() for s in expected.steps]
     again = gpuprof("merge", tmp_path / "node0.json", tmp_path / "node0.json")

@@ -98,8 +98,8 @@ def test_analyze_gives_the_files_own_top_finding(path):
         assert a.mfu["achieved_tflops"] == pytest.approx(was["achieved_tflops"] * was["step_s"] / prof.stats.step_s)
     if prof.ranks:  # the ranks' statistics, measured no more: derived again by the analysis
         was = old["measurements"]["distributed"]
-        assert a.distributed["slowest"]["rank"] == was["slowest"]["rank"]
-        assert [r["rank"] for r in a.distributed["ranks"]] == [r["rank"] for r in was["ranks"]]
+        assert a.distributed.slowest.rank == was["slowest"]["rank"]
+        assert [r.rank for r in a.distributed.ranks] == [r["rank"] for r in was["ranks"]]
         assert a.findings[0].title == old["findings"][0]["title"]  # straggler-rank: the job's own rule
     else:
         assert a.distributed is None

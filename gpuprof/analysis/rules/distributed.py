@@ -25,8 +25,8 @@ STRAGGLER_NOISE = 3.0  # ... and its extra is this many times the per-step diffe
 EXPOSED_MIN_SHARE = 0.05  # communication not hidden, as a share of the step
 
 
-def _dist(ctx: Context) -> dict:
-    return ctx.distributed or {}
+def _sharded(ctx: Context) -> bool:
+    return ctx.distributed is not None and ctx.distributed.collectives is not None
 
 
 def _view_is(ctx: Context, rank: int) -> bool:
@@ -34,17 +34,16 @@ def _view_is(ctx: Context, rank: int) -> bool:
 
 
 def straggler_rank(ctx: Context) -> list[Finding]:
-    slow = _dist(ctx).get("slowest")
-    if not isinstance(slow, dict) or not slow.get("step_s") or not (slow.get("extra_s") or 0) > 0 \
-            or slow.get("rank") is None or slow.get("others_busy_s") is None:
+    slow = ctx.distributed.slowest if ctx.distributed is not None else None
+    if slow is None or not slow.step_s or not (slow.extra_s or 0) > 0 or slow.others_busy_s is None:
         return []
-    step, extra = slow["step_s"], slow["extra_s"]
+    step, extra = slow.step_s, slow.extra_s
     share = extra / (step_s(ctx) or step)  # the denominator of every share (the typical step)
-    consistency, noise = slow.get("consistency"), slow.get("noise_s")
+    consistency, noise = slow.consistency, slow.noise_s
     if share < STRAGGLER_MIN_SHARE or (consistency is not None and consistency < STRAGGLER_CONSISTENCY) \
             or (noise is not None and extra < STRAGGLER_NOISE * noise):
         return []  # too small, busier in too few steps, or within the step-to-step variation
-    phase, pextra = slow.get("phase"), slow.get("phase_extra_s")
+    phase, pextra = slow.phase, slow.phase_extra_s
     where = (f"{phase}: +{seconds(pextra)} per step against the median of the other ranks"
              if phase and pextra and pextra > 0 else "no single phase")
     device = ("that rank's GPU: clocks, thermals, other processes (nvidia-smi)" if on_cuda(ctx)
@@ -57,63 +56,63 @@ def straggler_rank(ctx: Context) -> list[Finding]:
         "backward": f"check {device}",
         "optimizer": f"check {device}: the optimizer step is the same work on every rank",
     }
+    sharded = _sharded(ctx)
     return [Finding(
         id="straggler-rank",
-        title=f"rank {slow['rank']} is the straggler: {seconds(extra)} slower per step, in {phase or 'several phases'}",
+        title=f"rank {slow.rank} is the straggler: {seconds(extra)} slower per step, in {phase or 'several phases'}",
         saving_s=extra, saving_share=share, kind="fix", confidence="high" if share > 0.2 else "medium",
         # The view of a merged profile is the slowest rank: its extra time is in that phase there,
         # the same interval a single-rank rule on that phase (e.g. data-loading-exposed) claims.
-        claims={phase: min(pextra, extra)} if phase and pextra and pextra > 0 and _view_is(ctx, slow["rank"]) else {},
-        evidence={"rank": slow["rank"], "extra_s": extra, **step_evidence(ctx), "phase": phase,
-                  "consistency": consistency, "steps_compared": slow.get("steps_compared"),
+        claims={phase: min(pextra, extra)} if phase and pextra and pextra > 0 and _view_is(ctx, slow.rank) else {},
+        evidence={"rank": slow.rank, "extra_s": extra, **step_evidence(ctx), "phase": phase,
+                  "consistency": consistency, "steps_compared": slow.steps_compared,
                   "noise_s": noise,
-                  "phase_extra_s": pextra, "others_busy_s": slow.get("others_busy_s"),
-                  "by_phase_s": slow.get("by_phase_s")},
-        because=(f"rank {slow['rank']} computes for {seconds(slow['others_busy_s'] + extra)} of a "
-                 f"{seconds(step)} step, the median other rank for {seconds(slow['others_busy_s'])}; "
+                  "phase_extra_s": pextra, "others_busy_s": slow.others_busy_s,
+                  "by_phase_s": slow.by_phase_s},
+        because=(f"rank {slow.rank} computes for {seconds(slow.others_busy_s + extra)} of a "
+                 f"{seconds(step)} step, the median other rank for {seconds(slow.others_busy_s)}; "
                  f"the others wait that {seconds(extra)} in their "
-                 f"{'collectives (FSDP)' if _dist(ctx).get('collectives') else 'all-reduce'} ({pct(share)} of the step"
-                 + (f"; it was the busier in {pct(consistency, 0)} of {slow.get('steps_compared')} steps"
+                 f"{'collectives (FSDP)' if sharded else 'all-reduce'} ({pct(share)} of the step"
+                 + (f"; it was the busier in {pct(consistency, 0)} of {slow.steps_compared} steps"
                     if consistency is not None else "") + f"). Its extra time is in {where}."),
         fix=fixes.get(phase, "find what makes that rank slower (host, GPU, data)"),
         note=("a sharded step lasts as long as its slowest rank: every rank waits for it in FSDP's collectives"
-              if _dist(ctx).get("collectives") else "a synchronous data-parallel step lasts as long as its slowest rank"),
+              if sharded else "a synchronous data-parallel step lasts as long as its slowest rank"),
     )]
 
 
 def communication_exposed(ctx: Context) -> list[Finding]:
-    comm = _dist(ctx).get("communication")
-    if not isinstance(comm, dict) or not comm.get("step_s") or comm.get("exposed_s") is None \
-            or comm.get("rank") is None:
+    comm = ctx.distributed.communication if ctx.distributed is not None else None
+    if comm is None or not comm.step_s or comm.exposed_s is None:
         return []
-    step, total = comm["step_s"], comm["exposed_s"]
+    step, total = comm.step_s, comm.exposed_s
     # The extra all-reduces of micro-steps that need none are ddp-sync-every-micro-step's saving:
     # this finding keeps what stays exposed once the step all-reduces once.
-    extra = (comm.get("extra_rounds_exposed_s") or 0.0) if _syncs_every_micro(comm) else 0.0
+    extra = (comm.extra_rounds_exposed_s or 0.0) if _syncs_every_micro(comm) else 0.0
     exposed = max(0.0, total - extra)
     share = exposed / (step_s(ctx) or step)
     if share < EXPOSED_MIN_SHARE:
         return []
-    bw = comm.get("busbw_Bps")
-    link = comm.get("link") or {}
+    bw = comm.busbw_Bps
+    link = comm.link or {}
     nominal = link.get("nominal_Bps")
     bw_text = (f"bus bandwidth {bytes_per_s(bw)}" if bw else "bus bandwidth not measured")
     if bw and nominal:
         bw_text += f", {pct(bw / nominal)} of the {link.get('name')} figure ({bytes_per_s(nominal)} per direction)"
     elif bw:
         bw_text += f" ({link.get('why') or 'no nominal figure for this link'})"
-    overlap = comm.get("overlap_share")
+    overlap = comm.overlap_share
     return [Finding(
         id="communication-exposed",
         title=f"the gradient all-reduce is not hidden: {seconds(exposed)} per step ({pct(share)}) after backward",
         saving_s=exposed, saving_share=share, kind="fix", confidence="medium",
-        evidence={"rank": comm["rank"], "exposed_s": exposed, "exposed_total_s": total,
-                  "extra_rounds_exposed_s": extra, "in_flight_s": comm.get("in_flight_s"),
+        evidence={"rank": comm.rank, "exposed_s": exposed, "exposed_total_s": total,
+                  "extra_rounds_exposed_s": extra, "in_flight_s": comm.in_flight_s,
                   "overlap_share": overlap, **step_evidence(ctx), "busbw_Bps": bw, "nominal_Bps": nominal,
-                  "bytes_per_round": comm.get("bytes_per_round"), "rounds_per_step": comm.get("rounds_per_step")},
+                  "bytes_per_round": comm.bytes_per_round, "rounds_per_step": comm.rounds_per_step},
         claims={"backward": exposed},
-        because=(f"on rank {comm['rank']} (the rank that waited least), the all-reduce was in flight "
-                 f"{seconds(comm.get('in_flight_s'))} per step, "
+        because=(f"on rank {comm.rank} (the rank that waited least), the all-reduce was in flight "
+                 f"{seconds(comm.in_flight_s)} per step, "
                  f"{seconds(total)} of it after the backward compute had ended "
                  f"({'overlap not measured' if overlap is None else pct(overlap) + ' overlapped'})"
                  + (f", {seconds(extra)} of which on the micro-steps that need no all-reduce "
@@ -126,18 +125,18 @@ def communication_exposed(ctx: Context) -> list[Finding]:
     )]
 
 
-def _syncs_every_micro(comm: dict) -> bool:
-    return (comm.get("micro_steps") or 0) > 1 and (comm.get("rounds_per_step") or 0) > 1
+def _syncs_every_micro(comm) -> bool:
+    return (comm.micro_steps or 0) > 1 and (comm.rounds_per_step or 0) > 1
 
 
 def ddp_sync_every_micro_step(ctx: Context) -> list[Finding]:
-    comm = _dist(ctx).get("communication")
-    if not isinstance(comm, dict) or not _syncs_every_micro(comm):
+    comm = ctx.distributed.communication if ctx.distributed is not None else None
+    if comm is None or not _syncs_every_micro(comm):
         return []
-    rounds, micro = comm["rounds_per_step"], comm["micro_steps"]
-    saving = comm.get("extra_rounds_exposed_s") or 0.0
-    step = step_s(ctx) or comm.get("step_s") or 0.0
-    in_flight = comm.get("extra_rounds_in_flight_s")
+    rounds, micro = comm.rounds_per_step, comm.micro_steps
+    saving = comm.extra_rounds_exposed_s or 0.0
+    step = step_s(ctx) or comm.step_s or 0.0
+    in_flight = comm.extra_rounds_in_flight_s
     return [Finding(
         id="ddp-sync-every-micro-step",
         title=f"gradients are all-reduced on {rounds:g} of {micro:g} micro-steps per step (no no_sync)",

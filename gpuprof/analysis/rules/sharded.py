@@ -16,6 +16,8 @@ collectives themselves cost, not the waiting for a slower rank) and the model's 
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import step_evidence, step_s
 from gpuprof.report.words import collectives_line
@@ -25,9 +27,10 @@ MIN_SHARE = 0.02  # a measured saving under this share of the step is not worth 
 BYTES_FP32 = 4
 
 
-def _collectives(ctx: Context) -> dict | None:
-    c = (ctx.distributed or {}).get("collectives")
-    return c if isinstance(c, dict) and c.get("by_kind") else None
+def _collectives(ctx: Context):
+    """The job's FSDP2 collectives (distributed_results.JobCollectives), None when not measured."""
+    c = ctx.distributed.collectives if ctx.distributed is not None else None
+    return c if c is not None and c.by_kind else None
 
 
 def _sharding(ctx: Context) -> dict:
@@ -37,27 +40,27 @@ def _sharding(ctx: Context) -> dict:
 
 def fsdp_reduce_every_micro_step(ctx: Context) -> list[Finding]:
     c = _collectives(ctx)
-    rs = (c or {}).get("by_kind", {}).get("reduce_scatter")
-    micro = int((c or {}).get("micro_steps") or 0)
+    rs = c.by_kind.get("reduce_scatter") if c is not None else None
+    micro = int(c.micro_steps or 0) if c is not None else 0
     units = len(_sharding(ctx).get("units") or [])
-    if not rs or micro < 2 or not units or rs["calls"] <= units:
+    if rs is None or micro < 2 or not units or rs.calls <= units:
         return []  # one reduction per unit per step: already once per optimizer step
-    reduced = min(micro, round(rs["calls"] / units))  # micro-steps that reduce-scattered
-    saving = rs["seconds"] * (reduced - 1) / reduced
-    total = step_s(ctx) or c.get("step_s") or 0.0
+    reduced = min(micro, round(rs.calls / units))  # micro-steps that reduce-scattered
+    saving = rs.seconds * (reduced - 1) / reduced
+    total = step_s(ctx) or c.step_s or 0.0
     if not total or saving / total < MIN_SHARE:
         return []
-    world = c.get("world") or 1
+    world = c.world or 1
     grads = (_sharding(ctx).get("params_total") or 0) * BYTES_FP32
     return [Finding(
         id="fsdp-reduce-every-micro-step",
         title=f"gradients are reduce-scattered on {reduced} of {micro} micro-steps per step",
         saving_s=saving, saving_share=saving / total, kind="fix", confidence="high",
-        evidence={"reduce_scatter_calls": rs["calls"], "units": units, "micro_steps": micro,
-                  "reduce_scatter_s": rs["seconds"], "rank": c["rank"], **step_evidence(ctx)},
+        evidence={"reduce_scatter_calls": rs.calls, "units": units, "micro_steps": micro,
+                  "reduce_scatter_s": rs.seconds, "rank": c.rank, **step_evidence(ctx)},
         claims={"comm": saving},
-        because=(f"on rank {c['rank']} (the rank that waited least), FSDP ran {rs['calls']} reduce-scatters per "
-                 f"optimizer step for {units} units × {micro} micro-steps, {seconds(rs['seconds'])} in all; the "
+        because=(f"on rank {c.rank} (the rank that waited least), FSDP ran {rs.calls} reduce-scatters per "
+                 f"optimizer step for {units} units × {micro} micro-steps, {seconds(rs.seconds)} in all; the "
                  f"{reduced - 1} of {reduced} micro-steps that are not the step's last need none"),
         fix=("reduce once per optimizer step: `model.set_requires_gradient_sync(micro_step == "
              "gradient_accumulation_steps - 1)` before each micro-step's backward (FSDP2's no_sync)"),
@@ -69,26 +72,26 @@ def fsdp_reduce_every_micro_step(ctx: Context) -> list[Finding]:
 
 def fsdp_backward_regather(ctx: Context) -> list[Finding]:
     c = _collectives(ctx)
-    kinds = (c or {}).get("by_kind", {})
-    ag, wait = kinds.get("all_gather"), kinds.get("all_gather_wait") or {}
-    if not ag or not ag.get("backward_calls"):
+    kinds = c.by_kind if c is not None else {}
+    ag, wait = kinds.get("all_gather"), kinds.get("all_gather_wait")
+    if ag is None or not ag.backward_calls:
         return []
-    saving = ag["backward_seconds"] + (wait.get("backward_seconds") or 0.0)
-    total = step_s(ctx) or c.get("step_s") or 0.0
+    saving = ag.backward_seconds + (wait.backward_seconds if wait is not None else 0.0)
+    total = step_s(ctx) or c.step_s or 0.0
     if not total or saving / total < MIN_SHARE:
         return []
     units = [u for u in _sharding(ctx).get("units") or [] if u.get("reshard_after_forward")]
-    world = c.get("world") or 1
+    world = c.world or 1
     held = sum(u.get("params") or 0 for u in units) * BYTES_FP32 * (world - 1) / world
     names = ", ".join(u["module"] for u in units[:4]) + (f" and {len(units) - 4} more" if len(units) > 4 else "")
     return [Finding(
         id="fsdp-backward-regather",
-        title=f"{ag['backward_calls']} all-gathers per step run again in backward (reshard_after_forward=True)",
+        title=f"{ag.backward_calls} all-gathers per step run again in backward (reshard_after_forward=True)",
         saving_s=saving, saving_share=saving / total, kind="fix", confidence="medium",
-        evidence={"backward_all_gathers": ag["backward_calls"], "backward_all_gather_s": saving,
-                  "units_resharded": len(units), "rank": c["rank"], **step_evidence(ctx)},
+        evidence={"backward_all_gathers": ag.backward_calls, "backward_all_gather_s": saving,
+                  "units_resharded": len(units), "rank": c.rank, **step_evidence(ctx)},
         claims={"comm": saving},
-        because=(f"on rank {c['rank']} (the rank that waited least), {ag['backward_calls']} of {ag['calls']} "
+        because=(f"on rank {c.rank} (the rank that waited least), {ag.backward_calls} of {ag.calls} "
                  f"all-gathers per step came in backward, {seconds(saving)} with their copy-out: units resharded "
                  f"after forward ({names or 'not read'}) gather their parameters again for backward"),
         fix=("fully_shard(block, reshard_after_forward=False) for the last blocks (their backward follows their "
@@ -101,26 +104,26 @@ def fsdp_backward_regather(ctx: Context) -> list[Finding]:
 
 def collectives_exposed(ctx: Context) -> list[Finding]:
     c = _collectives(ctx)
-    total = step_s(ctx) or (c or {}).get("step_s") or 0.0
-    if not c or not total or (c.get("exposed_s") or 0.0) / total < 0.05:
+    total = step_s(ctx) or (c.step_s if c is not None else 0.0) or 0.0
+    if c is None or not total or (c.exposed_s or 0.0) / total < 0.05:
         return []
     units = _sharding(ctx).get("units") or []
-    ag = c["by_kind"].get("all_gather") or {}
+    ag = c.by_kind.get("all_gather")
     fp32 = units and all(u.get("param_dtype") in (None, "float32") for u in units) and \
         (ctx.profile.config.get("precision") or {}).get("param_dtype") in (None, "float32")
-    note = ("no datasheet figure for this link: gloo between processes of one host" if c.get("backend") == "gloo"
+    note = ("no datasheet figure for this link: gloo between processes of one host" if c.backend == "gloo"
             else "compare the bus bandwidth with the link's per-direction figure")
     change = ("hide the all-gathers behind compute: FSDP2 prefetches one unit ahead by default; "
               "set_modules_to_forward_prefetch / set_modules_to_backward_prefetch fetch further ahead")
-    if fp32 and ag.get("bytes"):
+    if fp32 and ag is not None and ag.bytes:
         change += (f"; MixedPrecisionPolicy(param_dtype=torch.bfloat16) in fully_shard halves the all-gather "
-                   f"bytes ({nbytes(ag['bytes'])} → {nbytes(ag['bytes'] / 2)} per step; not timed here)")
+                   f"bytes ({nbytes(ag.bytes)} → {nbytes(ag.bytes / 2)} per step; not timed here)")
     return [Finding(
         id="collectives-exposed",
-        title=f"FSDP's collectives take {pct(c['exposed_s'] / total)} of the step ({seconds(c['exposed_s'])})",
+        title=f"FSDP's collectives take {pct(c.exposed_s / total)} of the step ({seconds(c.exposed_s)})",
         saving_s=None, saving_share=None, kind="info", confidence="high",
-        evidence={"rank": c["rank"], "exposed_s": c["exposed_s"], **step_evidence(ctx),
-                  "by_kind": c["by_kind"], "backend": c.get("backend")},
+        evidence={"rank": c.rank, "exposed_s": c.exposed_s, **step_evidence(ctx),
+                  "by_kind": {k: asdict(v) for k, v in c.by_kind.items()}, "backend": c.backend},
         because=collectives_line(c), fix=change, note=note,
     )]
 
