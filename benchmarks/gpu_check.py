@@ -478,6 +478,24 @@ def check_nccl(ctx: Ctx) -> Check:
     return c.decide(ok2, f"{why}; {why2}")
 
 
+FSDP_FIXTURE = REPO / "tests" / "fixtures" / "fsdp_train.py"
+
+
+def check_fsdp(ctx: Ctx) -> Check:
+    c = Check("fsdp-one-rank")
+    if ctx.smoke:
+        return c.skip("needs CUDA: the gloo runs of the same script are in the suite (tests/distributed/test_fsdp.py)")
+    proc, prof = ctx.diagnose("fsdp", ["--nproc-per-node", "1", "--steps", "5", "--warmup", "2", "--post-budget", "10"],
+                              [str(FSDP_FIXTURE), "--backend=nccl", "--device_kind=cuda", "--max_iters=40"], budget_s=120)
+    if not _ran(c, proc, prof):
+        return c
+    e = rank_entry(prof) or {}
+    for k in ("measurements.sharding", "measurements.collectives", "measurements.microbatch.not_measured",
+              "analysis.steps.timeline"):
+        c.figures[k] = lookup(e.get("profile") or {}, k)
+    return c.decide(*judge_fsdp(prof))
+
+
 def check_cudagraphs(ctx: Ctx) -> Check:
     c = Check("cudagraphs")
     if ctx.smoke:
@@ -549,6 +567,9 @@ CHECKS = [
          "tests/fixtures/ddp_train.py with --nproc-per-node 1 on NCCL, DDP on cuda:0: the all-reduce meter "
          "counts one round per step on CUDA events, in flight and exposed measured, busbw not given for one "
          "rank; then SIGINT mid-run: exit 130 within 60 s with the rank's steps kept."),
+    Spec("fsdp-one-rank", check_fsdp, 60,
+         "tests/fixtures/fsdp_train.py with --nproc-per-node 1 on NCCL, FSDP2 on cuda:0: it finishes, the "
+         "sharding is read, every step on the GPU timeline, and no post-run part runs the sharded model."),
     Spec("cudagraphs", check_cudagraphs, 90,
          "The built-in loop with --compile-mode reduce-overhead (CUDA graphs): every measured step on the GPU "
          "timeline, no event recorded during a capture, no sync counted as the loop's own."),

@@ -439,6 +439,32 @@ def rank_entry(p, rank: int = 0) -> dict | None:
     return next((e for e in (p.get("ranks") or []) if isinstance(e, dict) and e.get("rank") == rank), None)
 
 
+def judge_fsdp(p) -> tuple[bool, str]:
+    """One FSDP2 rank on NCCL, cuda:0: it finished, the sharding was read, every measured step is
+    on the GPU timeline, and no post-run part ran the sharded model (each says why). With one
+    rank FSDP2 runs no collective: there is no `comm` to judge."""
+    problems: list[str] = []
+    e = rank_entry(p)
+    if e is None:
+        return False, "no entry for rank 0 in the profile's ranks"
+    if e.get("status") != "ok":
+        problems.append(f"rank 0 ended {e.get('status')!r}: {(e.get('error') or {}).get('message')}")
+    rp = e.get("profile") or {}
+    kind = lookup(rp, "measurements.sharding.kind")
+    if kind != "fsdp2":
+        problems.append(f"sharding.kind is {kind!r}, expected 'fsdp2'")
+    steps = rp.get("steps") or []
+    if len(steps) < 3 or any(s.get("gpu_s") is None for s in steps):
+        problems.append(f"{len(steps)} measured steps, {sum(s.get('gpu_s') is None for s in steps)} off the GPU timeline")
+    for path in ("measurements.microbatch.not_measured", "measurements.probe.precisions.not_measured"):
+        why = lookup(rp, path)
+        if not isinstance(why, str) or "sharded (FSDP2)" not in why:
+            problems.append(f"{path} is {why!r}: the sharded model was not refused")
+    if problems:
+        return False, "; ".join(problems)
+    return True, f"FSDP2 on one GPU: {len(steps)} steps on the GPU timeline; the post-run parts refused the sharded model"
+
+
 def judge_nccl(p) -> tuple[bool, str]:
     """One NCCL rank with DDP on cuda:0: the all-reduce meter counted every round on CUDA events,
     in flight and exposed measured, no mark failed, busbw not given for one rank, and the rank ran

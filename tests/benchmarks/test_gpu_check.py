@@ -336,6 +336,7 @@ def _canned_profiles():
             "compute-fixes": fixes,
             "data-delay": data, "fp32": tf32, "syncs": h200_profile(), "pageable": pageable,
             "pinned": h200_profile(), "nccl": _nccl_profile(), "nccl-interrupted": _nccl_profile("interrupted"),
+            "fsdp": _fsdp_profile(),
             "cudagraphs": h200_profile(steps=[_gpu_step(3), _gpu_step(4)], measurements__syncs__per_step=0.0)}
 
 
@@ -359,6 +360,22 @@ def _nccl_profile(status="ok"):
                        "nccl_env": {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}}]}
 
 
+def _fsdp_profile(refused=True):
+    why = ("the model is sharded (FSDP2): its forward and backward are collectives, so one rank running it after "
+           "the run would wait for peers that do not (or time their waiting)")
+    measurements = {"sharding": {"kind": "fsdp2", "units": [{"module": "(root)"}]},
+                    "microbatch": {"not_measured": why if refused else "x", "points": []},
+                    "probe": {"precisions": {"not_measured": why}}}
+    rank = {"steps": [_gpu_step(3), _gpu_step(4), _gpu_step(5)], "measurements": measurements}
+    return {"ranks": [{"rank": 0, "status": "ok", "error": None, "profile": rank}]}
+
+
+def test_fsdp_verdict_wants_the_sharded_model_refused():
+    assert gc.judge_fsdp(_fsdp_profile())[0]
+    ok, why = gc.judge_fsdp(_fsdp_profile(refused=False))
+    assert not ok and "measurements.microbatch.not_measured is 'x'" in why
+
+
 SCENARIO_OUTPUTS = {
     "scenario list": "pageable-copies  run  cuda\nsync-every-micro-step  run  cuda\n",
     "scenario run": "✓ top finding: h2d-pageable\nMATCH\n",
@@ -378,7 +395,8 @@ def test_every_check_passes_on_canned_healthy_gpu_runs(tmp_path):
     assert sum("scenario run" in c for c in cmds) == 2  # pageable-copies, sync-every-micro-step
     meta = {"title": "NVIDIA H200", "command": "`x`", "budget_s": 480}
     text = gc.render_report(meta, checks, 300.0)
-    assert "- result: 13 PASS, 0 FAIL, 0 SKIP in 300.0 s" in text
+    assert "- result: 14 PASS, 0 FAIL, 0 SKIP in 300.0 s" in text
+    assert any("fsdp_train.py" in c and "--backend=nccl" in c and "--device_kind=cuda" in c for c in cmds)
     assert any("mingpt_train.py" in c and "--device cuda" in c and "--attn hand" in c for c in cmds)
     assert any("ddp_train.py" in c and "--backend=nccl" in c and "--nproc-per-node 1" in c for c in cmds)
     assert any("--compile-mode reduce-overhead" in c for c in cmds)
