@@ -12,7 +12,11 @@ saving what the script gains when the slow rank is not slow?
    first 3; the gain is slowed − not slowed. Predicted: `straggler-rank`'s saving in a diagnose of
    the slowed script, once per pair. Prints each pair and the ratio of the medians.
 
-    python benchmarks/fsdp_runs.py [--runs 20] [--pairs 3] [--slow-s 0.04]
+3. `--hang`: rank 1 sleeps an hour inside its second block at iteration 3; `--rank-timeout 10`.
+   Prints the exit code, the seconds to exit, each rank's status and steps kept, and gpuprof's
+   line naming what each rank was doing in the unfinished step.
+
+    python benchmarks/fsdp_runs.py [--runs 20] [--pairs 3] [--slow-s 0.04] [--hang]
 """
 
 from __future__ import annotations
@@ -34,20 +38,22 @@ SCRIPT = ROOT / "tests" / "fixtures" / "fsdp_train.py"
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
 
 
-def diagnose(args: list[str], timeout: float = 300.0) -> dict:
+def diagnose(args: list[str], timeout: float = 300.0, options: tuple = ()) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "merged.json"
         cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "2", "--steps", "4", "--warmup", "1",
-               "--post-budget", "5", "--out", str(out), str(SCRIPT), "--max_iters=40", *args]
+               "--post-budget", "5", *options, "--out", str(out), str(SCRIPT), "--max_iters=40", *args]
         t0 = time.monotonic()
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
         except subprocess.TimeoutExpired:
             return {"rc": None, "wall": time.monotonic() - t0, "hung": True}
-        res = {"rc": r.returncode, "wall": time.monotonic() - t0, "hung": False}
+        res = {"rc": r.returncode, "wall": time.monotonic() - t0, "hung": False,
+               "error_line": next((x for x in r.stderr.splitlines() if x.startswith("gpuprof: error:")), None)}
         if out.exists():
             prof = json.loads(out.read_text())
             res["status"] = {e["rank"]: e["status"] for e in prof["ranks"]}
+            res["steps"] = {e["rank"]: len((e.get("profile") or {}).get("steps") or []) for e in prof["ranks"]}
             findings = prof["analysis"]["findings"]
             res["top"] = findings[0]["id"] if findings else None
             res["straggler_s"] = next((f["saving_s"] for f in findings if f["id"] == "straggler-rank"), None)
@@ -71,7 +77,12 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--slow-s", type=float, default=0.04)
+    p.add_argument("--hang", action="store_true")
     a = p.parse_args()
+    if a.hang:
+        r = diagnose(["--hang_rank=1", "--hang_at=3"], options=("--rank-timeout", "10"))
+        print(f"hang: exit {r['rc']} after {r['wall']:.1f} s (hung: {r['hung']}); ranks {r.get('status')}, "
+              f"measured steps kept {r.get('steps')}\n  {r.get('error_line')}\n", flush=True)
     variants = list(itertools.product([True, False], [1, 2], [False, True]))
     counts = {"finished": 0, "failed": 0, "hung": 0}
     print(f"{'run':>3} {'reshard':>7} {'accum':>5} {'slow':>5} {'rc':>4} {'wall s':>7}  ranks        top finding")
