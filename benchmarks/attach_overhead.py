@@ -9,6 +9,7 @@ start-up and analysis included) and over the steps inside the window py-spy samp
 the goal ≤ 1.02.
 
     python benchmarks/attach_overhead.py [--rounds 4] [--window 6] [--rate 200] [--blocking]
+                                         [--threads 0 --accum 4 --data_s 0.025]   (a host the target fills)
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=int, default=200)
     ap.add_argument("--blocking", action="store_true", help="py-spy pauses the target per sample")
     ap.add_argument("--data_s", type=float, default=0.002)
+    ap.add_argument("--accum", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the target; 0: every core (a saturated host)")
     args = ap.parse_args(argv)
-    target = subprocess.Popen([sys.executable, str(TARGET), "--data_s", str(args.data_s), "--accum", "1"],
+    target = subprocess.Popen([sys.executable, str(TARGET), "--data_s", str(args.data_s), "--accum", str(args.accum),
+                               "--threads", str(args.threads)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: list[tuple[float, float, float]] = []  # (monotonic, unix time, step ms) at arrival
 

@@ -19,13 +19,17 @@ from typing import Callable
 
 from gpuprof.attach import phases as ph
 from gpuprof.attach.gpu import GpuWatch
+from gpuprof.attach.loops import find_shape
 from gpuprof.attach.process import ProcessWatch, open_process
-from gpuprof.attach.pyspy import Recording, pyspy_binary, pyspy_version
+from gpuprof.attach.pyspy import NICENESS, Recording, pyspy_binary, pyspy_version
+from gpuprof.attach.quality import SamplerQuality
 from gpuprof.errors import GpuprofError, InterruptedEmpty
 from gpuprof.profile import Profile, StepRecord
 
-METHOD = ("py-spy record --idle --format chrometrace (stacks of the training thread in time order); "
-          "each stack's phase from the functions in it; steps from the ends of the optimizer's steps")
+METHOD = ("py-spy record --idle --format speedscope (the training thread's stacks in sample order, each one "
+          "sampling period); each stack's phase from the functions in it; steps from the loop's once-per-step "
+          "lines (its source), else from the ends of the optimizer's steps")
+MAX_SYSTEMATIC = 0.10  # the widest a share's interval is made for late samples
 
 
 @dataclass
@@ -63,6 +67,8 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
             w.start()
             g.start()
         t0 = time.monotonic()
+        quality = SamplerQuality(rate, NICENESS)
+        quality.start()
         recs = [Recording(pid, duration_s, os.path.join(folder, f"stacks-{pid}.json"), rate=rate,
                           nonblocking=nonblocking, exe=exe) for pid in pids]
         try:
@@ -88,6 +94,7 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
                     w.poll()
                 time.sleep(0.05)
         results = [r.result() for r in recs]
+        sampling = quality.stop()
         facts = [w.stop() for w in watches]
         nvml_sections = [g.stop() for g in gpus]
     finally:
@@ -99,7 +106,7 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
     version = pyspy_version(exe)
     try:
         profiles = [build_profile(pid, tl, info, f, nv, rate=rate, window_s=window, nonblocking=nonblocking,
-                                  version=version, interrupted=interrupted, grad_accum=grad_accum)
+                                  version=version, interrupted=interrupted, grad_accum=grad_accum, quality=sampling)
                     for pid, (tl, info), f, nv in zip(pids, results, facts, nvml_sections)]
     except GpuprofError as exc:
         if interrupted:  # Ctrl-C before a complete step: say what was sampled, exit 130
@@ -115,7 +122,7 @@ def _where(shares: dict) -> str:
 
 def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_section: dict, *, rate: int,
                   window_s: float, nonblocking: bool, version: str | None, interrupted: bool,
-                  grad_accum: int | None = None) -> Profile:
+                  grad_accum: int | None = None, quality: dict | None = None) -> Profile:
     """The Profile of an attached run from its samples and readings (pure: tests feed it)."""
     tl = ph.main_thread(timelines)
     if tl is None or not tl.spans:
@@ -123,8 +130,16 @@ def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_secti
                            + (" (it ended)" if facts.get("ended_at_s") is not None else ""))
     spans = ph.phase_spans(tl)
     sampled_s = sum(b - a for a, b, _ in spans)
-    shares = ph.shares(spans, rate)
-    found, how = ph.find_steps(spans, blip_s=2.5 / rate, grad_accum=grad_accum)
+    quality = dict(quality or {})
+    # a sample late by more than a period may fall in another phase than the one it was due in
+    shares = ph.shares(spans, rate, systematic=min(quality.get("late_share") or 0.0, MAX_SYSTEMATIC))
+    shape = find_shape(st for _, _, st in tl.spans)
+    marks = ph.loop_marks(tl, shape) if shape is not None and shape.micro_loop is not None else None
+    found, how = ph.find_steps(spans, blip_s=2.5 / rate, grad_accum=grad_accum, marks=marks,
+                               structural_unit=1 if shape is not None and shape.micro_loop is None else None)
+    if shape is not None:
+        how["loop"] = {"file": shape.file, "function": shape.function, "step_loop_lines": list(shape.step_loop),
+                       "micro_loop_lines": list(shape.micro_loop) if shape.micro_loop else None}
     steps = found
     if not steps:
         seen = how["optimizer_ends"]
@@ -173,7 +188,10 @@ def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_secti
     profile.measurements["attach"] = {
         "method": METHOD,
         "sampler": {"tool": "py-spy", "version": version, "rate_hz": rate, "nonblocking": nonblocking,
+                    "niceness": NICENESS, "format": "speedscope (sample order; time = samples / rate)",
                     "samples": info.get("samples"), "errors": info.get("errors"), "thread": tl.tid,
+                    "expected_samples": round(rate * window_s), "behind_warnings": info.get("behind", 0),
+                    "behind_max_s": info.get("behind_max_s"), "quality": quality,
                     "threads": len(timelines), "sampled_s": sampled_s,
                     # the wall-clock interval the training thread was sampled over (Unix time)
                     "window": [info.get("started_at", 0) + spans[0][0], info.get("started_at", 0) + spans[-1][1]]},

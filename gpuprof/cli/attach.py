@@ -20,9 +20,9 @@ from gpuprof.units import count
 @guarded
 def attach(
     pids: List[int] = typer.Argument(..., help="The PID of the running training process (several: each one's profile, merged as ranks; a torchrun launcher's PID: its ranks)."),
-    duration: float = typer.Option(30.0, "--duration", "-d", help="Seconds to sample (Ctrl-C ends it early). Needs two optimizer steps or more in it."),
-    rate: int = typer.Option(200, "--rate", help="Stack samples per second (py-spy). Steps are found from the optimizer's steps, which take ~1 ms on the host: more samples find more of them."),
-    grad_accum: Optional[int] = typer.Option(None, "--grad-accum", help="Micro-steps (backward calls) per optimizer step, when you know them: steps are then counted from the backward runs, not only from the optimizer steps the sampler happened to see."),
+    duration: float = typer.Option(30.0, "--duration", "-d", help="Seconds to sample (Ctrl-C ends it early). Needs two steps or more in it."),
+    rate: int = typer.Option(200, "--rate", help="Stack samples per second (py-spy). A step boundary is seen when a sample lands in the loop's once-per-step code (the optimizer step, zero_grad, logging: a few ms): more samples see more of them, and cost the target more CPU."),
+    grad_accum: Optional[int] = typer.Option(None, "--grad-accum", help="Micro-steps (backward calls) per optimizer step, when you know them: otherwise inferred from the micro-steps between the step boundaries seen (the report says how sure)."),
     blocking: bool = typer.Option(False, "--blocking/--nonblocking", help="py-spy pauses the target for each sample (exact stacks) instead of reading it while it runs (the default: the target does not notice)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the profile JSON here."),
     as_json: bool = typer.Option(False, "--json", help="Print the profile JSON instead of the report."),

@@ -184,14 +184,26 @@ def attach_rows(profile: Profile) -> list[tuple[str, str]]:
     a = profile.measurements.get("attach") or {}
     smp, steps, proc = a.get("sampler") or {}, a.get("steps") or {}, a.get("process") or {}
     rows = [("attached", f"process {run.get('pid')}: " + (" ".join(str(c) for c in run.get("command") or []) or NM))]
-    split = (f"; {steps['gaps_split']} gap{'s' if steps['gaps_split'] != 1 else ''} between sampled optimizer "
-             f"steps held several steps and were split evenly" if steps.get("gaps_split") else "")
+    split = (f"; {steps['gaps_split']} gap{'s' if steps['gaps_split'] != 1 else ''} between seen boundaries "
+             f"held several steps and were split evenly" if steps.get("gaps_split") else "")
+    seen = (f"{steps.get('boundaries', steps.get('optimizer_ends', 0))} step boundaries seen "
+            f"({steps.get('boundary_source') or 'the optimizer step'})")
     rows.append(("sampled", f"py-spy {smp.get('version') or ''} at {smp.get('rate_hz')}/s"
-                 f"{' (non-blocking)' if smp.get('nonblocking') else ''}: {smp.get('samples') or NM} samples, "
-                 f"{seconds(smp.get('sampled_s'))} of the training thread; {steps.get('steps', 0)} steps from "
-                 f"{steps.get('optimizer_ends', 0)} optimizer steps seen{split}; "
-                 f"{steps.get('typical_micro_steps')} backward runs per optimizer step, "
+                 f"{' (non-blocking)' if smp.get('nonblocking') else ''}: {smp.get('samples') or NM} samples"
+                 + (f" of {smp['expected_samples']} due" if smp.get("expected_samples") else "")
+                 + f", {seconds(smp.get('sampled_s'))} of the training thread; {steps.get('steps', 0)} steps from "
+                 f"{seen}{split}; {steps.get('typical_micro_steps')} micro-steps per step, "
                  f"{steps.get('unit_source') or NM} (--grad-accum N sets it)"))
+    q = smp.get("quality") or {}
+    if q.get("ticks"):
+        late = q.get("late_ms") or {}
+        busy = q.get("host_busy_cores")
+        rows.append(("sampling", f"a tick of the sampler's rate came {late.get('p95') or 0:.1f} ms late at p95 "
+                     f"(max {late.get('max') or 0:.1f} ms; {pct(q.get('late_share') or 0.0)} more than a period late: "
+                     f"the shares' interval is widened by that)"
+                     + (f"; the host's CPU {busy:.2f} of {q.get('host_cores')} cores busy" if busy is not None else "")
+                     + (f"; py-spy fell behind {smp['behind_warnings']}× (up to {smp.get('behind_max_s')} s)"
+                        if smp.get("behind_warnings") else "")))
     cores = proc.get("cpu_cores")
     kids = proc.get("children") or []
     line = f"{cores:.2f} cores" if cores is not None else "CPU not measured"
