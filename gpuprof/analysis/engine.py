@@ -52,22 +52,28 @@ def rank(findings: list[Finding], stats=None) -> list[Finding]:
         if new < f.saving_s - 1e-12:
             why = (f"it shares time with {', '.join(overlaps)}" if overlaps
                    else "the phases it comes out of take less than that per step")
-            f = replace(f, note=join_notes(f.note, f"saving capped from {seconds(f.saving_s)}: {why}"),
-                        saving_s=new, saving_share=new / step_s if step_s else f.saving_share,
-                        overlaps=overlaps)
+            f = with_share(replace(f, note=join_notes(f.note, f"saving capped from {seconds(f.saving_s)}: {why}"),
+                                   saving_s=new, overlaps=overlaps), step_s)
         elif overlaps != f.overlaps:
             f = replace(f, overlaps=overlaps)
         out.append(f)
     return sorted(out, key=_key)
 
 
+def with_share(f: Finding, step_s: float | None) -> Finding:
+    """The finding with saving_share = saving_s ÷ the typical step: the one place it is derived."""
+    share = f.saving_s / step_s if f.saving_s is not None and step_s else None
+    return f if share == f.saving_share else replace(f, saving_share=share)
+
+
 def run_rules(ctx: Context, rules: list[Rule] | None = None) -> list[Finding]:
-    """Run every rule (default: all registered) and return the ranked findings."""
+    """Run every rule (default: all registered) and return the ranked findings, each with its
+    saving as a share of the typical step."""
     if rules is None:
         rules = RULES
     if ctx.stats is None:
         return []
     out: list[Finding] = []
     for rule in rules:
-        out.extend(rule(ctx))
+        out.extend(with_share(f, ctx.stats.step_s) for f in rule(ctx))
     return rank(out, ctx.stats)

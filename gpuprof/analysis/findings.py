@@ -18,9 +18,10 @@ from gpuprof.stats import StepStats
 class Finding:
     id: str  # stable identifier, part of the JSON contract
     title: str
-    saving_s: float | None  # estimated seconds saved per optimizer step (None: cannot estimate)
-    saving_share: float | None  # saving_s / step_s
-    evidence: dict  # the numbers the rule used, from this run
+    saving_s: float | None = None  # estimated seconds saved per optimizer step (None: cannot estimate)
+    # saving_s ÷ the typical step: derived in one place (engine.with_share), never by a rule
+    saving_share: float | None = None
+    evidence: dict = field(default_factory=dict)  # the numbers the rule used, from this run
     confidence: str = "medium"  # high | medium | low
     fix: str = ""  # the concrete change
     config_overrides: dict = field(default_factory=dict)  # nanoGPT config keys when a config fix

@@ -99,7 +99,7 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         if blocked:
             note = (f"batch_size={blocked[0]} does not fit: needs {gib(blocked[1].total_bytes)} "
                     f"of {gib(capacity)}; activation checkpointing or a smaller block would lift it")
-        return [Finding(id="micro-batch-too-small", title=title, saving_s=None, saving_share=None,
+        return [Finding(id="micro-batch-too-small", title=title, saving_s=None,
                         evidence=ev, confidence="medium", note=note, because=because)]
     b2, n2, saving, est = best
     cost = n2 * t(b2) / (n * t(batch))
@@ -114,7 +114,7 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         ev["memory_capacity_bytes"] = capacity
     return [Finding(
         id="micro-batch-too-small", title=title,
-        saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium",
+        saving_s=saving, evidence=ev, confidence="medium",
         fix=(f"batch_size={b2}, gradient_accumulation_steps={n2} (same "
              f"{b2 * n2 * (ctx.config.get('block_size') or 0):,} tokens per step)"),
         note=("saving = forward+backward per step × (1 − n2·t(B2) / (n·t(B))), t from the measured "
@@ -148,6 +148,6 @@ def memory_headroom(ctx: Context) -> list[Finding]:
     return [Finding(
         id="memory-headroom",
         title=f"memory headroom: peak {gib(peak)} of {gib(cap)} ({peak / cap:.0%})",
-        saving_s=None, saving_share=None, evidence=ev, confidence="high", kind="info", note=note,
+        saving_s=None, evidence=ev, confidence="high", kind="info", note=note,
         because=because,
     )]

@@ -108,7 +108,7 @@ def graph_breaks(ctx: Context) -> list[Finding]:
             id="graph-break",
             title=(f"torch.compile graph break at {where}: {reason}"
                    + (" (the whole function runs eagerly)" if b.eager_fallback else "")),
-            saving_s=None, saving_share=None,
+            saving_s=None,
             evidence={"file": b.file, "line": b.line, "reason": reason, "explanation": b.explanation,
                       "count": count, "user_code": b.user_code, "eager_fallback": b.eager_fallback, "step_index": b.step_index,
                       "graphs": sec.graphs, "frames": sec.frames, "gb": b.gb, "hints": list(b.hints)},
@@ -218,7 +218,7 @@ def recompiles(ctx: Context) -> list[Finding]:
         out.append(Finding(
             id="recompile",
             title=f"torch.compile recompiled {what} at {where} {_times(len(rs))} in the measured steps: {guard}",
-            saving_s=None, saving_share=None,
+            saving_s=None,
             evidence={"function": function, "file": file, "line": line, "recompiles": len(rs),
                       "step_indices": steps, "guards": guards[:5], "guard_kind": _guard_kind(guard),
                       "compile_s": compile_s, "measured_steps": n_measured},
@@ -240,7 +240,7 @@ def recompiles(ctx: Context) -> list[Finding]:
         out.append(Finding(
             id="recompile-limit",
             title=f"torch.compile gave up on {what} at {where}: {hit.limit or 'recompile limit'} hit, it runs eagerly",
-            saving_s=None, saving_share=None,
+            saving_s=None,
             evidence={"function": hit.function, "file": hit.file, "line": hit.line, "limit": hit.limit,
                       "value": hit.value, "last_guard": hit.reason, "step_index": hit.step_index},
             confidence="high", kind="fix",

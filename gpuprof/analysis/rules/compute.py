@@ -115,7 +115,7 @@ def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, 
     if timing.by_hand_forward_s is None or timing.sdpa_forward_s is None or not total or not timed:
         why = timing.not_measured or ("the layers timed had another shape" if timing.by_hand_forward_s is not None
                                       else "the layer was not timed")
-        return [Finding(id=fid, title=title, saving_s=None, saving_share=None, evidence=ev, confidence="medium",
+        return [Finding(id=fid, title=title, saving_s=None, evidence=ev, confidence="medium",
                         fix=fix, note=f"not estimated: {why}{memory}", because=seen)]
     layers = len(timed)
     micro = micro_steps(ctx)
@@ -141,11 +141,11 @@ def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, 
     if saving <= 0 or saving / total < CLAIM_SHARE:
         note = (_small(saving, total) if saving > 0 else
                 f"measured: {way_b} was not faster here, so no saving is claimed on this device")
-        return [Finding(id=fid, title=title, saving_s=None, saving_share=None, evidence=ev, confidence="medium",
+        return [Finding(id=fid, title=title, saving_s=None, evidence=ev, confidence="medium",
                         kind="info", fix=fix, note=note + memory, because=because)]
     return [Finding(
         id=fid, title=f"{title}: {way_b.removeprefix('through ')} ran it in {times(fused / hand)} the time",
-        saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium", fix=fix,
+        saving_s=saving, evidence=ev, confidence="medium", fix=fix,
         note=("estimate: " + ("the model timed after the run both ways on the run's micro-batch, × micro-steps"
                               if per_model else "the layers timed after the run both ways at the run's shapes, "
                               "scaled by layers and micro-steps") + memory), because=because,
@@ -167,7 +167,7 @@ def attention_backend(ctx: Context) -> list[Finding]:
     return [Finding(
         id="attention-backend",
         title=f"attention runs SDPA's {first.backend} kernel, not flash ({len(calls)} call{'s' if len(calls) > 1 else ''})",
-        saving_s=None, saving_share=None, kind="info", confidence="high",
+        saving_s=None, kind="info", confidence="high",
         evidence={"backend": first.backend, "calls": len(calls), "shape": list(first.shape), "dtype": first.dtype,
                   "refused": reasons},
         because=(f"{len(calls)} F.scaled_dot_product_attention call{'s' if len(calls) > 1 else ''} at "
@@ -196,7 +196,7 @@ def vocab_not_padded(ctx: Context) -> list[Finding]:
     total = step_s(ctx)
     if timing.vocab_s is None or timing.padded_s is None or not total:
         return [Finding(id="vocab-not-padded", title=f"vocabulary of {v.vocab} is not a multiple of {v.multiple}",
-                        saving_s=None, saving_share=None, evidence=ev, fix=fix, config_overrides=overrides,
+                        saving_s=None, evidence=ev, fix=fix, config_overrides=overrides,
                         confidence="low", because=f"{v.module or 'the output projection'} produces {v.vocab} logits",
                         note=f"not estimated: {timing.not_measured or 'not timed'}")]
     micro = micro_steps(ctx)
@@ -212,13 +212,13 @@ def vocab_not_padded(ctx: Context) -> list[Finding]:
                f"micro-step{'s' if micro > 1 else ''} = {seconds(saving)} per step")
     if saving / total < CLAIM_SHARE:
         return [Finding(id="vocab-not-padded", title=f"vocabulary of {v.vocab} is not a multiple of {v.multiple}",
-                        saving_s=None, saving_share=None, evidence=ev, fix=fix, config_overrides=overrides,
+                        saving_s=None, evidence=ev, fix=fix, config_overrides=overrides,
                         kind="info", confidence="medium", because=because, note=_small(saving, total))]
     return [Finding(
         id="vocab-not-padded",
         title=f"vocabulary of {v.vocab} is not a multiple of {v.multiple}: {to} runs the output layer in "
               f"{times(timing.padded_s / timing.vocab_s)} the time",
-        saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium", fix=fix,
+        saving_s=saving, evidence=ev, confidence="medium", fix=fix,
         config_overrides=overrides, because=because,
         note="estimate: the output projection and loss timed after the run at both sizes", claims=_split(saving, ctx),
     )]
@@ -266,12 +266,12 @@ def optimizer_not_fused(ctx: Context) -> list[Finding]:
     because = words
     if saving / total < CLAIM_SHARE:
         return [Finding(id="optimizer-not-fused", title=f"{o.class_} is not fused ({o.mode})",
-                        saving_s=None, saving_share=None, evidence=ev, fix=fix, kind="info",
+                        saving_s=None, evidence=ev, fix=fix, kind="info",
                         confidence="medium", because=because, note=_small(saving, total))]
     return [Finding(
         id="optimizer-not-fused", title=f"{o.class_} is not fused ({o.mode}): fused=True steps in "
                                        f"{times(ev['fused_step_s'] / ev['current_step_s'])} the time",
-        saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium", fix=fix,
+        saving_s=saving, evidence=ev, confidence="medium", fix=fix,
         because=because, note="estimate: one step of a copy of the parameters timed both ways after the run",
         claims={"optimizer": saving},
     )]
@@ -308,7 +308,7 @@ def activation_checkpointing(ctx: Context) -> list[Finding]:
         note = "the recomputation's time and the memory it saves are not estimated"
     return [Finding(
         id="activation-checkpointing", title="activation checkpointing recomputes forwards inside the backward",
-        saving_s=None, saving_share=None, kind="info", confidence="medium", evidence=ev, because=because,
+        saving_s=None, kind="info", confidence="medium", evidence=ev, because=because,
         note=note, fix=("keep it where the memory is needed; where the batch fits without it, turning it off "
                         "(e.g. HF model.gradient_checkpointing_disable()) saves the recomputation"),
     )]

@@ -60,7 +60,7 @@ def straggler_rank(ctx: Context) -> list[Finding]:
     return [Finding(
         id="straggler-rank",
         title=f"rank {slow.rank} is the straggler: {seconds(extra)} slower per step, in {phase or 'several phases'}",
-        saving_s=extra, saving_share=share, kind="fix", confidence="high" if share > 0.2 else "medium",
+        saving_s=extra, kind="fix", confidence="high" if share > 0.2 else "medium",
         # The view of a merged profile is the slowest rank: its extra time is in that phase there,
         # the same interval a single-rank rule on that phase (e.g. data-loading-exposed) claims.
         claims={phase: min(pextra, extra)} if phase and pextra and pextra > 0 and _view_is(ctx, slow.rank) else {},
@@ -105,7 +105,7 @@ def communication_exposed(ctx: Context) -> list[Finding]:
     return [Finding(
         id="communication-exposed",
         title=f"the gradient all-reduce is not hidden: {seconds(exposed)} per step ({pct(share)}) after backward",
-        saving_s=exposed, saving_share=share, kind="fix", confidence="medium",
+        saving_s=exposed, kind="fix", confidence="medium",
         evidence={"rank": comm.rank, "exposed_s": exposed, "exposed_total_s": total,
                   "extra_rounds_exposed_s": extra, "in_flight_s": comm.in_flight_s,
                   "overlap_share": overlap, **step_evidence(ctx), "busbw_Bps": bw, "nominal_Bps": nominal,
@@ -140,7 +140,7 @@ def ddp_sync_every_micro_step(ctx: Context) -> list[Finding]:
     return [Finding(
         id="ddp-sync-every-micro-step",
         title=f"gradients are all-reduced on {rounds:g} of {micro:g} micro-steps per step (no no_sync)",
-        saving_s=saving, saving_share=saving / step if step else None, kind="fix", confidence="high",
+        saving_s=saving, kind="fix", confidence="high",
         evidence={"rounds_per_step": rounds, "micro_steps": micro, "extra_rounds_exposed_s": saving,
                   "extra_rounds_in_flight_s": in_flight, **step_evidence(ctx)},
         claims={"backward": saving},

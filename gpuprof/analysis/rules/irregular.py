@@ -59,7 +59,7 @@ def irregular_steps(ctx: Context) -> list[Finding]:
     if len(phases) > 1:
         note += "; " + "; ".join(f"in {p}: {CAUSES.get(p, CAUSES['other'])}" for p in phases[1:3])
     return [Finding(
-        id="irregular-steps", title=title, saving_s=None, saving_share=None,
+        id="irregular-steps", title=title, saving_s=None,
         evidence={"steps": [x.to_dict() for x in slow], "typical_step_s": s.step_s, "mean_step_s": s.mean_s,
                   "cost_per_step_s": cost, "share_of_measured_time": share, "measured_steps": s.n_steps},
         confidence="high", kind="irregular", because=because, note=note,

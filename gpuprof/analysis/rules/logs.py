@@ -18,7 +18,7 @@ def log_findings(result: dict) -> list[Finding]:
         if rep is not None and rep > 100:
             title += " (above 100% is impossible)"
         out.append(Finding(
-            id="mfu-misreported", title=title, saving_s=None, saving_share=None, kind="correction",
+            id="mfu-misreported", title=title, saving_s=None, kind="correction",
             evidence={"reported_pct": rep, "true_pct": true * 100 if true is not None else None,
                       "peak_tflops": result.get("peak_tflops"), "gpu": result.get("gpu_name")},
             confidence="high",
@@ -43,21 +43,21 @@ def log_findings(result: dict) -> list[Finding]:
                 id="compute-bound",
                 title=(f"compute-bound: {seconds(step)} per step is {ratio:.1f}x the FLOP floor "
                        f"({seconds(floor)}) for a ~{(result.get('implied_params') or 0) / 1e9:.2f}B-parameter model"),
-                saving_s=None, saving_share=None, evidence=ev, confidence="medium", kind="verdict",
+                saving_s=None, evidence=ev, confidence="medium", kind="verdict",
                 note=verdict["text"], because=because,
             ))
         elif verdict["id"] in ("fair", "slow"):
             out.append(Finding(
                 id="step-far-from-floor",
                 title=f"the step is {ratio:.1f}x its FLOP floor ({seconds(floor)}): true MFU {true * 100:.1f}%",
-                saving_s=None, saving_share=None, evidence=ev, confidence="medium", kind="verdict",
+                saving_s=None, evidence=ev, confidence="medium", kind="verdict",
                 note=verdict["text"], because=because,
             ))
         else:
             out.append(Finding(
                 id="step-time-impossible",
                 title=f"the logged step ({seconds(step)}) is faster than the FLOP floor ({seconds(floor)})",
-                saving_s=None, saving_share=None, evidence=ev, confidence="medium", kind="verdict",
+                saving_s=None, evidence=ev, confidence="medium", kind="verdict",
                 note=verdict["text"], because=because,
             ))
     return out

@@ -45,7 +45,7 @@ def mfu_misreported(ctx: Context) -> list[Finding]:
     else:
         because += "; there is no true MFU to compare it with (no datasheet peak or no FLOP count)"
     return [Finding(
-        id="mfu-misreported", title=title, saving_s=None, saving_share=None, kind="correction", evidence=ev,
+        id="mfu-misreported", title=title, saving_s=None, kind="correction", evidence=ev,
         confidence="high" if true is not None else "medium",
         fix=(f"compute MFU against this GPU's {mfu.get('dtype') or ''} peak "
              f"(flops_promised = {mfu['peak_tflops']:g}e12 in nanoGPT's estimate_mfu)"
@@ -97,7 +97,7 @@ def gpu_throttled(ctx: Context) -> list[Finding]:
     return [Finding(
         id="gpu-throttled",
         title="the GPU slowed itself: " + ", ".join(f"{r} {s:.0%} of samples" for r, s in slow.items()),
-        saving_s=saving, saving_share=saving / total if saving and total else None,
+        saving_s=saving,
         evidence={"slowdown_share": slow, "throttle_share": nvml.throttle_share, "power_cap_share": power_cap,
                   "sm_clock_share_compute": clock, "compute_s": compute},
         confidence="medium",
@@ -146,7 +146,7 @@ def cpu_saturated(ctx: Context) -> list[Finding]:
             note += "; on a GPU run a contended host delays kernel launches and data loading"
         # Information on a CPU run, as below: it says what the measurement competed with and ranks
         # after the verdict on the step itself; on a GPU run a starved host is a fix.
-        return [Finding(id="cpu-saturated", title=title, saving_s=None, saving_share=None, evidence=ev,
+        return [Finding(id="cpu-saturated", title=title, saving_s=None, evidence=ev,
                         confidence="medium", kind=kind, fix=fix, note=note, because=because)]
     if split is not None:
         title = f"the host's CPUs were {mean:.0f}% busy: this run used {own:.1f} of {cores} cores"
@@ -163,7 +163,7 @@ def cpu_saturated(ctx: Context) -> list[Finding]:
                  "once they are stopped")
     return [Finding(
         id="cpu-saturated", title=title,
-        saving_s=None, saving_share=None, evidence=ev, confidence="medium",
+        saving_s=None, evidence=ev, confidence="medium",
         kind=kind, fix=fix, note=note, because=because,
     )]
 

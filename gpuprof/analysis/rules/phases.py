@@ -43,7 +43,6 @@ def dominant_phase(ctx: Context) -> list[Finding]:
             id="dominant-phase",
             title=f"{name} takes {entry.share:.0%} of the step ({PHASE_MEANING.get(name, name)})",
             saving_s=None,
-            saving_share=None,
             evidence={"phase": name, "phase_s": entry.seconds, "share": entry.share,
                       **step_evidence(ctx), "timeline": ctx.stats.timeline},
             confidence="high",
@@ -119,7 +118,7 @@ def data_loading_exposed(ctx: Context) -> list[Finding]:
     return [Finding(
         id="data-loading-exposed",
         title=f"the {'GPU' if on_cuda(ctx) else 'step'} waits {exp / total:.0%} of the step for data loading",
-        saving_s=exp, saving_share=exp / total, evidence=ev, confidence=confidence, fix=fix,
+        saving_s=exp, evidence=ev, confidence=confidence, fix=fix,
         note=note, claims={"data": exp}, because=_data_because(ctx, exp, total, busy, free),
     )]
 
@@ -199,7 +198,7 @@ def eval_in_measured_steps(ctx: Context) -> list[Finding]:
         out.append(Finding(
             id="eval-in-measured-steps",
             title=f"evaluation runs inside the training step: {eval_s / total:.0%} of every step",
-            saving_s=eval_s, saving_share=eval_s / total,
+            saving_s=eval_s,
             evidence={"eval_s": eval_s, "share": eval_s / total, **step_evidence(ctx)},
             confidence="high",
             because=(f"evaluation: {seconds(eval_s)} per step, {pct(eval_s / total)} of the step, inside "
@@ -216,7 +215,7 @@ def eval_in_measured_steps(ctx: Context) -> list[Finding]:
             id="eval-in-measured-steps",
             title=(f"the script's own time for its first iteration ({first:,.0f} ms) includes "
                    f"evaluation: {first / median:.0f}x its median step"),
-            saving_s=None, saving_share=None,
+            saving_s=None,
             evidence={"first_step_ms": first, "step_ms_median": median,
                       "eval_forwards": script.eval_forwards},
             confidence="medium", kind="info",
@@ -264,7 +263,7 @@ def compute_bound(ctx: Context) -> list[Finding]:
     if mfu.get("mfu_vs_ceiling") is not None:
         because += f"; MFU {pct(mfu['mfu_vs_ceiling'])} of the measured matmul ceiling"
     return [Finding(
-        id="compute-bound", title=title, saving_s=None, saving_share=None, evidence=ev,
+        id="compute-bound", title=title, saving_s=None, evidence=ev,
         confidence="high", kind="verdict", because=because,
         note=("data loading, storage and copies are not what limits this step: moving data to "
               "faster storage or adding loader workers will not make it faster; only faster "

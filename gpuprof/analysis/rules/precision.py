@@ -117,7 +117,7 @@ def precision_slow(ctx: Context) -> list[Finding]:
         id="precision-slow",
         title=(f"{current} runs {rates[best] / r_now:.1f}x slower than {best} on this device "
                f"(measured at the model's matmul shapes)"),
-        saving_s=saving, saving_share=saving / total,
+        saving_s=saving,
         evidence={"compute_dtype": current, "faster_dtype": best,
                   "rates_gflop_s": {d: r * 1e3 for d, r in rates.items()},
                   "ratio": rates[best] / r_now, "compute_s": compute, "matmul_s": matmul_s,
@@ -154,7 +154,7 @@ def backward_forward_ratio(ctx: Context) -> list[Finding]:
                   "no_grad, data augmentation, a host-device sync such as .item() inside the forward)"]
         title = f"backward takes only {ratio:.1f}x the forward (usually ~2x)"
     return [Finding(
-        id="backward-forward-ratio", title=title, saving_s=None, saving_share=None, kind="info",
+        id="backward-forward-ratio", title=title, saving_s=None, kind="info",
         evidence={"forward_s": fwd, "backward_s": bwd, "ratio": ratio, "timeline": ctx.stats.timeline},
         confidence="medium", note="likely causes: " + "; ".join(causes),
         because=(f"backward {seconds(bwd)} and forward {seconds(fwd)} per step: the backward takes "

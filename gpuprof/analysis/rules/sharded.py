@@ -55,7 +55,7 @@ def fsdp_reduce_every_micro_step(ctx: Context) -> list[Finding]:
     return [Finding(
         id="fsdp-reduce-every-micro-step",
         title=f"gradients are reduce-scattered on {reduced} of {micro} micro-steps per step",
-        saving_s=saving, saving_share=saving / total, kind="fix", confidence="high",
+        saving_s=saving, kind="fix", confidence="high",
         evidence={"reduce_scatter_calls": rs.calls, "units": units, "micro_steps": micro,
                   "reduce_scatter_s": rs.seconds, "rank": c.rank, **step_evidence(ctx)},
         claims={"comm": saving},
@@ -87,7 +87,7 @@ def fsdp_backward_regather(ctx: Context) -> list[Finding]:
     return [Finding(
         id="fsdp-backward-regather",
         title=f"{ag.backward_calls} all-gathers per step run again in backward (reshard_after_forward=True)",
-        saving_s=saving, saving_share=saving / total, kind="fix", confidence="medium",
+        saving_s=saving, kind="fix", confidence="medium",
         evidence={"backward_all_gathers": ag.backward_calls, "backward_all_gather_s": saving,
                   "units_resharded": len(units), "rank": c.rank, **step_evidence(ctx)},
         claims={"comm": saving},
@@ -121,7 +121,7 @@ def collectives_exposed(ctx: Context) -> list[Finding]:
     return [Finding(
         id="collectives-exposed",
         title=f"FSDP's collectives take {pct(c.exposed_s / total)} of the step ({seconds(c.exposed_s)})",
-        saving_s=None, saving_share=None, kind="info", confidence="high",
+        saving_s=None, kind="info", confidence="high",
         evidence={"rank": c.rank, "exposed_s": c.exposed_s, **step_evidence(ctx),
                   "by_kind": {k: asdict(v) for k, v in c.by_kind.items()}, "backend": c.backend},
         because=collectives_line(c), fix=change, note=note,

@@ -48,7 +48,7 @@ def storage_too_slow(ctx: Context) -> list[Finding]:
     return [Finding(
         id="storage-too-slow",
         title=f"the data's storage is suspect while the step waits {exposed / total:.0%} for data",
-        saving_s=None, saving_share=None, evidence=ev, confidence="low",
+        saving_s=None, evidence=ev, confidence="low",
         fix="measure it: `gpuprof bench-disk <data file> --profile run.gpuprof.json`; copy the dataset to local NVMe if it cannot keep up",
         because=because,
         note="; ".join(reasons) + ". Without a bench-disk result the I/O part of the data time cannot be separated from the loader's CPU work",
@@ -85,7 +85,7 @@ def _from_bench(ctx: Context, exposed: float, total: float) -> Finding | None:
     return Finding(
         id="storage-too-slow",
         title=f"the storage cannot feed the loop: {a['verdict']}",
-        saving_s=saving, saving_share=saving / total if saving is not None else None,
+        saving_s=saving,
         evidence=ev, confidence="high",
         fix="copy the dataset to local NVMe (or RAM: it is read at random), or read larger sequential chunks",
         note=a.get("loader_verdict", ""), because=because,
