@@ -118,50 +118,49 @@ def _header(r: Report) -> str:
 
 def _headline(r: Report) -> str:
     if not r.has_steps:
-        return _nm("no complete measured step: nothing to report")
+        return _nm(r.headings.no_steps)
     micro = f" &middot; {_e(r.micro)}" if r.micro else ""
-    out = (f"<p><b>step {_e(r.step)}</b> ({_e(r.step_statistic)}) &middot; <b>{_e(r.throughput)}</b>"
-           f"{micro}</p>")
+    out = (f"<p><b>{_e(r.headings.step)} {_e(r.step)}</b> ({_e(r.step_statistic)}) &middot; "
+           f"<b>{_e(r.throughput)}</b>{micro}</p>")
     if r.script_log:
         out += f'<p class="dim">{_e(r.script_log)}</p>'
     return out
 
 
-def _finding(v: FindingView, label: str = "") -> str:
-    head = f"<b>{_e(v.title)}</b>"
-    out = [f"<li>{head}"]
-    for name, text, cls in (("saves", v.saves, ""), ("change", v.change, ""), ("because", v.because, ""),
-                            ("note", v.note, " dim")):
-        if text:
-            extra = f"; confidence {v.confidence}" if name == "saves" and v.confidence else ""
-            out.append(f'<div class="fixline{cls}">{name}: {_e(text + extra)}</div>')
-    return "".join(out) + "</li>"
+def _lines(v: FindingView, labels) -> str:
+    return "".join(f'<div class="fixline{cls}">{_e(name)}: {_e(text)}</div>'
+                   for name, text, cls in zip(labels, (v.saves_line, v.change, v.because, v.note), ("", "", "", " dim"))
+                   if text)
+
+
+def _finding(v: FindingView, labels) -> str:
+    return f"<li><b>{_e(v.title)}</b>{_lines(v, labels)}</li>"
 
 
 def _findings(r: Report) -> str:
     if not r.has_steps:
         return ""
-    verdict = (f"<p><b>Verdict:</b> {_e(r.verdict.title)}</p>" if r.verdict is not None
-               else f"<p><b>Verdict:</b> {_e(r.verdict_text)}</p>")
-    parts = [verdict]
-    if r.verdict is not None:
-        parts.append('<ul class="fixes">' + _finding(r.verdict) + "</ul>")
-    for title, views, tag in (("Irregular steps (not in the typical step)", r.irregular, "ul"),
-                              ("Fixes, ranked by the time they save per step", r.fixes, "ol"),
-                              ("Corrections (a wrong figure, not time)", r.corrections, "ul"),
-                              ("Also found", r.infos, "ul")):
+    h = r.headings
+    if r.verdict is not None:  # the verdict finding's title once, its lines under it
+        parts = [f"<p><b>{_e(h.verdict)}</b> {_e(r.verdict.title)}</p>{_lines(r.verdict, h.finding_fields)}"]
+    else:
+        parts = [f"<p><b>{_e(h.verdict)}</b> {_e(r.verdict_text)}</p>"]
+    for title, views, tag in ((h.irregular, r.irregular, "ul"), (h.fixes, r.fixes, "ol"),
+                              (h.corrections, r.corrections, "ul"), (h.infos, r.infos, "ul")):
         if views:
-            parts.append(f"<h3>{_e(title)}</h3><{tag} class=\"fixes\">" + "".join(map(_finding, views)) + f"</{tag}>")
+            parts.append(f"<h3>{_e(title)}</h3><{tag} class=\"fixes\">"
+                         + "".join(_finding(v, h.finding_fields) for v in views) + f"</{tag}>")
         elif tag == "ol":
-            parts.append(_nm("Fixes: none found in this run"))
+            parts.append(_nm(h.no_fixes))
     return "".join(parts)
 
 
 def _corrected(r: Report) -> str:
     if r.corrected is None:
-        return _nm("no finding of this run is a config fix: nothing to correct")
+        return _nm(r.headings.no_correction)
     conflicts = "".join(f'<p class="nm">{_e(c)}</p>' for c in r.corrected.conflicts)
-    return (f"<pre>{_e(r.corrected.file_text)}</pre><p>flags: <code>{_e(r.corrected.flags)}</code></p>" + conflicts)
+    return (f"<pre>{_e(r.corrected.file_text)}</pre><p>{_e(r.headings.flags)} <code>{_e(r.corrected.flags)}</code></p>"
+            + conflicts)
 
 
 def _phases(r: Report) -> str:
@@ -173,8 +172,9 @@ def _phases(r: Report) -> str:
         rects.append(f'<rect x="{x:.2f}" y="0" width="{w:.2f}" height="34" fill="{PHASE_COLORS.get(row.phase, "#555")}">'
                      f"<title>{_e(row.phase)}: {_e(row.share_text)}</title></rect>")
         x += w
-    head = "<tr><th>phase</th><th class=n>per step</th><th class=n>share</th>" + (
-        "<th class=n>host time</th><th class=n>GPU idle exposed</th>" if r.on_gpu else "") + "</tr>"
+    h = r.headings
+    names = h.phase_columns + (h.gpu_columns if r.on_gpu else ())
+    head = "<tr>" + "".join(f"<th{'' if i == 0 else ' class=n'}>{_e(n)}</th>" for i, n in enumerate(names)) + "</tr>"
     rows = []
     for row in r.phase_rows:
         sw = f'<span class="sw" style="background:{PHASE_COLORS.get(row.phase, "#555")}"></span>'
@@ -182,7 +182,7 @@ def _phases(r: Report) -> str:
         if r.on_gpu:
             cells += f"<td class=n>{_e(row.host)}</td><td class=n>{_e(row.idle)}</td>"
         rows.append(cells + "</tr>")
-    total = (f"<tr><th>total</th><th class=n>{_e(r.phase_total[0])}</th><th class=n>{_e(r.phase_total[1])}</th>"
+    total = (f"<tr><th>{_e(h.total)}</th><th class=n>{_e(r.phase_total[0])}</th><th class=n>{_e(r.phase_total[1])}</th>"
              + ("<th></th><th></th>" if r.on_gpu else "") + "</tr>")
     caption = f'<p class="dim">{_e(r.phase_caption)}</p>' if r.phase_caption else ""
     note = f'<p class="dim">{_e(r.typical_note)}</p>' if r.typical_note else ""
@@ -291,24 +291,27 @@ def render_html(profile: Profile, analysis) -> str:
     """The whole report page of (profile, analysis)."""
     p = profile
     r = build_report(p, analysis)
+    h = r.headings
     ranks = checked_ranks(p)
-    title = "gpuprof report" + (" (partial)" if p.run.get("partial") else "")
+    title = r.title
+
+    def section(name: str) -> str:
+        return f"<h2>{_e(name)}</h2>"
+
     parts = [f"<h1>{_e(title)}</h1>", _header(r), _headline(r),
-             "<h2>Verdict and ranked fixes</h2>", _findings(r),
-             "<h2>Corrected config</h2>", _corrected(r),
-             "<h2>Phase breakdown</h2>", _phases(r),
-             "<h2>Step times over the run</h2>", _steps(p),
-             "<h2>GPU utilization and memory</h2>", _gpu(p),
-             "<h2>Host CPU</h2>", _host(p)]
+             section(h.findings_section), _findings(r),
+             section(h.corrected_short), _corrected(r),
+             section(h.phases_section), _phases(r),
+             section(h.steps_section), _steps(p),
+             section(h.gpu_section), _gpu(p),
+             section(h.host_section), _host(p)]
     if ranks:
-        parts += ["<h2>Ranks</h2>", _ranks(p, r, ranks)]
-    parts += ["<h2>MFU</h2>", f"<p>{_e(r.mfu)}</p>"]
+        parts += [section(h.ranks_section), _ranks(p, r, ranks)]
+    parts += [section(h.mfu), f"<p>{_e(r.mfu)}</p>"]
     notes = _notes(r)
     if notes:
-        parts += ["<h2>Not measured, and where the time went in the script</h2>", notes]
-    parts.append(f'<p class="dim">gpuprof {_e(p.tool.get("version", ""))}, profile schema '
-                 f"{_e(p.schema_version)}. Every figure on this page is from the profile; "
-                 f"&ldquo;{NM}&rdquo; where the run did not measure it.</p>")
+        parts += [section(h.notes_section), notes]
+    parts.append(f'<p class="dim">{_e(h.page_footer.format(version=p.tool.get("version", ""), schema=p.schema_version, nm=NM))}</p>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             '<meta name="generator" content="gpuprof">'  # how gpuprof knows its own file (files.KINDS)
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'

@@ -17,19 +17,19 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuprof.report.model import FindingView, Findings, RanksView, Report, build_report, group_findings
+from gpuprof.report.words import HEADINGS
 from gpuprof.render.timeline import FillBar, step_timeline
-
-DETAILS_HINT = "more with --details: the MFU table, the GPU and host samplers, user-code attribution"
 
 
 def render_diagnosis(profile, analysis, console: Console, *, details: bool = False) -> None:
     """Print the report of (profile, analysis); with details=True also the MFU table, the
     samplers and the user-code attribution."""
     report = build_report(profile, analysis)
+    h = report.headings
     console.print(Text(report.title, style="bold"), Text(f": {report.run_line}"), sep="", highlight=False)
     if not report.has_steps:
-        console.print(Panel(what_ran(report), title="What ran", title_align="left"))
-        console.print("[yellow]no complete measured step: nothing to report[/yellow]")
+        console.print(Panel(what_ran(report), title=h.what_ran, title_align="left"))
+        console.print(Text(h.no_steps, style="yellow"))
         return
     console.print(step_line(report))
     if report.script_log:
@@ -45,16 +45,16 @@ def render_diagnosis(profile, analysis, console: Console, *, details: bool = Fal
         console.print(timeline)
     if report.typical_note:
         console.print(Text(report.typical_note, style="dim"))
-    console.print(Text.assemble(("MFU ", "bold"), report.mfu), highlight=False)
+    console.print(Text.assemble((f"{h.mfu} ", "bold"), report.mfu), highlight=False)
     for line in report.notes:
         console.print(Text(line, style="yellow"))
-    console.print(Panel(what_ran(report), title="What ran", title_align="left"))
+    console.print(Panel(what_ran(report), title=h.what_ran, title_align="left"))
     if report.ranks is not None:
         console.print(ranks_panel(report.ranks))
     if not details:
-        console.print(Text(DETAILS_HINT, style="dim"))
+        console.print(Text(h.details_hint, style="dim"))
         return
-    console.rule("Details", align="left")
+    console.rule(h.details, align="left")
     from gpuprof.render.mfu import mfu_panel, samplers_panel
 
     if analysis.mfu:
@@ -68,7 +68,7 @@ def render_diagnosis(profile, analysis, console: Console, *, details: bool = Fal
 def step_line(report: Report) -> Text:
     """The step: the one place its figure is printed, with how it was obtained."""
     text = Text()
-    text.append("step ", style="bold")
+    text.append(f"{report.headings.step} ", style="bold")
     text.append(report.step, style="bold green")
     text.append(f" ({report.step_statistic}) · ")
     text.append(report.throughput, style="bold green")
@@ -94,31 +94,30 @@ def _finding_block(v: FindingView, marker: str) -> Group:
     head.add_column(no_wrap=True, justify="right")
     head.add_column(ratio=1, overflow="fold")
     head.add_row(marker, Text(v.title, style="bold"))
-    saving = v.saves
-    if saving and v.confidence:
-        saving += f"; confidence {v.confidence}"
-    rows = [("saves", saving or "", "green" if v.saves_time else ""),
-            ("change", v.change, ""), ("because", v.because, ""), ("note", v.note, "dim")]
+    labels = HEADINGS.finding_fields
+    rows = list(zip(labels, (v.saves_line, v.change, v.because, v.note),
+                    ("green" if v.saves_time else "", "", "", "dim")))
     return Group(head, Padding(_fields(rows), (0, 0, 0, len(marker) + 1)))
 
 
 def findings_view(g: Report | Findings) -> Group:
     """The verdict, the irregular steps, the fixes ranked by the time they save (each with its
     saving, the change and the evidence in words), corrections of wrong figures, what else."""
+    h = getattr(g, "headings", HEADINGS)
     parts: list[RenderableType] = []
     if g.verdict is not None:
-        parts.append(_finding_block(g.verdict, "Verdict:"))
+        parts.append(_finding_block(g.verdict, h.verdict))
     else:
-        parts.append(Text.assemble(("Verdict: ", "bold"), g.verdict_text))
+        parts.append(Text.assemble((f"{h.verdict} ", "bold"), g.verdict_text))
     if g.irregular:
-        parts.append(Text("\nIrregular steps (not in the typical step)", style="bold underline"))
+        parts.append(Text(f"\n{h.irregular}", style="bold underline"))
         parts += [_finding_block(v, "•") for v in g.irregular]
     if g.fixes:
-        parts.append(Text("\nFixes, ranked by the time they save per step", style="bold underline"))
+        parts.append(Text(f"\n{h.fixes}", style="bold underline"))
         parts += [_finding_block(v, f"{i}.") for i, v in enumerate(g.fixes, 1)]
     else:
-        parts.append(Text("\nFixes: none found in this run", style="bold"))
-    for title, views in (("Corrections (a wrong figure, not time)", g.corrections), ("Also found", g.infos)):
+        parts.append(Text(f"\n{h.no_fixes}", style="bold"))
+    for title, views in ((h.corrections, g.corrections), (h.infos, g.infos)):
         if views:
             parts.append(Text(f"\n{title}", style="bold underline"))
             parts += [_finding_block(v, "•") for v in views]
@@ -134,14 +133,15 @@ def findings_table(findings: list) -> Group:
 def phase_table(report: Report) -> Table:
     """Each phase's seconds per typical step and share, a bar that uses the width there is, and
     a total row that is the headline step."""
+    h = report.headings
     t = Table(title=report.phase_title, title_justify="left", expand=True, show_footer=True)
-    t.add_column("phase", "total", no_wrap=True)
-    t.add_column("per step", report.phase_total[0], justify="right", no_wrap=True)
-    t.add_column("share", report.phase_total[1], justify="right", no_wrap=True)
+    t.add_column(h.phase_columns[0], h.total, no_wrap=True)
+    t.add_column(h.phase_columns[1], report.phase_total[0], justify="right", no_wrap=True)
+    t.add_column(h.phase_columns[2], report.phase_total[1], justify="right", no_wrap=True)
     t.add_column("", ratio=1, no_wrap=True)
     if report.on_gpu:
-        t.add_column("host time", justify="right", no_wrap=True)
-        t.add_column("GPU idle", justify="right", no_wrap=True)
+        for name in h.gpu_columns:
+            t.add_column(name, justify="right", no_wrap=True)
     for r in report.phase_rows:
         bar = FillBar(lambda w, share=r.share: ("█" * int(round(share * w))).ljust(w), "cyan")
         row = [r.phase, r.seconds, r.share_text, bar]
@@ -171,11 +171,11 @@ def corrected_config_panel(report: Report) -> Panel:
     for line, was, source in c.lines:
         body.append(line, style="bold")
         body.append((f"   # {was}" if was else "") + f"   ← {source}\n", style="dim")
-    body.append("flags: ", style="bold")
+    body.append(f"{report.headings.flags} ", style="bold")
     body.append(c.flags)
     for conflict in c.conflicts:
         body.append(f"\n{conflict}", style="yellow")
-    return Panel(body, title="Corrected config (write it with --write FILE)", title_align="left")
+    return Panel(body, title=report.headings.corrected, title_align="left")
 
 
 def ranks_panel(v: RanksView) -> Panel:

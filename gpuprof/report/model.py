@@ -33,6 +33,7 @@ class FindingView:
     saves: str | None  # words.saving_text: None for what saves no per-step time of its own
     saves_time: bool  # a positive saving (shown as good news)
     confidence: str
+    saves_line: str  # the `saves` line as shown: the saving and its confidence (empty: none)
     change: str
     because: str
     note: str
@@ -96,12 +97,15 @@ class Report:
     what_ran: list[tuple[str, str]] = field(default_factory=list)
     attribution: list[str] = field(default_factory=list)
     ranks: RanksView | None = None
+    headings: words.Headings = words.HEADINGS
 
 
 def finding_view(f: Finding) -> FindingView:
-    return FindingView(id=f.id, kind=f.kind, title=f.title or f.id, saves=words.saving_text(f),
+    saves = words.saving_text(f)
+    line = f"{saves}; confidence {f.confidence}" if saves and f.confidence else (saves or "")
+    return FindingView(id=f.id, kind=f.kind, title=f.title or f.id, saves=saves,
                        saves_time=bool(f.kind == "fix" and f.saving_s), confidence=f.confidence or "",
-                       change=f.fix or "", because=words.because_text(f), note=f.note or "")
+                       saves_line=line, change=f.fix or "", because=words.because_text(f), note=f.note or "")
 
 
 @dataclass(frozen=True)

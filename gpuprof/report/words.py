@@ -4,6 +4,8 @@ gpuprof.units; this module turns a Profile and its Analysis into the sentences."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gpuprof.analysis.findings import Finding
 from gpuprof.profile import Profile
 from gpuprof.sections import Sections
@@ -16,6 +18,46 @@ TYPICAL_NOTE = ("The typical step is the mean of the measured steps that are not
                 "than the median: a pause); the phase table adds up to it, and every fix's saving is a "
                 "share of it. What the irregular steps cost is said on its own.")
 
+
+
+@dataclass(frozen=True)
+class Headings:
+    """Every heading and label the reports show, decided once: the terminal and the HTML page
+    lay them out and word none of their own."""
+
+    verdict: str = "Verdict:"
+    irregular: str = "Irregular steps (not in the typical step)"
+    fixes: str = "Fixes, ranked by the time they save per step"
+    no_fixes: str = "Fixes: none found in this run"
+    corrections: str = "Corrections (a wrong figure, not time)"
+    infos: str = "Also found"
+    corrected: str = "Corrected config (write it with --write FILE)"
+    corrected_short: str = "Corrected config"
+    flags: str = "flags:"
+    what_ran: str = "What ran"
+    details: str = "Details"
+    details_hint: str = "more with --details: the MFU table, the GPU and host samplers, user-code attribution"
+    no_steps: str = "no complete measured step: nothing to report"
+    no_correction: str = "no finding of this run is a config fix: nothing to correct"
+    step: str = "step"
+    mfu: str = "MFU"
+    finding_fields: tuple = ("saves", "change", "because", "note")
+    phase_columns: tuple = ("phase", "per step", "share")
+    gpu_columns: tuple = ("host time", "GPU idle")
+    total: str = "total"
+    # the HTML page's sections, in order
+    findings_section: str = "Verdict and ranked fixes"
+    phases_section: str = "Phase breakdown"
+    steps_section: str = "Step times over the run"
+    gpu_section: str = "GPU utilization and memory"
+    host_section: str = "Host CPU"
+    ranks_section: str = "Ranks"
+    notes_section: str = "Not measured, and where the time went in the script"
+    page_footer: str = ("gpuprof {version}, profile schema {schema}. Every figure on this page is from the profile; "
+                        "\u201c{nm}\u201d where the run did not measure it.")
+
+
+HEADINGS = Headings()
 
 def timeline_name(stats: StepStats | None) -> str:
     return "GPU timeline" if stats is not None and stats.timeline == "gpu" else "host wall time"

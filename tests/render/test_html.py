@@ -162,7 +162,7 @@ def test_gpu_report_draws_the_nvml_timeline(merged_profile):
     # The memory chart's top is the GPU's total, from the profile: memory in binary units
     # (units.gib: 3 significant figures).
     assert gib(150_000_000_000) == "140 GiB" and "140 GiB" in words
-    assert "GPU idle exposed" in words  # the phase table on the GPU timeline
+    assert "GPU idle" in words  # the phase table on the GPU timeline
     assert "no finding: nothing in this run stands out" in words
 
 

@@ -18,7 +18,8 @@ from gpuprof.analysis.rules.logs import log_findings
 from gpuprof.measure.host import HostSampler
 from gpuprof.measure.instruments import default_instruments
 from gpuprof.render.mfu import _HOST_COLS, _NVML_COLS
-from gpuprof.render.terminal import DETAILS_HINT, findings_table, render_diagnosis
+from gpuprof.render.terminal import findings_table, render_diagnosis
+from gpuprof.report.words import HEADINGS
 from gpuprof.runners.builtin import LoopConfig, run_builtin
 from gpuprof.units import pct, seconds
 from render_report.profiles import cpu_profile, gpu_profile
@@ -146,7 +147,7 @@ def test_verdict_and_fixes_come_first_details_only_when_asked(reports):
     short = render(p, a, 100)
     for absent in ("Model FLOPs utilization", "What the machine did", "Details"):
         assert absent not in short
-    assert DETAILS_HINT.split(":")[0] in flat(short)
+    assert HEADINGS.details_hint.split(":")[0] in flat(short)
     order = [short.index(s) for s in ("step ", "Verdict:", "Fixes, ranked", "Where a typical step's time goes",
                                       "A typical step on", "MFU ", "What ran")]
     assert order == sorted(order)
