@@ -18,7 +18,7 @@ from rich.text import Text
 
 from gpuprof.report.model import FindingView, Findings, RanksView, Report, build_report, group_findings
 from gpuprof.report.words import HEADINGS
-from gpuprof.render.timeline import FillBar, step_timeline
+from gpuprof.render.timeline import FillBar, timeline_panel
 
 
 def render_diagnosis(profile, analysis, console: Console, *, details: bool = False) -> None:
@@ -40,9 +40,8 @@ def render_diagnosis(profile, analysis, console: Console, *, details: bool = Fal
         console.print(corrected_config_panel(report))
     console.print()
     console.print(phase_table(report))
-    timeline = step_timeline(profile)
-    if timeline is not None:
-        console.print(timeline)
+    if report.timeline is not None:
+        console.print(timeline_panel(report.timeline))
     if report.typical_note:
         console.print(Text(report.typical_note, style="dim"))
     console.print(Text.assemble((f"{h.mfu} ", "bold"), report.mfu), highlight=False)

@@ -18,6 +18,7 @@ from gpuprof.analysis.findings import Finding
 from gpuprof.analysis.pipeline import Analysis
 from gpuprof.profile import Profile
 from gpuprof.report import words
+from gpuprof.report.timeline import TimelineView, build_timeline
 from gpuprof.report.words import collectives_line
 from gpuprof.stats import HOST_ONLY_PHASES, PHASES
 from gpuprof.units import bytes_per_s, nbytes, pct, seconds
@@ -98,6 +99,7 @@ class Report:
     attribution: list[str] = field(default_factory=list)
     ranks: RanksView | None = None
     headings: words.Headings = words.HEADINGS
+    timeline: TimelineView | None = None  # one typical step on a time axis (report.timeline)
 
 
 def finding_view(f: Finding) -> FindingView:
@@ -169,7 +171,7 @@ def build_report(profile: Profile, analysis: Analysis) -> Report:
         phase_rows=rows, phase_total=(seconds(stats.step_s), pct(1.0)),
         phase_caption=("GPU idle: time the GPU sat idle while the host ran a host-only phase"
                        if stats.timeline == "gpu" else None),
-        on_gpu=stats.timeline == "gpu", mfu=words.mfu_text(analysis.mfu),
+        on_gpu=stats.timeline == "gpu", mfu=words.mfu_text(analysis.mfu), timeline=build_timeline(profile),
         attribution=words.attribution_lines(profile), **common)
 
 

@@ -3,7 +3,8 @@
 import pytest
 from rich.console import Console
 
-from gpuprof.render.timeline import coverage, glyph, layout, step_timeline, typical_step
+from gpuprof.render.timeline import coverage, glyph, step_timeline
+from gpuprof.report.timeline import layout, typical_step
 from render_report.profiles import cpu_profile, gpu_profile
 
 
