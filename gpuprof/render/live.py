@@ -1,7 +1,7 @@
 """Live progress while `diagnose` runs: where it is (warmup k/K, measured n/N, then each post-run
-measurement) and the answer forming, from each closed step's host figures: the phase shares so
-far, the last and median step, tokens/s, and on a GPU its utilization (the NVML sampler's latest
-sample).
+measurement) and the answer forming, from each closed step's host figures: the typical step so
+far as the report decides it (gpuprof.report.live), the last step, tokens/s, the phase shares,
+and on a GPU its utilization (the NVML sampler's latest sample).
 
 On a terminal (stdout and stderr both), a rich Live panel on stderr; the script's stdout and
 stderr are redirected through rich while it is up, so their lines print whole above the panel
@@ -20,8 +20,8 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from gpuprof.stats import PHASES, median
-from gpuprof.units import gib, pct, seconds
+from gpuprof.report.live import live_figures
+from gpuprof.units import gib, pct
 
 PLAIN_EVERY_S = 5.0  # plain mode: at most one step line this often
 BAR = 30
@@ -39,9 +39,7 @@ class LiveProgress:
         self.gpu_sample = gpu_sample
         self._clock = clock
         self._done = 0
-        self._times: list[float] = []
-        self._phases: dict[str, float] = {}
-        self._tok: list[int] = []  # tokens of each measured step
+        self._records: list[dict] = []  # the measured steps' listener records
         self._post: str | None = None
         self._live: Live | None = None
         self._last_line = -1e9
@@ -72,11 +70,7 @@ class LiveProgress:
         """A closed step (PhaseTimer.listener): counts it; measured steps feed the figures."""
         self._done += 1
         if self._done > self.warmup:
-            self._times.append(rec["wall_s"])
-            for p, s in rec.get("phases", {}).items():
-                self._phases[p] = self._phases.get(p, 0.0) + s
-            if rec.get("tokens"):
-                self._tok.append(rec["tokens"])
+            self._records.append(rec)
         self._show(final=self.steps is not None and self._done == self.warmup + self.steps)
 
     def on_post(self, line: str) -> None:
@@ -109,41 +103,18 @@ class LiveProgress:
         return f"measured {n}/{self.steps}" if self.steps is not None else f"measured {n}"
 
     def _figures_line(self) -> str:
-        if not self._times:
-            return ""
-        med = median(self._times)
-        parts = [f"step {seconds(med)} median", self._tps(med)]
-        shares = self._shares()
-        if shares:
-            parts.append(", ".join(f"{p} {pct(s, 0)}" for p, s in shares[:3]))
-        return ": " + "; ".join(x for x in parts if x)
-
-    def _tps(self, median_step: float) -> str:
-        """Tokens/s as the report computes it: the median step's tokens over the median step."""
-        if not self._tok or not median_step:
-            return ""
-        return f"{median(self._tok) / median_step:,.0f} tokens/s"
-
-    def _shares(self) -> list[tuple[str, float]]:
-        total = sum(self._phases.values())
-        if not total:
-            return []
-        return sorted(((p, s / total) for p, s in self._phases.items() if s > 0), key=lambda x: -x[1])
+        figures = live_figures(self._records)
+        return f": {figures.line()}" if figures is not None else ""
 
     def _render(self) -> Panel:
         lines = [Text(f"{self.what}: {self._where()}", style="bold")]
-        if self._times:
-            last, med = self._times[-1], median(self._times)
-            lines.append(Text(f"step {seconds(last)} last, {seconds(med)} median · "
-                              f"{self._tps(med) or 'tokens/s not measured'}"))
-            total_p = sum(self._phases.values()) or 1.0
-            for p in PHASES:
-                s = self._phases.get(p, 0.0)
-                if s <= 0:
-                    continue
-                share = s / total_p
+        figures = live_figures(self._records)
+        if figures is not None:
+            lines.append(Text(figures.headline()))
+            for p, share in figures.shares:
                 lines.append(Text(f"{p:<9} {'█' * max(1, round(share * BAR)):<{BAR}} {pct(share)}"))
-            lines.append(Text("host time, phase shares so far (the GPU timeline is read after the run)", style="dim"))
+            lines.append(Text("host time, the typical step's phase shares so far (the GPU timeline is read "
+                              "after the run)", style="dim"))
         if self.gpu_sample is not None:
             sample = None
             try:

@@ -42,10 +42,10 @@ def test_plain_lines_at_warmup_end_every_few_seconds_and_at_the_end():
         live.on_post("FLOP count (up to 1 s of the 5 s budget)")
     lines = buf.getvalue().splitlines()
     assert lines[0] == "gpuprof: warmup 1/1"
-    # measured 3 steps: 1.0 s, 300 tokens, median 0.4 s; data 0.45 of 1.0 s host time.
-    # 3 measured steps of 100 tokens, median 400 ms: 250 tokens/s (as the report computes it);
+    # 3 measured steps of 100 tokens, 1.0 s of phases in all, none irregular: the typical step
+    # (the report's: the mean of the regular steps' phases) 333 ms, 300 tokens/s;
     # host phases data 0.45 s, backward 0.35 s, forward 0.2 s of 1.0 s.
-    assert lines[1] == "gpuprof: measured 3/3: step 400 ms median; 250 tokens/s; data 45%, backward 35%, forward 20%"
+    assert lines[1] == "gpuprof: measured 3/3: step 333 ms typical; 300 tokens/s; data 45%, backward 35%, forward 20%"
     assert lines[2] == "gpuprof: after the run: FLOP count (up to 1 s of the 5 s budget)"
     assert len(lines) == 3
 
@@ -74,7 +74,7 @@ def test_live_panel_shows_shares_and_keeps_script_lines_whole(monkeypatch):
     c = Console(file=io.StringIO(), width=80, color_system=None)
     c.print(panel)
     text = c.file.getvalue()
-    assert "measured 2/2" in text and "500 ms median" in text and "2,000 tokens/s" in text
+    assert "measured 2/2" in text and "500 ms typical" in text and "2,000 tokens/s" in text
     assert "data      " in text and "50.0%" in text
     assert "GPU utilization 87% (NVML, latest sample) · memory used 3.00 GiB" in text
 
