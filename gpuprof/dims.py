@@ -2,8 +2,9 @@
 and recommend compute with it, renderers print it). Pure: no torch.
 
 GPTConfig and the presets; the parameter count and the nanoGPT/PaLM analytic FLOP formula
-(6·N + 12·L·H·Q·T training FLOPs per token, N without position embeddings), for a GPTConfig or a
-plain dict of dims (profiles store dims as dicts).
+(6·N + 12·L·H·Q·T training FLOPs per token, N without position embeddings: one definition,
+`gpt_flops_per_token`, for a plain dict of dims as profiles store them; `flops_per_token` reads a
+GPTConfig through it); the bytes AdamW moves per parameter.
 """
 
 from __future__ import annotations
@@ -89,12 +90,6 @@ def param_count(cfg: GPTConfig, non_embedding: bool = True) -> int:
     return n
 
 
-def flops_per_token(cfg: GPTConfig) -> int:
-    """nanoGPT/PaLM analytic training FLOPs per token: 6N + 12·L·H·Q·T (N without wpe)."""
-    q = cfg.n_embd // cfg.n_head
-    return 6 * param_count(cfg) + 12 * cfg.n_layer * cfg.n_head * q * cfg.block_size
-
-
 # The GPT-2 family's full dims (a view of PRESETS, vocab 50304 as trained from scratch): used to
 # name the model size a FLOP count implies.
 GPT2_SIZES: dict[str, dict] = {name: preset_dims(name) for name in GPT2_NAMES}
@@ -129,9 +124,24 @@ def gpt_flops_per_token(dims: dict, n_params: int | None = None) -> float:
     if missing:
         raise ValueError(f"not a GPT's dims: no {', '.join(missing)}")
     n = n_params if n_params is not None else gpt_param_count(**dims)
-    return 6 * n + 12 * dims["n_layer"] * dims["n_embd"] * dims["block_size"]
+    return 6 * n + attention_flops_per_token(dims["n_layer"], dims["n_embd"], dims["block_size"])
+
+
+def flops_per_token(cfg: GPTConfig) -> int:
+    """gpt_flops_per_token for a GPTConfig: 6N + 12·L·H·Q·T, N without wpe (param_count)."""
+    return gpt_flops_per_token(cfg.to_dict())
 
 
 def attention_flops_per_token(n_layer: int, n_embd: int, block_size: int) -> float:
     """The 12·L·H·Q·T part of the formula (attention scores and weighted sum, fwd + bwd)."""
     return 12 * n_layer * n_embd * block_size
+
+
+# Bytes an fp32 AdamW step moves through HBM per parameter: reads param, grad, exp_avg,
+# exp_avg_sq (16 B), writes param, exp_avg, exp_avg_sq (12 B). The step alone: a floor for the
+# optimizer phase whether or not the loop clips.
+ADAMW_BYTES_PER_PARAM = 28
+# clip_grad_norm_ before it: reads every grad for the norm (4 B), then reads and scales it (8 B).
+CLIP_GRAD_BYTES_PER_PARAM = 12
+# The step as nanoGPT runs it (grad_clip=1.0, then AdamW): what recommend expects it to cost.
+ADAMW_CLIPPED_BYTES_PER_PARAM = ADAMW_BYTES_PER_PARAM + CLIP_GRAD_BYTES_PER_PARAM  # 40

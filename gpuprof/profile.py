@@ -25,12 +25,11 @@ from gpuprof import __version__
 from gpuprof.errors import GpuprofError, one_line
 from gpuprof.files import atomic_write, read_user_text
 from gpuprof.sections import Sections
-from gpuprof.stats import HOST_ONLY_PHASES, PHASES, StepStats, step_stats  # noqa: F401 - the vocabulary
+from gpuprof.stats import HOST_ONLY_PHASES, StepStats, step_stats
 
 SCHEMA_VERSION = 2
-# Sections a schema-1 file held that were derived from the measurements, not measured: dropped on
-# load and derived again (the step statistics from the steps, the rest by the analysis).
-_DERIVED_V1 = ("summary", "findings")
+# What a schema-1 file held under measurements that was derived, not measured: dropped on load
+# and derived again by the analysis. (Its top-level summary and findings are never read.)
 _DERIVED_V1_MEASUREMENTS = ("distributed",)
 
 

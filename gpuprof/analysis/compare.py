@@ -250,11 +250,6 @@ def mfu_reason(m, key: str) -> str:
     return "no matmul ceiling measured in the step's dtype" if not m.get("ceiling_tflops") else "not computed"
 
 
-def phase_seconds(stats: StepStats, phase: str) -> float:
-    """Mean seconds per typical step of `phase` (0 for a phase that did not run)."""
-    return stats.seconds(phase)
-
-
 def phase_changes(sb: StepStats, sa: StepStats, scale_b: float = 1.0, scale_a: float = 1.0) -> list[PhaseChange]:
     """Every phase either side measured, in the profile's phase order."""
     names = [p for p in PHASES if p in sb.phases or p in sa.phases] + sorted(

@@ -129,12 +129,6 @@ class MemoryEstimate:
             return None
         return self.total_bytes <= self.capacity_bytes - self.margin_bytes
 
-    @property
-    def headroom_bytes(self) -> int | None:
-        if self.capacity_bytes is None:
-            return None
-        return self.capacity_bytes - self.margin_bytes - self.total_bytes
-
     def term(self, name: str) -> int:
         return sum(t.bytes for t in self.terms if t.name == name)
 

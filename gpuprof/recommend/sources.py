@@ -254,7 +254,7 @@ def throughput_for(inputs: Inputs, target_tokens: int, *, measure: bool = False,
     try:
         pmodel = GPTConfig(**{k: v for k, v in dims.items() if k in GPTConfig.__dataclass_fields__})
         ratio = flops_per_token(cfg) / flops_per_token(pmodel)
-    except (TypeError, ZeroDivisionError):
+    except (TypeError, ValueError, ZeroDivisionError):  # dims that are not a GPT's: not scaled
         ratio = 1.0
     if abs(ratio - 1) > 1e-9:
         model = model.scaled(ratio, f"per-token cost scaled ×{ratio:.3g} by FLOPs/token to this model")

@@ -22,11 +22,10 @@ from dataclasses import asdict, dataclass, replace
 
 from gpuprof.errors import GpuprofError
 from gpuprof.hardware import GpuSpec
-from gpuprof.dims import GPTConfig, flops_per_token, param_count
+from gpuprof.dims import ADAMW_CLIPPED_BYTES_PER_PARAM, GPTConfig, flops_per_token, param_count
 
 MFU_RANGE = (0.30, 0.40, 0.50)  # low, central, high. llm.c GPT-2 on H100: ≈40-46% (FACTS.md)
 ASSUMED_FIXED_S = 0.001  # per micro-step when nothing was measured: batch fetch + host overhead
-ADAMW_BYTES_PER_PARAM = 40  # fused AdamW r/w of param, grad, 2 states + clip's grad read/scale
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,8 @@ class ThroughputModel:
         fpt = flops_per_token(cfg)
         lo, mid, hi = mfu
         per = lambda m: fpt / (peak * 1e12 * m)  # noqa: E731
-        opt = ADAMW_BYTES_PER_PARAM * param_count(cfg, non_embedding=False) / (gpu.hbm_tb_s * 1e12)
+        # clip + fused AdamW, memory-bound: the optimizer step as nanoGPT runs it
+        opt = ADAMW_CLIPPED_BYTES_PER_PARAM * param_count(cfg, non_embedding=False) / (gpu.hbm_tb_s * 1e12)
         return cls(
             fixed_s=ASSUMED_FIXED_S, per_token_s=per(mid), optimizer_s=opt, source="flops",
             note=(f"not measured: {fpt / 1e9:.3g} GFLOP/token ÷ {gpu.name} {key} peak "

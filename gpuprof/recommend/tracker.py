@@ -36,9 +36,6 @@ class MemoryTracker(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 self._track(t)
 
-    def reset_peak(self) -> None:
-        self.peak_bytes = self.current_bytes
-
     def _track(self, t: torch.Tensor) -> None:
         try:
             st = t.untyped_storage()

@@ -19,11 +19,6 @@ from gpuprof.profile import Profile, StepRecord
 pytestmark = pytest.mark.adversarial
 
 
-@pytest.fixture(autouse=True)
-def _repairs_allowed(monkeypatch):
-    monkeypatch.setenv("GPUPROF_TEST_STRICT_BOUNDS", "0")
-
-
 def _profile(phases, *, gpu_phases=None, device="cpu", name="CPU", config=None, measurements=None, n=3):
     steps = [StepRecord(i, sum(phases.values()), dict(phases), tokens=8192, micro_steps=4,
                         gpu_s=sum(gpu_phases.values()) if gpu_phases else None,
@@ -69,15 +64,14 @@ def test_process_cpu_above_the_cores_is_dropped_by_the_sampler():
     assert violations(_profile({"forward": 1.0}, measurements={"host": report})) == []
 
 
-def test_the_analysis_never_edits_a_measured_figure_and_strict_mode_refuses_it(monkeypatch):
+def test_the_analysis_never_edits_a_measured_figure_and_reports_it_unrepaired():
     host = {"cpu_count": 2, "summary": {"proc_cpu_pct": {"max": 741.0}}}
     p = _profile({"forward": 1.0}, measurements={"host": host})
     _, _, repairs = enforce(p, p.stats, None, [])
     assert repairs == ["unrepaired: measurements.host.summary.proc_cpu_pct.max = 741% is above 200%"]
     assert host["summary"]["proc_cpu_pct"]["max"] == 741.0
-    monkeypatch.setenv("GPUPROF_TEST_STRICT_BOUNDS", "1")
-    with pytest.raises(AssertionError, match="proc_cpu_pct"):
-        enforce(p, p.stats, None, [])
+    a = analyze(p)  # the suite fails a test that makes this analysis (tests/analysis/test_strict_bounds.py)
+    assert a.repairs == tuple(repairs) and violations(p, a) == [repairs[0][len("unrepaired: "):]]
 
 
 def test_savings_never_add_up_to_more_than_the_step():

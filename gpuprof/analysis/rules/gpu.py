@@ -5,13 +5,11 @@ from __future__ import annotations
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.compute import fused_optimizer_saving
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, on_gpu_timeline, step_s
+from gpuprof.dims import ADAMW_BYTES_PER_PARAM
 from gpuprof.hardware import normalize_dtype
 from gpuprof.units import bytes_per_s, count, flops_rate, nbytes, pct, seconds, times
 
 OPTIMIZER_MIN_SHARE = 0.10
-# Bytes AdamW moves per parameter in fp32: reads param, grad, exp_avg, exp_avg_sq (16 B) and
-# writes param, exp_avg, exp_avg_sq (12 B).
-ADAMW_BYTES_PER_PARAM = 28
 
 
 def _per_step(ctx: Context, key: str) -> float:
