@@ -52,26 +52,24 @@ def reports():
     every machine renders the same shapes, "builtin-unsampled" is the built-in run with no host
     sample and "cuda" a hand-built one with ten in every phase."""
     out = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GPUPROF_TEST_STRICT_BOUNDS", "1")
-        cfg = LoopConfig(n_layer=1, n_head=2, n_embd=32, batch_size=2, block_size=32, grad_accum=2, steps=3,
-                         warmup=1)
-        p = run_builtin(cfg, instruments=default_instruments("cpu", None, interval_s=0.05), post_budget_s=3)
-        out["builtin"] = (p, analyze(p))
-        q = unsampled(p)
-        out["builtin-unsampled"] = (q, analyze(q))
-        by_name = {sc.name: sc for sc in S.discover(ROOT / "scenarios")}
-        for name in SCENARIOS:
-            sc = by_name[name]
-            sc = dataclasses.replace(sc, config={**sc.config, "steps": 2, "warmup": 1})
-            inst = default_instruments("cpu", None, probe=False, flops=False, interval_s=0.05,
-                                       microbatch=name == "tiny-micro-batch")
-            res = S.run(sc, instruments=inst)
-            out[name] = (res.profile, analyze(res.profile))
-        g = gpu_profile()
-        for s in g.steps:
-            s.extra = {"h2d_pageable": 8, "h2d_pageable_bytes": 200e6}
-        out["cuda"] = (g, analyze(g, gpu="h200"))
+    cfg = LoopConfig(n_layer=1, n_head=2, n_embd=32, batch_size=2, block_size=32, grad_accum=2, steps=3,
+                     warmup=1)
+    p = run_builtin(cfg, instruments=default_instruments("cpu", None, interval_s=0.05), post_budget_s=3)
+    out["builtin"] = (p, analyze(p))
+    q = unsampled(p)
+    out["builtin-unsampled"] = (q, analyze(q))
+    by_name = {sc.name: sc for sc in S.discover(ROOT / "scenarios")}
+    for name in SCENARIOS:
+        sc = by_name[name]
+        sc = dataclasses.replace(sc, config={**sc.config, "steps": 2, "warmup": 1})
+        inst = default_instruments("cpu", None, probe=False, flops=False, interval_s=0.05,
+                                   microbatch=name == "tiny-micro-batch")
+        res = S.run(sc, instruments=inst)
+        out[name] = (res.profile, analyze(res.profile))
+    g = gpu_profile()
+    for s in g.steps:
+        s.extra = {"h2d_pageable": 8, "h2d_pageable_bytes": 200e6}
+    out["cuda"] = (g, analyze(g, gpu="h200"))
     return out
 
 

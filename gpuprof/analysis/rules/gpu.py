@@ -76,7 +76,7 @@ def h2d_pageable(ctx: Context) -> list[Finding]:
     return [Finding(
         id="h2d-pageable",
         title=f"host-to-device copies from pageable memory: {what}",
-        saving_s=saving, saving_share=share, evidence=ev, confidence="medium", because=because,
+        saving_s=saving, evidence=ev, confidence="medium", because=because,
         fix="x.pin_memory().to(device, non_blocking=True) (DataLoader: pin_memory=True)",
         note=note,
         claims={"h2d": saving} if saving else {},
@@ -125,7 +125,7 @@ def optimizer_slow(ctx: Context) -> list[Finding]:
         fix = "torch.optim.AdamW(..., fused=True) (one kernel for all parameters)"
     return [Finding(
         id="optimizer-slow", title=f"the optimizer step takes {opt / total:.0%} of the step",
-        saving_s=saving, saving_share=(saving / total if saving is not None else None),
+        saving_s=saving,
         evidence=ev, confidence="medium", fix=fix, note=note, because=because,
         claims={"optimizer": saving} if saving else {},
     )]
@@ -170,7 +170,7 @@ def no_tensor_cores(ctx: Context) -> list[Finding]:
     return [Finding(
         id="no-tensor-cores",
         title="fp32 math without TF32 or autocast: the tensor cores sit unused",
-        saving_s=saving, saving_share=(saving / total if saving is not None and total else None),
+        saving_s=saving,
         evidence=ev, confidence="medium", note=note, because=because,
         fix="dtype = 'bfloat16' (autocast), or torch.backends.cuda.matmul.allow_tf32 = True",
         config_overrides={"dtype": "bfloat16"},
@@ -196,7 +196,7 @@ def compile_findings(ctx: Context) -> list[Finding]:
                 id="compile-warmup",
                 title=(f"compile warm-up: the first step took {seconds(first)}, "
                        f"{first / shown:.0f}x a measured step"),
-                saving_s=None, saving_share=None,
+                saving_s=None,
                 evidence={"first_step_s": first, "step_s": shown,
                           "warmup_extra_s": extra, "run_steps": n_steps},
                 confidence="high", kind="info",
@@ -215,7 +215,7 @@ def compile_findings(ctx: Context) -> list[Finding]:
         out.append(Finding(
             id="compile-missing",
             title="the model runs eagerly (compile=False)",
-            saving_s=None, saving_share=None,
+            saving_s=None,
             evidence={"compile": False, "compute_share": fb},
             confidence="low",
             because=(f"forward and backward are {pct(fb)} of the step and run eagerly; what compiling "
@@ -258,12 +258,12 @@ def _compile_measured(ctx: Context) -> list[Finding] | None:
                 f"measured {seconds(saving)} per step, {pct(saving / total)} of the step: under "
                 f"{COMPILE_CLAIM_SHARE:.0%}, so no saving is claimed on this device")
         return [Finding(id="compile-missing", title="the model runs eagerly (compile=False)", saving_s=None,
-                        saving_share=None, evidence=ev, confidence="medium", kind="info", fix=fix,
+                        evidence=ev, confidence="medium", kind="info", fix=fix,
                         config_overrides=overrides, because=because,
                         note=note + (f"; {cost_words}" if cost_words else ""))]
     return [Finding(
         id="compile-missing", title=f"the model runs eagerly: compiled, forward+backward ran in {times(ratio)} the time",
-        saving_s=saving, saving_share=saving / total, evidence=ev, confidence="medium", fix=fix,
+        saving_s=saving, evidence=ev, confidence="medium", fix=fix,
         config_overrides=overrides, because=because,
         note="estimate: measured with --measure-compile after the run" + (f"; {cost_words}" if cost_words else ""),
         claims={"forward": saving * fwd / (fwd + bwd), "backward": saving * bwd / (fwd + bwd)} if fwd + bwd else {},
@@ -285,7 +285,7 @@ def launch_bound(ctx: Context) -> list[Finding]:
         title=(f"launch-bound: the host takes {host / gpu:.2g}x the GPU's forward+backward time to launch it"
                if host >= gpu else
                f"launch-bound: the host takes {host / gpu:.0%} of the GPU's forward+backward time to launch it"),
-        saving_s=None, saving_share=None,
+        saving_s=None,
         evidence={"host_fwd_bwd_s": host, "gpu_fwd_bwd_s": gpu, "micro_steps": n,
                   "host_per_micro_s": host / n},
         confidence="medium",
@@ -322,7 +322,7 @@ def sync_in_step(ctx: Context) -> list[Finding]:
     return [Finding(
         id="sync-in-step",
         title=f"{per_step:.0f} host-device synchronizations per step ({per_step / n:.1f} per micro-step)",
-        saving_s=saving, saving_share=(saving / total if saving and total else None),
+        saving_s=saving,
         evidence=ev, confidence="medium", because=because,
         note="each sync drains the GPU queue; the saving is the GPU idle time outside the phases (an upper bound)",
         fix="drop .item()/print(tensor)/.cpu() inside the micro-step loop; log every log_interval steps",
