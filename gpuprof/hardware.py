@@ -271,6 +271,12 @@ def compute_dtype(autocast_dtype: str | None, param_dtype: str | None, tf32: boo
     return "fp32"
 
 
+# What a GPT training step reaches of the datasheet's dense peak (FACTS.md: llm.c GPT-2 on an H100
+# ≈40-46%; the best dense matmul ≈80%). Two named uses, because the question differs:
+EXPECTED_MFU = (0.4, 0.6)  # diagnose: the step time a well-tuned step of this run would take
+PLANNED_MFU = (0.30, 0.40, 0.50)  # recommend, nothing measured: low, central, high for a config not yet run
+BEST_ACHIEVABLE_MFU = 0.8  # the best dense matmul reaches ~80% of the datasheet
+
 MARKED_FASTER = 1.5  # another precision at least this much faster is worth switching to
 
 

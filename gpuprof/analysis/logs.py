@@ -69,8 +69,8 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
     the file cannot be read or holds no iteration lines."""
     from pathlib import Path
 
-    from gpuprof.analysis.mfu import BEST_ACHIEVABLE_MFU, EXPECTED_MFU, NANOGPT_A100_TFLOPS
-    from gpuprof.hardware import find_gpu, peak_for
+    from gpuprof.analysis.mfu import NANOGPT_A100_TFLOPS
+    from gpuprof.hardware import BEST_ACHIEVABLE_MFU, EXPECTED_MFU, find_gpu, peak_for
     from gpuprof.dims import (GPT2_SIZES, GPTConfig, attention_flops_per_token, gpt_flops_per_token,
                               gpt_param_count)
 

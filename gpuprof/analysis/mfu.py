@@ -9,12 +9,10 @@ a dict, prints nothing.
 
 from __future__ import annotations
 
-from gpuprof.hardware import find_gpu, normalize_dtype, peak_for
+from gpuprof.hardware import EXPECTED_MFU, find_gpu, normalize_dtype, peak_for
 from gpuprof.dims import gpt_flops_per_token, missing_gpt_dims
 
 NANOGPT_A100_TFLOPS = 312.0  # nanoGPT's estimate_mfu `flops_promised`, whatever the GPU
-EXPECTED_MFU = (0.4, 0.6)  # what a well-tuned GPT step reaches (llm.c: ~40-46% on H100)
-BEST_ACHIEVABLE_MFU = 0.8  # the best dense matmul reaches ~80% of the datasheet
 MATCH_TOLERANCE = 0.15  # a cause explains a misreport when it predicts the ratio within ±15%
 
 

@@ -21,10 +21,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from gpuprof.errors import GpuprofError
-from gpuprof.hardware import GpuSpec
+from gpuprof.hardware import PLANNED_MFU, GpuSpec
 from gpuprof.dims import ADAMW_CLIPPED_BYTES_PER_PARAM, GPTConfig, flops_per_token, param_count
 
-MFU_RANGE = (0.30, 0.40, 0.50)  # low, central, high. llm.c GPT-2 on H100: ≈40-46% (FACTS.md)
 ASSUMED_FIXED_S = 0.001  # per micro-step when nothing was measured: batch fetch + host overhead
 
 
@@ -134,7 +133,7 @@ class ThroughputModel:
                    fixed_s_low=fixed * (1 - rel), fixed_s_high=fixed * (1 + rel))
 
     @classmethod
-    def from_flops(cls, cfg: GPTConfig, gpu: GpuSpec, dtype: str, mfu: tuple = MFU_RANGE
+    def from_flops(cls, cfg: GPTConfig, gpu: GpuSpec, dtype: str, mfu: tuple = PLANNED_MFU
                    ) -> "ThroughputModel":
         """Estimate without measurement: FLOPs/token ÷ (dense peak × MFU), MFU low..high."""
         key = "tf32" if dtype == "fp32" and gpu.peak_tflops("tf32") else dtype
