@@ -14,6 +14,7 @@ from fractions import Fraction
 from gpuprof.errors import GpuprofError
 
 NM = "not measured"
+EMPTY = "—"  # a table cell with no figure: not taken there, or not applicable (its caption says which)
 
 # Byte units, defined once. Memory (GPU memory, RAM, a process's memory) is quoted in binary
 # units and written by `gib`; data, disk and transfer sizes in decimal units, by `nbytes`.

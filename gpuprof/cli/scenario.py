@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuprof import scenarios as S
+from gpuprof.units import EMPTY
 from gpuprof.cli.app import app, guarded
 from gpuprof.errors import GpuprofError, ScenarioMismatch
 
@@ -24,7 +25,7 @@ def list_(folder: Optional[str] = typer.Option(None, help="Scenarios folder (def
     for col in ("name", "kind", "device", "expected top finding", "description"):
         t.add_column(col)
     for sc in S.discover(folder):
-        t.add_row(sc.name, sc.kind, sc.device if sc.kind == "run" else "-", sc.expect["top"],
+        t.add_row(sc.name, sc.kind, sc.device if sc.kind == "run" else EMPTY, sc.expect["top"],
                   _short(sc.description))
     Console().print(t)
 

@@ -13,22 +13,22 @@ from gpuprof.recommend.config import flags
 from gpuprof.recommend.plan import Candidate, Recommendation, token_window
 from gpuprof.recommend.tokens import describe_tokens
 from gpuprof.dims import param_count
-from gpuprof.units import count, nbytes, seconds
+from gpuprof.units import EMPTY, count, nbytes, seconds
 
 
 
-# The report's words for each figure (gpuprof.units), "-" where a cell has none. Memory in
+# The report's words for each figure (gpuprof.units), units.EMPTY where a cell has none. Memory in
 # recommend is decimal GB, as --memory-gb and the datasheets ("141 GB") state it.
 def _gb(n: int | None) -> str:
-    return "-" if n is None else nbytes(n)
+    return EMPTY if n is None else nbytes(n)
 
 
 def _secs(s: float | None) -> str:
-    return "-" if s is None else seconds(s)
+    return EMPTY if s is None else seconds(s)
 
 
 def _rate(x: float | None) -> str:
-    return "-" if x is None else count(x)
+    return EMPTY if x is None else count(x)
 
 
 def _fits(c: Candidate) -> Text:
@@ -39,7 +39,7 @@ def _fits(c: Candidate) -> Text:
 
 def _step(c: Candidate, measured: bool) -> str:
     if c.step_s is None:
-        return "-"
+        return EMPTY
     text = _secs(c.step_s)
     if c.step_s_range and c.step_s_range[1] - c.step_s_range[0] > 0.02 * c.step_s:
         text += f" ({_secs(c.step_s_range[0])}-{_secs(c.step_s_range[1])})"
@@ -91,13 +91,13 @@ def render_text(rec: Recommendation, *, color: bool = False, width: int = 120,
         style = "bold green" if c is rec.best else None
         table.add_row(mark, str(c.batch_size), str(c.gradient_accumulation_steps),
                       describe_tokens(c.tokens), _gb(c.memory.total_bytes),
-                      f"{c.memory.total_bytes / rec.capacity_bytes:.0%}" if rec.capacity_bytes else "-",
+                      f"{c.memory.total_bytes / rec.capacity_bytes:.0%}" if rec.capacity_bytes else EMPTY,
                       _fits(c), _step(c, measured), _rate(c.tokens_per_s), style=style)
     if rec.current is not None:
         c = rec.current
         table.add_row("current", str(c.batch_size), str(c.gradient_accumulation_steps),
                       describe_tokens(c.tokens), _gb(c.memory.total_bytes),
-                      f"{c.memory.total_bytes / rec.capacity_bytes:.0%}" if rec.capacity_bytes else "-",
+                      f"{c.memory.total_bytes / rec.capacity_bytes:.0%}" if rec.capacity_bytes else EMPTY,
                       _fits(c), _step(c, measured), _rate(c.tokens_per_s), style="italic")
     con.print(table)
     hidden = len(rec.candidates) - len(rows)

@@ -21,7 +21,7 @@ from gpuprof.report import words
 from gpuprof.report.timeline import TimelineView, build_timeline
 from gpuprof.report.words import collectives_line
 from gpuprof.stats import HOST_ONLY_PHASES, PHASES
-from gpuprof.units import bytes_per_s, nbytes, pct, seconds
+from gpuprof.units import EMPTY, bytes_per_s, nbytes, pct, seconds
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def build_report(profile: Profile, analysis: Analysis) -> Report:
         gpu = stats.timeline == "gpu"
         rows.append(PhaseRow(name, seconds(e.seconds), e.share, pct(e.share),
                              host=seconds(e.host_seconds) if gpu else None,
-                             idle=(seconds(e.idle_exposed_s) if name in HOST_ONLY_PHASES else "-") if gpu else None))
+                             idle=(seconds(e.idle_exposed_s) if name in HOST_ONLY_PHASES else EMPTY) if gpu else None))
     basis = (f"the mean of {len(stats.typical)} typical steps" if stats.irregular
              else f"the mean of {stats.n_steps} measured steps")
     return Report(
@@ -199,15 +199,15 @@ def _ranks(d) -> RanksView | None:
     for r in d.ranks:
         mark = " *" if r.rank == slow else (" !" if r.status != "ok" else "")
         if r.step_s is None:
-            rows.append((f"{r.rank}{mark}", *["—"] * 7))
+            rows.append((f"{r.rank}{mark}", *[EMPTY] * 7))
             continue
         own, ph = r.own_phases, r.phases
         comm = r.collectives if sharded else r.comm
         rows.append((f"{r.rank}{mark}", seconds(r.step_s), seconds(own.get("data", ph.get("data"))),
                      seconds(own.get("forward", ph.get("forward"))), seconds(own.get("backward", ph.get("backward"))),
-                     seconds(comm.exposed_s) if comm is not None else "—",
-                     seconds(waiting.get(r.rank)) if r.rank in waiting else "—",
-                     seconds(r.busy_s) if r.busy_s is not None else "—"))
+                     seconds(comm.exposed_s) if comm is not None else EMPTY,
+                     seconds(waiting.get(r.rank)) if r.rank in waiting else EMPTY,
+                     seconds(r.busy_s) if r.busy_s is not None else EMPTY))
     if sharded:
         caption = ("* slowest rank, ! failed. step: each rank's typical step; the others are medians over the "
                    "measured steps: fwd, bwd = the rank's own compute, without its collectives; comm = the time "
