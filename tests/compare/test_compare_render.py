@@ -8,8 +8,8 @@ from rich.console import Console
 
 from compare_profiles import BASE_PHASES, finding, hand
 from gpuprof.analysis.compare import compare
-from gpuprof.render.compare import (comparison_json, outcome_line, outcome_table, phase_table,
-                                    render_comparison, summary_table)
+from gpuprof.render.compare import comparison_json, outcome_table, phase_table, render_comparison, summary_table
+from gpuprof.report.compare import outcome_line
 
 
 def per_token_pair():

@@ -84,7 +84,8 @@ def test_signed_seconds_duration_and_finite():
 
 
 def test_the_renderers_share_one_not_measured_and_format_reexports_nothing():
-    from gpuprof.render import compare, format, html, mfu
+    from gpuprof.render import format, html, mfu
+    from gpuprof.report import compare
 
     assert compare.NM is html.NM is mfu.NM is NM
     assert not hasattr(format, "seconds") and not hasattr(format, "NM") and hasattr(format, "FitTable")

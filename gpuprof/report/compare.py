@@ -1,0 +1,163 @@
+"""`gpuprof compare` decided once: every cell, heading and line the comparison prints, from
+gpuprof.analysis.compare's Comparison. The terminal renderer (gpuprof.render.compare) places them.
+
+The tables hold only short cells (figures, phase names, finding ids), so they never wrap or cut
+at 80 columns; titles and explanations are prose lines, which wrap at spaces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuprof.analysis.compare import Comparison, Figure, Outcome
+from gpuprof.units import NM, pct, seconds, signed_seconds
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A table: its column names (the first names the row, the others hold figures) and rows."""
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    text_columns: int = 1  # how many columns from the left hold words (left-aligned)
+    last_is_text: bool = False  # a trailing words column (the outcome's verdict)
+
+
+@dataclass(frozen=True)
+class CompareView:
+    title: str
+    names: str  # BEFORE ... → AFTER ...
+    basis_note: str
+    per_token: bool
+    summary: Rows
+    not_measured: tuple[str, ...]
+    phases_heading: str
+    phases: Rows
+    outcomes_heading: str | None  # BEFORE's findings with a predicted saving
+    outcomes: Rows | None
+    outcome_lines: tuple[str, ...]
+    unpredicted: str | None  # BEFORE's findings without a predicted saving
+    no_findings: str | None
+    new_heading: str | None
+    new_lines: tuple[str, ...]
+    config_heading: str
+    config_lines: tuple[str, ...]
+    config_changed: bool
+    notes: tuple[str, ...]
+
+
+def change_cell(fig: Figure, fmt=signed_seconds, digits: int = 1) -> str:
+    """`+12.0 ms (+5.0%)`; the percentage only where BEFORE is non-zero."""
+    if fig.change is None:
+        return NM
+    if fig.change == 0:
+        return "0"
+    text = fmt(fig.change)
+    if fig.change_pct is not None and fig.change:
+        text += f" ({fig.change_pct * 100:+.{digits}f}%)"
+    return text
+
+
+def _rate(x: float | None) -> str:
+    return NM if x is None else f"{x:,.0f}"
+
+
+def _signed_rate(x: float | None) -> str:
+    return NM if x is None else f"{x:+,.0f}"
+
+
+def _pct_points(x: float | None) -> str:
+    return NM if x is None else f"{x * 100:+.1f} pt"
+
+
+def _ratio(x: float | None) -> str:
+    return NM if x is None else f"{x:.2f}"
+
+
+def summary_rows(c: Comparison) -> Rows:
+    """Step time, throughput, MFU before/after with the change."""
+    rows = [("step (typical)", seconds(c.step_s.before), seconds(c.step_s.after), change_cell(c.step_s))]
+    if c.basis == "token":
+        rows.append(("per 1M tokens", seconds(c.time.before), seconds(c.time.after), change_cell(c.time)))
+    rows += [("tokens/step", _rate(c.tokens_per_step.before), _rate(c.tokens_per_step.after),
+              change_cell(c.tokens_per_step, _signed_rate)),
+             ("tokens/s", _rate(c.tokens_per_s.before), _rate(c.tokens_per_s.after),
+              change_cell(c.tokens_per_s, _signed_rate))]
+    for label, fig in (("MFU", c.mfu), ("MFU vs ceiling", c.mfu_vs_ceiling)):
+        rows.append((label, pct(fig.before), pct(fig.after), _pct_points(fig.change)))
+    rows.append(("step spread", pct(c.spread.before, 0), pct(c.spread.after, 0), _pct_points(c.spread.change)))
+    if c.world_size.change:
+        rows.append(("world size", f"{c.world_size.before:.0f}", f"{c.world_size.after:.0f}",
+                     f"{c.world_size.change:+.0f}"))
+    return Rows(("figure", "before", "after", "change"), tuple(rows))
+
+
+def phase_rows(c: Comparison) -> Rows:
+    """Each phase's mean time (per step, or per 1M tokens) and share, before/after."""
+    rows = tuple((p.phase, seconds(p.time.before), seconds(p.time.after), change_cell(p.time, digits=0),
+                  f"{pct(p.share.before, 0)} → {pct(p.share.after, 0)}") for p in c.phases)
+    return Rows(("phase", "before", "after", "change", "share"), rows)
+
+
+def outcome_rows(outcomes: list[Outcome]) -> Rows:
+    """BEFORE's findings with a predicted saving: predicted vs achieved seconds, and the ratio."""
+    rows = tuple((o.id, seconds(o.predicted_s), seconds(o.achieved_s),
+                  "n/a" if o.ratio is None and o.predicted_s == 0 else _ratio(o.ratio), o.verdict)
+                 for o in outcomes)
+    return Rows(("finding (BEFORE)", "predicted", "achieved", "ratio", "verdict"), rows, last_is_text=True)
+
+
+def outcome_line(o: Outcome) -> str:
+    """How one finding's achieved saving was measured, and what else moved."""
+    if o.measured_from == "phases":
+        how = f"achieved = drop of {' + '.join(o.phases)}"
+        if o.other_phases_change_s is not None:
+            how += f"; the other phases {signed_seconds(o.other_phases_change_s)}"
+    else:
+        how = "achieved = drop of the typical step (the finding names no phases)"
+    if o.in_after:
+        after = seconds(o.after_saving_s) if o.after_saving_s is not None else "no estimate"
+        how += f"; still found in AFTER (predicts {after})"
+    else:
+        how += "; gone in AFTER"
+    if o.overlaps:
+        how += f"; shares its phases with {', '.join(o.overlaps)}: the drop counts both"
+    return f"  {o.id}: {how}"
+
+
+def _value(v) -> str:
+    return "not set" if v is None else repr(v) if isinstance(v, str) else str(v)
+
+
+def compare_view(c: Comparison) -> CompareView:
+    """What the comparison prints: what it compares and on which basis, the figures, the phases,
+    BEFORE's findings predicted vs achieved, AFTER's new findings, the config changes and notes."""
+    timeline = c.timeline[0] if c.timeline[0] == c.timeline[1] else f"{c.timeline[0]} / {c.timeline[1]}"
+    per_token = c.basis == "token"
+    fixes = [o for o in c.outcomes if o.predicted_s is not None]
+    others = [o for o in c.outcomes if o.predicted_s is None]
+    unit = f" of {c.tokens_per_step.before:,.0f} tokens" if per_token else ""
+    return CompareView(
+        title="gpuprof compare",
+        names=f"BEFORE {c.before_name}  →  AFTER {c.after_name}",
+        basis_note=c.basis_note, per_token=per_token,
+        summary=summary_rows(c),
+        not_measured=tuple(f"  {'MFU vs ceiling' if key == 'mfu_vs_ceiling' else 'MFU'} not measured: {why}"
+                           for key, why in c.not_measured.items()),
+        phases_heading=f"Phases (per typical step{', per 1M tokens' if per_token else ''}, {timeline} timeline)",
+        phases=phase_rows(c),
+        outcomes_heading=(f"BEFORE's findings: predicted vs achieved saving (seconds per BEFORE step{unit})"
+                          if fixes else None),
+        outcomes=outcome_rows(fixes) if fixes else None,
+        outcome_lines=tuple(outcome_line(o) for o in fixes),
+        unpredicted=("BEFORE's findings without a predicted saving: "
+                     + ", ".join(f"{o.id} ({'still found' if o.in_after else 'gone'})" for o in others)
+                     if others else None),
+        no_findings=None if c.outcomes else "BEFORE has no findings",
+        new_heading="New in AFTER:" if c.new_findings else None,
+        new_lines=tuple(f"  + {f['id']}: {f['title']} "
+                        f"({'saves ' + seconds(f['saving_s']) if f.get('saving_s') is not None else f['kind']})"
+                        for f in c.new_findings),
+        config_heading="Config changes (run.config):" if c.config_changes else "Config: no key of run.config changed",
+        config_lines=tuple(f"  {ch['key']}: {_value(ch['before'])} → {_value(ch['after'])}" for ch in c.config_changes),
+        config_changed=bool(c.config_changes),
+        notes=tuple(f"note: {n}" for n in c.notes),
+    )
