@@ -1,7 +1,7 @@
 """Rich renderables for MFU, the samplers and a log analysis. Builds, never prints.
 
-Every figure comes from the dict passed in (the samplers: the typed sections, gpuprof.sections);
-a missing one reads "not measured".
+The MFU and log panels lay out what gpuprof.report.details decided; the samplers' panel reads the
+typed sections (gpuprof.sections). A missing figure reads "not measured".
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuprof.render.format import FitTable
+from gpuprof.report.details import BAD, GOOD, PLAIN, WARN, DetailsView, log_view, mfu_view
 from gpuprof.sections import HostSection, SamplerSection, Sections
-from gpuprof.units import NM, bytes_per_s, flops_rate, gib, pct, seconds
+from gpuprof.units import NM, bytes_per_s, gib, pct
 
 
 def _num(x, fmt: str = "{:.3g}", unit: str = "") -> str:
@@ -35,58 +36,34 @@ def _notes(items: list[str], style: str = "yellow") -> list[Text]:
     return [Text(f"! {w}", style=style) for w in items or []]
 
 
-# ----------------------------------------------------------------------------------------- MFU
+# ------------------------------------------------------------------------------ MFU and logs
+_TONE = {BAD: "red", WARN: "yellow", GOOD: "green", PLAIN: ""}
+
+
+def details_panel(view: DetailsView) -> Panel:
+    """A details view (gpuprof.report.details) laid out: its rows as label/figure pairs (a note
+    dimmed), its lines, its table, its warnings."""
+    t = _kv_table()
+    for row in view.rows:
+        value = Text(row.value)
+        if row.note:
+            value.append(f" {row.note}", style="dim")
+        value.append(row.after)
+        t.add_row(row.label, value)
+    parts: list = [t]
+    for line in view.lines:
+        parts.append(Text(line.text, style="bold" if line.heading else _TONE.get(line.tone, "")))
+    if view.table_rows:
+        parts.append(Text(view.table_caption, style="italic"))
+        parts.append(FitTable([(col, "right") for col in view.table_columns], [list(r) for r in view.table_rows],
+                              show_edge=False))
+    parts += _notes(list(view.warnings))
+    return Panel(Group(*parts), title=view.title, expand=False)
+
+
 def mfu_panel(mfu: dict) -> Panel:
     """The MFU section of a report: FLOPs, peak, both MFUs, the floor, a misreport explained."""
-    t = _kv_table()
-    fm = mfu.get("flops_method")
-    extra = ""
-    if mfu.get("flops_analytic_per_step") is not None or mfu.get("flops_counted_per_step") is not None:
-        extra = (f"  (analytic {_flops(mfu.get('flops_analytic_per_step'))}, counted "
-                 f"{_flops(mfu.get('flops_counted_per_step'))}, counted/analytic "
-                 f"{pct(mfu.get('flops_agreement'))})")
-    t.add_row("Model FLOPs / step", f"{_flops(mfu.get('flops_per_step'))}"
-              + (f" [dim]MFU uses {fm}[/dim]" if fm else "") + extra)
-    timeline = mfu.get("timeline")
-    # The step printed above the findings, with its statistic: here it is only that figure again.
-    t.add_row("Step time", seconds(mfu.get("step_s")) + (f" [dim]{timeline} timeline[/dim]" if timeline else ""))
-    t.add_row("Achieved", flops_rate(mfu.get("achieved_tflops")))
-    dtype = mfu.get("dtype") or "?"
-    peak = mfu.get("peak_tflops")
-    gpu = mfu.get("gpu_name") or mfu.get("device_name") or "device"
-    t.add_row(f"Peak ({dtype}, {gpu})",
-              (flops_rate(peak) + f" [dim]{mfu.get('peak_source')}[/dim]") if peak else "no datasheet peak")
-    t.add_row("MFU vs datasheet", pct(mfu.get("mfu")) if peak else "not applicable")
-    ceil = mfu.get("ceiling_tflops")
-    ceil_txt = flops_rate(ceil)
-    if ceil is not None:
-        how = ", ".join(str(x) for x in (mfu.get("ceiling_method"), mfu.get("ceiling_dtype") and
-                                         f"{mfu['ceiling_dtype']} matmul") if x)
-        ceil_txt += f" [dim]{how}[/dim]" if how else ""
-        if mfu.get("ceiling_share_of_peak") is not None:
-            ceil_txt += f" = {pct(mfu['ceiling_share_of_peak'])} of datasheet"
-    t.add_row("Measured ceiling", ceil_txt)
-    t.add_row("MFU vs ceiling", pct(mfu.get("mfu_vs_ceiling")))
-    floor = mfu.get("floor_s")
-    if floor is not None:
-        exp = mfu.get("expected_step_s") or {}
-        t.add_row("Step-time floor", f"{seconds(floor)} at 100% of peak; expected "
-                  + ", ".join(f"{seconds(v)} at {k}" for k, v in exp.items())
-                  + f"; measured {seconds(mfu.get('step_s'))}"
-                  + (f" = {mfu['step_over_floor']:.2f}× the floor" if mfu.get("step_over_floor") else ""))
-    else:
-        t.add_row("Step-time floor", NM if peak else "not applicable (no datasheet peak)")
-    if mfu.get("floor_s_ceiling") is not None:
-        t.add_row("Floor at ceiling", seconds(mfu["floor_s_ceiling"]))
-    parts: list = [t]
-    if mfu.get("reported_mfu_pct") is not None:
-        parts.append(Text(f"Printed MFU {mfu['reported_mfu_pct']:.1f}% ({mfu.get('reported_source')}):",
-                          style="bold"))
-        for m in mfu.get("misreport") or []:
-            style = "red" if m.get("cause") == "impossible" else ""
-            parts.append(Text(f"  - {m['text']}", style=style))
-    parts += _notes(mfu.get("warnings"))
-    return Panel(Group(*parts), title="Model FLOPs utilization", expand=False)
+    return details_panel(mfu_view(mfu))
 
 
 # ------------------------------------------------------------------------------------ samplers
@@ -179,48 +156,6 @@ def samplers_panel(measurements: dict | Sections) -> Panel:
     return Panel(Group(*parts), title="What the machine did", expand=False)
 
 
-# ---------------------------------------------------------------------------------------- logs
 def log_analysis_panel(result: dict) -> Panel:
     """What a nanoGPT log implies: FLOPs, model size, true MFU, the floor, the verdict."""
-    r = result
-    t = _kv_table()
-    t.add_row("Log", f"{r.get('iter_lines')} iteration lines (iters {r.get('first_iter')}-{r.get('last_iter')}), "
-              f"{r.get('eval_lines')} eval lines in {r.get('path')}")
-    t.add_row("Step time (median)", f"{seconds(r.get('step_s_median'))} "
-              f"[dim](p10 {seconds(r.get('step_s_p10'))}, p90 {seconds(r.get('step_s_p90'))})[/dim]")
-    rep = r.get("reported_mfu_pct")
-    t.add_row("Printed MFU (median)", NM if rep is None else f"{rep:.1f}%")
-    t.add_row("Tokens / step / GPU", NM if r.get("tokens_per_step") is None else f"{r['tokens_per_step']:,}")
-    t.add_row("FLOPs / step", _flops(r.get("flops_per_step"))
-              + (f" [dim]{r['flops_source']}[/dim]" if r.get("flops_source") else ""))
-    t.add_row("FLOPs / token", _num(r.get("flops_per_token") and r["flops_per_token"] / 1e9, "{:.2f}", " G"))
-    imp = r.get("implied_params")
-    t.add_row("Implied model size", NM if imp is None else
-              f"{imp / 1e6:,.0f}M parameters [dim]({r.get('implied_params_method')})[/dim]")
-    peak = r.get("peak_tflops")
-    t.add_row(f"Peak ({r.get('dtype')}, {r.get('gpu_name') or 'no GPU given'})",
-              (flops_rate(peak) + f" [dim]{r.get('peak_source')}[/dim]") if peak else NM)
-    t.add_row("True MFU", pct(r.get("true_mfu")))
-    floor = r.get("floor_s")
-    if floor is not None:
-        exp = r.get("expected_step_s") or {}
-        t.add_row("Step-time floor", f"{seconds(floor)} at 100% of peak; expected "
-                  + ", ".join(f"{seconds(v)} at {k}" for k, v in exp.items())
-                  + (f"; logged {r['step_over_floor']:.2f}× the floor" if r.get("step_over_floor") else ""))
-    else:
-        t.add_row("Step-time floor", NM)
-    parts: list = [t]
-    v = r.get("verdict")
-    if v:
-        style = {"impossible": "red", "suspicious": "yellow", "healthy": "green", "slow": "red"}.get(v["id"], "")
-        parts.append(Text(f"Verdict: {v['id']}: {v['text']}", style=style))
-    for m in r.get("misreport") or []:
-        parts.append(Text(f"  - {m['text']}", style="red" if m.get("cause") == "impossible" else ""))
-    if r.get("size_table"):
-        rows = [[row["model"], f"{row['params'] / 1e6:,.0f}M", seconds(row.get("floor_s")),
-                 pct(row.get("true_mfu_at_step")), pct(row.get("nanogpt_mfu_at_step"))] for row in r["size_table"]]
-        parts.append(Text("If the model were…", style="italic"))
-        parts.append(FitTable([(col, "right") for col in ("model", "params", "floor", "true MFU at logged step",
-                                                          "nanoGPT would print")], rows, show_edge=False))
-    parts += _notes(r.get("warnings"))
-    return Panel(Group(*parts), title="nanoGPT log analysis", expand=False)
+    return details_panel(log_view(result))

@@ -51,3 +51,19 @@ def test_log_analysis_panel_shows_the_facts_case():
     out = _text(log_analysis_panel(r))
     for s in ("21.00 s", "164.1%", "1,048,576", "51.7%", "10.87 s", "healthy", "gpt2-xl", "4.3%", "impossible"):
         assert s in out, s
+
+
+def test_the_floor_is_worded_once_for_a_run_and_a_log():
+    from gpuprof.report.details import log_view, mfu_view
+
+    m = {"floor_s": 10.87, "expected_step_s": {"40%": 27.2, "60%": 18.1}, "step_over_floor": 1.93,
+         "step_s": 21.0, "peak_tflops": 989.5}
+    run = {r.label: r for r in mfu_view(m).rows}["Step-time floor"].value
+    log = {r.label: r for r in log_view({"floor_s": 10.87, "expected_step_s": {"40%": 27.2, "60%": 18.1},
+                                          "step_over_floor": 1.93}).rows}["Step-time floor"].value
+    head = "10.87 s at 100% of peak; expected 27.20 s at 40%, 18.10 s at 60%"
+    assert run == head + "; measured 21.00 s = 1.93× the floor"
+    assert log == head + "; logged 1.93× the floor"
+    # the panel adds no figure of its own: every row's value is in the rendered text
+    out = _text(mfu_panel(m))
+    assert all(r.value in " ".join(out.split()) for r in mfu_view(m).rows if len(r.value) < 60)
