@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 from gpuprof.analysis.findings import Finding
 from gpuprof.analysis.pipeline import Analysis
+from gpuprof.analysis.rules.sharded import collectives_line
 from gpuprof.profile import Profile
 from gpuprof.report import words
 from gpuprof.report.timeline import TimelineView, build_timeline
-from gpuprof.report.words import collectives_line
 from gpuprof.stats import HOST_ONLY_PHASES, PHASES
 from gpuprof.units import EMPTY, bytes_per_s, nbytes, pct, seconds
 

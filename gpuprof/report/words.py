@@ -11,7 +11,7 @@ from gpuprof.profile import Profile
 from gpuprof.sections import Sections
 from gpuprof.sections.script import STEP_BACKWARD, STEP_OPTIMIZER, STEP_ZERO_GRAD
 from gpuprof.stats import PHASES, StepStats
-from gpuprof.units import NM, bytes_per_s, count, evidence_words, flops_rate, nbytes, pct, seconds, tokens
+from gpuprof.units import NM, count, evidence_words, flops_rate, pct, seconds, tokens
 
 NOT_ESTIMATED = "not estimated (the note says why)"
 TYPICAL_NOTE = ("The typical step is the mean of the measured steps that are not irregular (far slower "
@@ -121,27 +121,6 @@ def throughput_text(profile: Profile, stats: StepStats) -> str:
     if stats.irregular:
         text += f" ({stats.run_tokens_per_s * world:,.0f} over the whole run)"
     return text
-
-
-COLLECTIVE_NAMES = {"all_gather": "all-gather", "all_gather_wait": "all-gather wait and copy-out",
-                    "reduce_scatter": "reduce-scatter"}
-
-
-def collectives_line(c) -> str:
-    """FSDP2's collectives per step, on the rank that waited least (JobCollectives of
-    analysis.distributed): each kind's calls, bytes, host time and bus bandwidth, and what was
-    exposed."""
-    parts = []
-    for kind, k in c.by_kind.items():
-        text = (f"{COLLECTIVE_NAMES.get(kind, kind)} {k.calls}× ({k.backward_calls} in backward)"
-                + (f", {nbytes(k.bytes)}" if k.bytes else "") + f", {seconds(k.seconds)}")
-        if k.busbw_Bps:
-            text += f", bus bandwidth {bytes_per_s(k.busbw_Bps)}"
-        parts.append(text)
-    share = f" ({pct(c.exposed_s / c.step_s)} of the step)" if c.step_s and c.exposed_s is not None else ""
-    return (f"FSDP collectives per step on rank {c.rank} (the rank that waited least; {c.backend or '?'}, "
-            f"{c.clock or 'host'} clock): " + "; ".join(parts)
-            + f"; in all {seconds(c.exposed_s)} on the step's critical path{share}")
 
 
 def sharding_line(s) -> str | None:

@@ -20,11 +20,29 @@ from dataclasses import asdict
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import step_evidence, step_s
-from gpuprof.report.words import collectives_line
-from gpuprof.units import nbytes, pct, seconds
+from gpuprof.units import bytes_per_s, nbytes, pct, seconds
 
+COLLECTIVE_NAMES = {"all_gather": "all-gather", "all_gather_wait": "all-gather wait and copy-out",
+                    "reduce_scatter": "reduce-scatter"}
 MIN_SHARE = 0.02  # a measured saving under this share of the step is not worth a fix here
 BYTES_FP32 = 4
+
+
+def collectives_line(c) -> str:
+    """FSDP2's collectives per step, on the rank that waited least (JobCollectives of
+    analysis.distributed_results): each kind's calls, bytes, host time and bus bandwidth, and what
+    was exposed. The findings below give it as their evidence; the report's ranks section prints it."""
+    parts = []
+    for kind, k in c.by_kind.items():
+        text = (f"{COLLECTIVE_NAMES.get(kind, kind)} {k.calls}× ({k.backward_calls} in backward)"
+                + (f", {nbytes(k.bytes)}" if k.bytes else "") + f", {seconds(k.seconds)}")
+        if k.busbw_Bps:
+            text += f", bus bandwidth {bytes_per_s(k.busbw_Bps)}"
+        parts.append(text)
+    share = f" ({pct(c.exposed_s / c.step_s)} of the step)" if c.step_s and c.exposed_s is not None else ""
+    return (f"FSDP collectives per step on rank {c.rank} (the rank that waited least; {c.backend or '?'}, "
+            f"{c.clock or 'host'} clock): " + "; ".join(parts)
+            + f"; in all {seconds(c.exposed_s)} on the step's critical path{share}")
 
 
 def _collectives(ctx: Context):
