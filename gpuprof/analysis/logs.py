@@ -69,7 +69,7 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
     the file cannot be read or holds no iteration lines."""
     from pathlib import Path
 
-    from gpuprof.analysis.mfu import NANOGPT_A100_TFLOPS
+    from gpuprof.analysis.mfu import NANOGPT_A100_TFLOPS, explain_misreport
     from gpuprof.hardware import BEST_ACHIEVABLE_MFU, EXPECTED_MFU, find_gpu, peak_for
     from gpuprof.dims import (GPT2_SIZES, GPTConfig, attention_flops_per_token, gpt_flops_per_token,
                               gpt_param_count)
@@ -170,21 +170,9 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
                 verdict = {"id": vid, "text": vtext}
                 break
 
-    misreport: list[dict] = []
-    if reported is not None and peak:
-        true_pct = reported * NANOGPT_A100_TFLOPS / peak
-        if abs(peak / NANOGPT_A100_TFLOPS - 1) > 0.05:
-            misreport.append({"cause": "a100_constant",
-                              "text": f"nanoGPT divides by the A100's {NANOGPT_A100_TFLOPS:g} TFLOP/s; on a "
-                                      f"{peak:g} TFLOP/s peak the true MFU is {reported:.1f}% × "
-                                      f"{NANOGPT_A100_TFLOPS:g}/{peak:g} = {true_pct:.1f}%",
-                              "evidence": {"reported_pct": reported, "true_pct": true_pct, "peak_tflops": peak}})
-        if reported > 100:
-            misreport.append({"cause": "impossible",
-                              "text": f"{reported:.1f}% MFU is impossible: it is measured against the A100's "
-                                      f"312 TFLOP/s, not this GPU's peak" if peak != NANOGPT_A100_TFLOPS else
-                                      f"{reported:.1f}% MFU is impossible: the step time or FLOP count is wrong",
-                              "evidence": {"reported_pct": reported}})
+    # why the printed MFU differs from the true one: the same explanation as a measured run's
+    misreport = explain_misreport({"mfu": true_mfu, "peak_tflops": peak, "dtype": used_dtype,
+                                   "gpu_name": spec.name if spec else gpu}, reported) if reported is not None and peak else []
     consistency = None
     if cfg_per_token and per_token and flops_source and flops_source.startswith("printed"):
         consistency = per_token / cfg_per_token
