@@ -6,9 +6,11 @@ several nodes' files (`gpuprof merge`) are the same function of the same set of 
 merging node files equals merging all their ranks at once.
 
 A merged profile keeps every rank's whole profile under `ranks` and shows, at the top level, one
-rank's steps and measurements: the slowest rank's (gpuprof.analysis.distributed.slowest_rank —
-the job runs at its pace, and its phases hold its own work rather than waiting for another rank),
-or the lowest present rank when the ranks' all-reduces were not measured. What the ranks say
+rank's steps and measurements: the slowest rank's (gpuprof.analysis.distributed's `slowest` — the
+job runs at its pace, and its phases hold its own work rather than waiting for another rank),
+or the lowest present rank when the ranks' all-reduces were not measured. `run.view` keeps what
+that choice rests on — the rank, the rule's id, each rank's busy seconds per step
+(gpuprof.analysis.distributed_results.MergedView) — and the report words it. What the ranks say
 together (per-rank figures, the straggler, communication) is the analysis's, not stored here.
 """
 
@@ -16,7 +18,8 @@ from __future__ import annotations
 
 import copy
 
-from gpuprof.analysis.distributed import slowest_rank
+from gpuprof.analysis.distributed import distributed_stats
+from gpuprof.analysis.distributed_results import VIEW_LOWEST, VIEW_SLOWEST, MergedView
 from gpuprof.errors import GpuprofError
 from gpuprof.profile import Profile, rank_error_text
 
@@ -65,7 +68,8 @@ def merge_entries(entries: list[dict]) -> Profile:
         lines = "; ".join(f"rank {e['rank']}: {rank_error_text(e)}" for e in entries) or "no rank entries"
         raise GpuprofError(f"no rank completed a training step ({lines})")
     world = max(int(e.get("world_size") or 1) for e in entries)
-    slow = slowest_rank(entries)
+    together = distributed_stats(entries)
+    slow = together.slowest.rank if together.slowest is not None else None
     chosen = next((e for e in present if e["rank"] == slow), present[0])
     base = Profile.from_dict(copy.deepcopy(chosen["profile"]))
     nodes: dict[int, int] = {}
@@ -74,9 +78,9 @@ def merge_entries(entries: list[dict]) -> Profile:
             nodes[e["node_rank"]] = nodes.get(e["node_rank"], 0) + 1
     base.run = dict(base.run)
     base.run["world_size"] = world
-    base.run["view"] = (f"rank {chosen['rank']} ("
-                        + ("the slowest rank" if chosen["rank"] == slow else "the lowest rank with a profile")
-                        + "); every rank under `ranks`")
+    base.run["view"] = MergedView(
+        rank=chosen["rank"], rule=VIEW_SLOWEST if chosen["rank"] == slow else VIEW_LOWEST,
+        busy_s={r.rank: r.busy_s for r in together.ranks if r.busy_s is not None}).to_dict()
     base.run["launch"] = {"nnodes": max(1, len(nodes)), "nproc_per_node": max([*nodes.values(), 1]),
                           "world_size": world}
     base.ranks = [{**e, "profile": _strip(e.get("profile"))} for e in entries]

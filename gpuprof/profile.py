@@ -115,7 +115,8 @@ class Profile:
     # A merged data-parallel run (gpuprof.merge): one entry per rank, sorted by rank:
     # {"rank", "local_rank", "node_rank", "host", "status": ok|failed|interrupted|missing,
     #  "error": dict|None, "profile": that rank's whole profile dict, or None when missing}.
-    # The top-level steps and measurements are then one rank's view (run["view"] says which).
+    # The top-level steps and measurements are then one rank's view (run["view"] says which, by
+    # which rule, on which figures: gpuprof.analysis.distributed_results.MergedView).
     # Empty for a single process.
     ranks: list[dict] = field(default_factory=list)
     tool: dict = field(default_factory=lambda: {"name": "gpuprof", "version": __version__})

@@ -2,7 +2,8 @@
 
 Frozen dataclasses, so nothing downstream changes a figure after it is judged; `to_dict()` gives
 the JSON saved as `analysis.distributed` (every field, None where not measured) and
-`DistributedStats.from_dict` reads it back, tolerating the keys older files lack."""
+`DistributedStats.from_dict` reads it back, tolerating the keys older files lack. `MergedView`
+reads what gpuprof.merge stored about the rank a merged profile shows (`run.view`)."""
 
 from __future__ import annotations
 
@@ -218,3 +219,48 @@ class DistributedStats:
                    method=d.get("method"), slowest=Slowest.from_dict(d.get("slowest")),
                    communication=Communication.from_dict(d.get("communication")),
                    collectives=JobCollectives.from_dict(d.get("collectives")))
+
+
+# The rule by which gpuprof.merge chose the rank a merged profile shows (MergedView.rule).
+VIEW_SLOWEST = "slowest-rank"  # the busiest rank (DistributedStats.slowest)
+VIEW_LOWEST = "lowest-rank-with-profile"  # no slowest rank: the ranks' communication was not measured on 2
+
+
+@dataclass(frozen=True)
+class MergedView:
+    """Whose steps and measurements the top level of a merged profile holds, as gpuprof.merge
+    stored them in `run.view`: the rank, the rule that chose it, and each rank's busy seconds per
+    step (the figure the slowest-rank rule compares; ranks without it are left out). A profile
+    merged before these were stored kept a sentence: `text`, with the rank and rule read from it."""
+
+    rank: int | None
+    rule: str | None = None
+    busy_s: dict = field(default_factory=dict)  # rank (int) -> busy seconds per step
+    text: str | None = None  # an older profile's sentence, as it was stored
+
+    @property
+    def slowest(self) -> bool:
+        return self.rule == VIEW_SLOWEST
+
+    def to_dict(self) -> dict:
+        """The stored form (`run.view`): JSON keys are strings."""
+        return {"rank": self.rank, "rule": self.rule, "busy_s": {str(r): s for r, s in self.busy_s.items()}}
+
+    @classmethod
+    def of_run(cls, run: dict | None) -> "MergedView | None":
+        """The view of a merged profile's `run` (None for a single process's profile)."""
+        v = (run or {}).get("view")
+        if isinstance(v, str) and v:
+            rule = VIEW_SLOWEST if "slowest" in v else VIEW_LOWEST if "lowest" in v else None
+            rank = (run or {}).get("rank")
+            return cls(rank=rank if isinstance(rank, int) else None, rule=rule, text=v)
+        if not isinstance(v, dict):
+            return None
+        busy = {}
+        for r, s in (v.get("busy_s") or {}).items():
+            try:
+                busy[int(r)] = float(s)
+            except (TypeError, ValueError):
+                continue
+        rank = v.get("rank")
+        return cls(rank=rank if isinstance(rank, int) else None, rule=v.get("rule"), busy_s=busy)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuprof.analysis.distributed_results import MergedView
 from gpuprof.analysis.findings import Finding
 from gpuprof.profile import Profile
 from gpuprof.sections import Sections
@@ -116,7 +117,8 @@ def throughput_text(profile: Profile, stats: StepStats) -> str:
     text = f"{stats.tokens_per_s * world:,.0f} tokens/s"
     if world > 1:
         me = profile.run.get("rank")
-        slow = " (the slowest)" if "slowest" in str(profile.run.get("view") or "") else ""
+        view = MergedView.of_run(profile.run)
+        slow = " (the slowest)" if view is not None and view.slowest else ""
         text += f" for the job ({world} ranks); the step and phases are rank {me}'s{slow}"
     if stats.irregular:
         text += f" ({stats.run_tokens_per_s * world:,.0f} over the whole run)"
@@ -160,6 +162,24 @@ def step_rule_text(rule) -> str | None:
 def micro_text(stats: StepStats) -> str | None:
     n = stats.micro_steps
     return f"{n} micro-step{'s' if n != 1 else ''} per step" if n else None
+
+
+def view_text(view: MergedView) -> str:
+    """Whose steps and measurements a merged profile shows, and why (gpuprof.merge's choice): an
+    older profile's stored sentence as it was."""
+    if view.text:
+        return view.text
+    who = f"rank {view.rank if view.rank is not None else NM}"
+    if view.slowest:
+        why = "the slowest rank"
+        mine = view.busy_s.get(view.rank)
+        others = sorted(s for r, s in view.busy_s.items() if r != view.rank)
+        if mine is not None and others:
+            rest = seconds(others[0]) if len(others) == 1 else f"{seconds(others[0])} to {seconds(others[-1])}"
+            why += f": busy {seconds(mine)} per step, the other ranks {rest}"
+    else:
+        why = "the lowest rank with a profile: no slowest rank, the ranks' communication was not measured on two"
+    return f"{who} ({why}); every rank under `ranks`"
 
 
 # ------------------------------------------------------------------------------------ MFU
@@ -279,7 +299,8 @@ def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]
     """(label, text) rows: whose view, the script, device, model, step shape, settings,
     precision, data, how it ended, software."""
     run, cfg, env = profile.run, profile.config, profile.environment
-    rows = [("view", run["view"])] if run.get("view") else []
+    view = MergedView.of_run(run)
+    rows = [("view", view_text(view))] if view is not None else []
     if run.get("mode") == "script":
         rows.append(("script", " ".join(str(c) for c in run.get("command") or []) or NM))
         steps = step_rule_text(Sections.of(profile).script.steps)

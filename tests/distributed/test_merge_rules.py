@@ -128,7 +128,10 @@ def test_merge_finds_the_straggler_exactly():
     assert d.slowest.phase_extra_s == pytest.approx(0.08)
     assert d.communication.rank == 1 and d.communication.exposed_s == pytest.approx(0.01)
     assert {w.rank: w.waiting_s for w in d.communication.waiting} == pytest.approx({0: 0.08, 1: 0.0})
-    assert merged.run["rank"] == 1 and merged.run["view"].startswith("rank 1 (the slowest rank)")
+    assert merged.run["rank"] == 1 and merged.run["view"]["rank"] == 1 and merged.run["view"]["rule"] == "slowest-rank"
+    # what the choice rests on: each rank's busy seconds per step
+    assert merged.run["view"]["busy_s"] == pytest.approx({"0": d.ranks[0].busy_s, "1": d.ranks[1].busy_s})
+    assert d.ranks[1].busy_s > d.ranks[0].busy_s
     findings = {f.id: f for f in analysis.findings}
     f = findings["straggler-rank"]
     assert f.evidence["rank"] == 1 and "80.0 ms" in f.title
