@@ -5,7 +5,9 @@ workers (gpuprof.attach.process), NVML the GPU it uses (gpuprof.attach.gpu). The
 thread's stacks become phases and steps (gpuprof.attach.phases), and the result is a Profile
 with mode "attach": its steps are the complete optimizer steps in the window, with host phase
 times from the samples; it goes through the same analysis and reports as `diagnose`. Nothing
-is injected into the target and nothing in it changes.
+is injected into the target and nothing in it changes. The profile holds the figures only (the
+phase shares, the sampler, the process, NVML's readings); what they say together about the GPU is
+the report's (gpuprof.report.attach).
 """
 
 from __future__ import annotations
@@ -197,9 +199,6 @@ def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_secti
                     "window": [info.get("started_at", 0) + spans[0][0], info.get("started_at", 0) + spans[-1][1]]},
         "shares": shares,
         "steps": how,
-        "h2d_note": ("host-to-device copies are C calls, invisible in Python stacks: their time counts "
-                     "where they are called from (usually data)"),
-        "gpu_inference": _gpu_inference(shares, nvml_section),
         "process": facts,
     }
     profile.measurements["nvml"] = nvml_section
@@ -210,23 +209,6 @@ def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_secti
         if storage:
             profile.measurements["storage"] = storage
     return profile
-
-
-def _gpu_inference(shares: dict, nvml_section: dict) -> str:
-    """What host samples and GPU utilization together say, and what would make it exact."""
-    exact = "`gpuprof diagnose` on the next restart measures the GPU timeline exactly (CUDA events)"
-    if not nvml_section.get("available"):
-        return ("no GPU reading: host samples alone cannot tell 'the GPU is busy and the host waits' from "
-                f"'the GPU starves'; {exact}")
-    util = ((nvml_section.get("summary") or {}).get("gpu_util_pct") or {}).get("mean")
-    data = shares.get("data", {}).get("share", 0.0)
-    if util is None:
-        return f"GPU utilization not readable; {exact}"
-    if util >= 90:
-        return (f"GPU busy {util:.0f}% of the time: the host's {data:.0%} in data is hidden behind GPU work "
-                f"(the GPU, not data, sets the pace); {exact}")
-    return (f"GPU busy only {util:.0f}% of the time while the host spends {data:.0%} in data: the GPU waits "
-            f"for the host; {exact}")
 
 
 def merged(result: AttachResult) -> Profile:

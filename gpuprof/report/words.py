@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from gpuprof.analysis.distributed_results import MergedView
 from gpuprof.analysis.findings import Finding
 from gpuprof.profile import Profile
+from gpuprof.report.attach import attach_rows
 from gpuprof.sections import Sections
 from gpuprof.sections.script import STEP_BACKWARD, STEP_OPTIMIZER, STEP_ZERO_GRAD
 from gpuprof.stats import PHASES, StepStats
@@ -216,53 +217,6 @@ def precision_line(prec: dict) -> str:
     if prec.get("tf32_note"):
         line += f"; {prec['tf32_note']}"
     return line
-
-
-def attach_rows(profile: Profile) -> list[tuple[str, str]]:
-    """What an attached run's report says about how it was measured: the process, the sampling,
-    the process's CPU, workers and reads, the GPU inference."""
-    run = profile.run
-    a = profile.measurements.get("attach") or {}
-    smp, steps, proc = a.get("sampler") or {}, a.get("steps") or {}, a.get("process") or {}
-    rows = [("attached", f"process {run.get('pid')}: " + (" ".join(str(c) for c in run.get("command") or []) or NM))]
-    split = (f"; {steps['gaps_split']} gap{'s' if steps['gaps_split'] != 1 else ''} between seen boundaries "
-             f"held several steps and were split evenly" if steps.get("gaps_split") else "")
-    seen = (f"{steps.get('boundaries', steps.get('optimizer_ends', 0))} step boundaries seen "
-            f"({steps.get('boundary_source') or 'the optimizer step'})")
-    rows.append(("sampled", f"py-spy {smp.get('version') or ''} at {smp.get('rate_hz')}/s"
-                 f"{' (non-blocking)' if smp.get('nonblocking') else ''}: {smp.get('samples') or NM} samples"
-                 + (f" of {smp['expected_samples']} due" if smp.get("expected_samples") else "")
-                 + f", {seconds(smp.get('sampled_s'))} of the training thread; {steps.get('steps', 0)} steps from "
-                 f"{seen}{split}; {steps.get('typical_micro_steps')} micro-steps per step, "
-                 f"{steps.get('unit_source') or NM} (--grad-accum N sets it)"))
-    q = smp.get("quality") or {}
-    if q.get("ticks"):
-        late = q.get("late_ms") or {}
-        busy = q.get("host_busy_cores")
-        rows.append(("sampling", f"a tick of the sampler's rate came {late.get('p95') or 0:.1f} ms late at p95 "
-                     f"(max {late.get('max') or 0:.1f} ms; {pct(q.get('late_share') or 0.0)} more than a period late: "
-                     f"the shares' interval is widened by that)"
-                     + (f"; the host's CPU {busy:.2f} of {q.get('host_cores')} cores busy" if busy is not None else "")
-                     + (f"; py-spy fell behind {smp['behind_warnings']}× (up to {smp.get('behind_max_s')} s)"
-                        if smp.get("behind_warnings") else "")))
-    cores = proc.get("cpu_cores")
-    kids = proc.get("children") or []
-    line = f"{cores:.2f} cores" if cores is not None else "CPU not measured"
-    if kids:
-        line += f"; {len(kids)} worker process{'es' if len(kids) != 1 else ''} (" + ", ".join(
-            f"{pct(k['cpu_share_of_a_core'] or 0, 0)} of a core" for k in kids[:4]) + ")"
-    rb, rc = proc.get("read_bytes_s"), proc.get("read_chars_s")
-    if rb is not None:
-        line += f"; reads {count(rb)}B/s from storage, {count(rc or 0)}B/s through read() (page cache included)"
-    rows.append(("process", line))
-    for f in (proc.get("files") or [])[:2]:
-        cache = f.get("page_cache_share")
-        rows.append(("file", f"{f['path']} ({count(f['size_bytes'])}B, {f.get('fs_type', '?')} {f.get('fs_kind', '')}"
-                     + (f", {pct(cache, 0)} in the page cache" if cache is not None else "")
-                     + f"): `gpuprof bench-disk {f['path']}` tells what this storage delivers)"))
-    if a.get("gpu_inference"):
-        rows.append(("GPU", a["gpu_inference"]))
-    return rows
 
 
 def attention_line(att) -> str | None:

@@ -130,6 +130,7 @@ def test_steps_and_the_findings(attached, loader):
     a = prof["measurements"]["attach"]
     assert a["sampler"]["tool"] == "py-spy" and a["sampler"]["samples"] > 100
     assert a["steps"]["typical_micro_steps"] == 2  # --accum 2: backward runs per optimizer step
+    assert "gpu_inference" not in a and "h2d_note" not in a  # figures only: the report words them
     for ph in ("data", "forward", "backward"):
         s = a["shares"][ph]
         assert s["samples"] > 0 and 0 < s["pm95"] < 0.2, (ph, s)
@@ -148,6 +149,7 @@ def test_the_report_of_an_attached_run(attached):
     assert "What ran" in stdout and "attached" in stdout and "tokens/s not measured" in stdout
     words = " ".join(stdout.replace("│", " ").split())  # What ran's box, unwrapped
     assert "py-spy" in words and "step boundaries seen" in words and "late at p95" in words
+    assert "no GPU reading: host samples alone" in words  # derived by the report from NVML's figures
 
 
 def test_a_target_that_ends_during_the_attach_is_reported(tmp_path):
