@@ -138,7 +138,7 @@ class Profile:
         there: what rules and renderers read instead of the dicts. Read from `measurements` as
         they are now (a fraction of a millisecond), so a view is never stale however the dicts
         were changed; a reader that looks often keeps the one it got (the rules' Context does)."""
-        return Sections.from_measurements(self.measurements)
+        return Sections.from_measurements(self.measurements, self.config)
 
     def to_dict(self) -> dict:
         return {

@@ -10,7 +10,7 @@ from gpuprof.analysis.distributed_results import MergedView
 from gpuprof.analysis.findings import Finding
 from gpuprof.profile import Profile
 from gpuprof.report.attach import attach_rows
-from gpuprof.sections import Sections
+from gpuprof.sections import PrecisionSection, Sections
 from gpuprof.sections.script import STEP_BACKWARD, STEP_OPTIMIZER, STEP_ZERO_GRAD
 from gpuprof.stats import PHASES, StepStats
 from gpuprof.units import NM, count, evidence_words, flops_rate, pct, seconds, tokens
@@ -206,16 +206,16 @@ def mfu_text(mfu: dict | None) -> str:
 
 
 # ------------------------------------------------------------------------------------ what ran
-def precision_line(prec: dict) -> str:
-    """What the matmuls computed in, and the observations it rests on."""
-    ac = prec.get("autocast_dtype")
-    seen = [f"autocast {ac}" if ac else "no autocast", f"weights {prec.get('param_dtype') or NM}"]
-    if prec.get("tf32_source") and not str(prec["tf32_source"]).startswith("not applicable"):
-        tf32 = prec.get("tf32_matmul")
+def precision_line(prec: PrecisionSection) -> str:
+    """What the matmuls computed in, and the observations it rests on (measurements.precision)."""
+    ac = prec.autocast_dtype
+    seen = [f"autocast {ac}" if ac else "no autocast", f"weights {prec.param_dtype or NM}"]
+    if prec.tf32_source and not prec.tf32_source.startswith("not applicable"):
+        tf32 = prec.tf32_matmul
         seen.append("TF32 " + (NM if tf32 is None else "on" if tf32 else "off"))
-    line = f"{prec['compute_dtype']} matmuls ({', '.join(seen)})"
-    if prec.get("tf32_note"):
-        line += f"; {prec['tf32_note']}"
+    line = f"{prec.compute_dtype} matmuls ({', '.join(seen)})"
+    if prec.tf32_note:
+        line += f"; {prec.tf32_note}"
     return line
 
 
@@ -282,8 +282,8 @@ def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]
     settings = [f"{k}={cfg[k]}" for k in ("dtype", "compile", "pin_memory") if k in cfg]
     if settings:
         rows.append(("settings", "  ".join(settings)))
-    prec = cfg.get("precision") or {}
-    if prec.get("compute_dtype"):
+    prec = Sections.of(profile).precision  # run.config.precision in older files
+    if prec.compute_dtype:
         rows.append(("precision", precision_line(prec)))
     attention = attention_line(Sections.of(profile).kernels.attention)
     if attention:

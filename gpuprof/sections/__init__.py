@@ -10,8 +10,9 @@ into one typed object per section:
   script              script.py    a script's own log, hook counts, hottest user functions
   probe, flops, microbatch, memory, copies, syncs, kernels, compile
                       compute.py   the post-run measurements of the device's compute
-  timer, storage, comm, post_run
-                      run.py       how the run was timed and fed, the post-run budget
+  precision, timer, storage, comm, post_run
+                      run.py       what the step computed in, how the run was timed and fed, the
+                                   post-run budget
 
 Every section is always there: a profile without it gets an empty instance (`present` False,
 every figure None). A section an instrument could not measure, {"not_measured": reason}, keeps
@@ -29,7 +30,7 @@ from gpuprof.sections.compute import (CompileSection, CopiesSection, FlopsSectio
                                       ProbeSection, Switch, SyncsSection)
 from gpuprof.sections.dynamo import DynamoSection
 from gpuprof.sections.run import (CommSection, CommStep, Filesystem, PostRunPart, PostRunSection,
-                                  Residency, StorageSection, TimerSection)
+                                  PrecisionSection, Residency, StorageSection, TimerSection)
 from gpuprof.sections.samplers import (Cost, HostSection, NvmlGpu, NvmlSection, SamplerPhase,
                                        SamplerSection, Stat)
 from gpuprof.sections.script import Reported, ScriptSection, StackSampler, StepRule, TopFunction
@@ -39,14 +40,15 @@ __all__ = ["Sections", "Record", "Section", "HostSection", "NvmlSection", "NvmlG
            "ProbeSection", "KernelsSection", "CompileSection", "Precisions", "Switch", "MatmulShape", "FlopsSection", "MicrobatchSection",
            "MicrobatchPoint", "MemorySection", "CopiesSection", "SyncsSection", "TimerSection",
            "StorageSection", "Filesystem", "Residency", "CommSection", "CommStep", "PostRunSection",
-           "PostRunPart", "SECTION_TYPES"]
+           "PostRunPart", "PrecisionSection", "SECTION_TYPES"]
 
 # measurements.<name> -> its typed view
 SECTION_TYPES = {"host": HostSection, "nvml": NvmlSection, "script": ScriptSection, "probe": ProbeSection,
                  "flops": FlopsSection, "microbatch": MicrobatchSection, "memory": MemorySection,
                  "syncs": SyncsSection, "copies": CopiesSection, "storage": StorageSection,
                  "timer": TimerSection, "comm": CommSection, "post_run": PostRunSection,
-                 "dynamo": DynamoSection, "kernels": KernelsSection, "compile": CompileSection}
+                 "dynamo": DynamoSection, "kernels": KernelsSection, "compile": CompileSection,
+                 "precision": PrecisionSection}
 
 
 @dataclass(frozen=True)
@@ -70,17 +72,25 @@ class Sections:
     dynamo: DynamoSection = field(default_factory=DynamoSection)
     kernels: KernelsSection = field(default_factory=KernelsSection)
     compile: CompileSection = field(default_factory=CompileSection)
+    precision: PrecisionSection = field(default_factory=PrecisionSection)
 
     @classmethod
-    def from_measurements(cls, measurements) -> "Sections":
+    def from_measurements(cls, measurements, config=None) -> "Sections":
+        """The sections of `measurements`; `config` (the run's config) is where a file written
+        before `precision` was a measurement kept it (run.config.precision)."""
         m = mapping(measurements)
-        return cls(raw=m, **{name: t.from_dict(m.get(name)) for name, t in SECTION_TYPES.items()})
+        out = {name: t.from_dict(m.get(name)) for name, t in SECTION_TYPES.items()}
+        if not out["precision"].present:
+            out["precision"] = PrecisionSection.from_dict(mapping(config).get("precision"))
+        return cls(raw=m, **out)
 
     @classmethod
     def of(cls, profile) -> "Sections":
-        """A Profile's sections; for any object with a `measurements` dict, read from it."""
+        """A Profile's sections; for any object with a `measurements` dict (and a `config`), read from it."""
         s = getattr(profile, "sections", None)
-        return s if isinstance(s, Sections) else cls.from_measurements(getattr(profile, "measurements", None))
+        if isinstance(s, Sections):
+            return s
+        return cls.from_measurements(getattr(profile, "measurements", None), getattr(profile, "config", None))
 
     @property
     def present(self) -> bool:

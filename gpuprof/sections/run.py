@@ -1,4 +1,5 @@
-"""How the run was timed and fed: `timer` (the GPU timeline's CUDA events, measure/timer.py),
+"""How the run was timed, fed and computed: `precision` (what the step's matmuls computed in,
+read at the first training forward, measure/precision.py), `timer` (the GPU timeline's CUDA events, measure/timer.py),
 `storage` (the data file's filesystem and page cache, measure/storage.py), `comm` (a
 data-parallel rank's all-reduces, measure/comm.py) and `post_run` (the budget the post-run
 measurements shared, measure/budget.py)."""
@@ -8,6 +9,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuprof.sections.base import Record, Section, items, mapping
+
+
+@dataclass(frozen=True)
+class PrecisionSection(Section):
+    """measurements.precision (measure/precision.py read_precision, with_observed_matmul): the
+    observations — autocast, the weights' dtype, TF32 as every torch API reports it, the dtype the
+    largest matmul layer was seen computing in — and the compute dtype derived from them
+    (hardware.compute_dtype; "tf32" is fp32 with TF32 matmuls on CUDA). Files written before it
+    was a measurement kept it in run.config.precision: Sections reads it from there."""
+
+    compute_dtype: str | None = None
+    autocast_dtype: str | None = None
+    param_dtype: str | None = None
+    tf32_matmul: bool | None = None
+    tf32_source: str | None = None
+    tf32_note: str | None = None
+    fp32_precision: str | None = None
+    allow_tf32: bool | None = None
+    float32_matmul_precision: str | None = None
+    observed_matmul_dtype: str | None = None
+    observed_layer: str | None = None
+    autocast_note: str | None = None
+    error: str | None = None  # the reading failed (the script's run went on)
 
 
 @dataclass(frozen=True)

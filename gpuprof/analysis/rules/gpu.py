@@ -138,9 +138,9 @@ def no_tensor_cores(ctx: Context) -> list[Finding]:
         return []
     if ctx.sections.probe.precisions.tflops:
         return []
-    prec = ctx.config.get("precision") or {}
-    if prec.get("compute_dtype"):  # what the run was observed to compute in
-        if prec["compute_dtype"] != "fp32":
+    prec = ctx.sections.precision
+    if prec.compute_dtype:  # what the run was observed to compute in
+        if prec.compute_dtype != "fp32":
             return []
         dtype = "fp32"
     else:
@@ -155,7 +155,7 @@ def no_tensor_cores(ctx: Context) -> list[Finding]:
         return []
     compute = ctx.seconds("forward") + ctx.seconds("backward")
     total = step_s(ctx)
-    flops = (ctx.mfu or {}).get("flops_per_step")
+    flops = ctx.mfu.flops_per_step if ctx.mfu is not None else None
     ev = {"dtype": dtype, "tf32": False, "compute_s": compute, "gpu": spec.name}
     saving = None
     note = "cannot estimate without the FLOPs per step"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
+from gpuprof.analysis.precision import compute_dtype_name
 from gpuprof.analysis.rules.common import mode, on_cuda, step_s
 from gpuprof.hardware import MARKED_FASTER as MARKED, TORCH_NAME, pick_faster
 from gpuprof.sections import Precisions
@@ -18,8 +19,9 @@ def measured_precisions(ctx: Context) -> Precisions:
     return ctx.sections.probe.precisions
 
 
-def compute_dtype(ctx: Context) -> str | None:
-    return (ctx.config.get("precision") or {}).get("compute_dtype") or (ctx.mfu or {}).get("dtype")
+def compute_dtype(ctx: Context) -> str:
+    """The run's compute dtype as the precision probe names it (gpuprof.analysis.precision)."""
+    return compute_dtype_name(ctx.profile)
 
 
 def _fix(current: str, best: str, on_gpu: bool, script: bool, dtype_setting: bool = True) -> tuple[str, dict]:

@@ -128,7 +128,7 @@ def collectives_exposed(ctx: Context) -> list[Finding]:
     units = _sharding(ctx).get("units") or []
     ag = c.by_kind.get("all_gather")
     fp32 = units and all(u.get("param_dtype") in (None, "float32") for u in units) and \
-        (ctx.profile.config.get("precision") or {}).get("param_dtype") in (None, "float32")
+        ctx.sections.precision.param_dtype in (None, "float32")
     note = ("no datasheet figure for this link: gloo between processes of one host" if c.backend == "gloo"
             else "compare the bus bandwidth with the link's per-direction figure")
     change = ("hide the all-gathers behind compute: FSDP2 prefetches one unit ahead by default; "
