@@ -1,8 +1,13 @@
 """Does `gpuprof bench-disk` agree with fio? Run both on the same file and print the ratios.
 
     python benchmarks/disk_vs_fio.py [--dir .] [--size BYTES (default 1 GiB)] [--runtime 3] [--rounds 3]
+                                     [--bench-size auto|256Mi|...]
 
 Needs fio (`apt-get install -y fio`). Writes one test file (--size) in --dir and removes it.
+By default bench-disk reads that same file. With --bench-size, bench-disk is run on --dir
+instead, writing its own test file of that --size each round, as a user's `gpuprof
+bench-disk DIR` does: that compares bench-disk's default (auto) or an old one (256Mi)
+against fio on the --size file.
 Rounds alternate fio and bench-disk, in ABBA order (fio first in odd rounds, bench-disk
 first in even ones), so a slow patch or a drift of a noisy machine hits both alike. Each
 side's figure is the median over rounds (bench-disk's own figure per round is already the
@@ -48,9 +53,11 @@ def run_fio(cmd: list[str]) -> dict:
             "p50_ms": pct.get("50.000000", 0) / 1e6, "p99_ms": pct.get("99.000000", 0) / 1e6}
 
 
-def run_bench(path: str, runtime: float, readers: int) -> dict:
+def run_bench(path: str, runtime: float, readers: int, size: str | None = None) -> dict:
     cmd = [sys.executable, "-m", "gpuprof", "bench-disk", path, "--json",
            "--duration", str(runtime), "--readers", str(readers)]
+    if size is not None:
+        cmd += ["--size", size]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -77,6 +84,8 @@ def main() -> int:
                     "bench-disk cold run")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--readers", type=int, default=8, help="parallel readers = fio numjobs")
+    ap.add_argument("--bench-size", default=None, help="run bench-disk on --dir with this "
+                    "--size (its own test file, e.g. auto or 256Mi) instead of on fio's file")
     args = ap.parse_args()
     if shutil.which("fio") is None:
         print("fio not found: apt-get install -y fio", file=sys.stderr)
@@ -98,7 +107,14 @@ def main() -> int:
             fio_cmd(path, "randread", "2k", rt, args.readers), "iops",
             lambda b: b["random"]["2KiB"]["parallel"]["iops"]),
     }
+    bench_path = path if args.bench_size is None else args.dir
+
+    def bench() -> dict:
+        return run_bench(bench_path, args.runtime, args.readers, args.bench_size)
+
     fio_vals = {k: [] for k in jobs}
+    bench_files = []
+    below = []
     bench_vals = {k: [] for k in jobs}
     lat = {"fio 4KiB QD1 p50/p99 ms": [], "bench 4KiB QD1 p50/p99 ms": []}
     last = None
@@ -107,15 +123,18 @@ def main() -> int:
         for r in range(args.rounds):
             fio_first = r % 2 == 0
             if not fio_first:
-                b = run_bench(path, args.runtime, args.readers)
+                b = bench()
             for name, (cmd, key, _) in jobs.items():
                 res = run_fio(cmd)
                 fio_vals[name].append(res[key])
                 if name.startswith("random 4KiB QD1"):
                     lat["fio 4KiB QD1 p50/p99 ms"].append((res["p50_ms"], res["p99_ms"]))
             if fio_first:
-                b = run_bench(path, args.runtime, args.readers)
+                b = bench()
             last = b
+            bench_files.append(b["measured_file_bytes"])
+            bc = b.get("below_cache") or {}
+            below.append((bc.get("reread_speedup"), bc.get("tail_speedup"), bc.get("status")))
             for name, (_, _, get) in jobs.items():
                 bench_vals[name].append(get(b))
             q = b["random"]["4KiB"]["qd1"]
@@ -130,6 +149,9 @@ def main() -> int:
           f"{fio_version.strip()}")
     print(f"file: {args.size / 2**30:g} GiB on {fs['type']} {fs['device']} "
           f"(mounted at {fs['mountpoint']}); bench-disk cache method {last['cache_method']}")
+    if args.bench_size is not None:
+        print(f"bench-disk: on {args.dir} with --size {args.bench_size}: its own test file of "
+              + ", ".join(sorted({f"{n / 2**20:g} MiB" for n in bench_files})))
     print(f"rounds: {args.rounds}, {args.runtime:g} s per fio job and per bench-disk cold run "
           f"(bench-disk: median of {last['settings']['repeats']} runs per round)")
     print()
@@ -154,12 +176,18 @@ def main() -> int:
     print()
     for k, v in lat.items():
         print(f"{k}: " + ", ".join(f"{a:.3f}/{c:.3f}" for a, c in v))
+    print("bench-disk below-cache check per round (re-read speedup / last-written quarter "
+          "speedup / status): " + ", ".join(
+              "/".join("-" if v is None else (f"{v:.2f}" if isinstance(v, float) else v)
+                       for v in t) for t in below))
     print()
     print("fio command lines:")
     for name, (cmd, _, _) in jobs.items():
         print("  " + " ".join(cmd).replace(path, "FILE"))
-    print("bench-disk: " + " ".join(["python -m gpuprof bench-disk FILE --json", "--duration",
-                                     str(args.runtime), "--readers", str(args.readers)]))
+    print("bench-disk: " + " ".join(
+        [f"python -m gpuprof bench-disk {'FILE' if args.bench_size is None else args.dir} "
+         "--json", "--duration", str(args.runtime), "--readers", str(args.readers)]
+        + ([] if args.bench_size is None else ["--size", args.bench_size])))
     return 1 if misses else 0
 
 

@@ -44,9 +44,12 @@ def _sigterm_as_interrupt():
 def bench_disk(
     path: str = typer.Argument(..., help="A directory (a temporary test file is written "
                                "there) or an existing dataset file (read-only)."),
-    size: str = typer.Option("256Mi", "--size", help="Test file size in a directory; for a "
-                             "dataset file, how much of it the warm runs read (K/M/G = "
-                             "10^3/10^6/10^9, Ki/Mi/Gi = 2^10/2^20/2^30; a trailing B is allowed)."),
+    size: str = typer.Option("auto", "--size", help="Test file size in a directory (auto: "
+                             "1 GiB, less when free space is short, so a cache below the "
+                             "machine is less likely to hold it); for a dataset file, how much "
+                             "of it the warm runs read (auto: 256 MiB) (K/M/G = "
+                             "10^3/10^6/10^9, Ki/Mi/Gi = 2^10/2^20/2^30; a trailing B is "
+                             "allowed)."),
     duration: float = typer.Option(0.5, "--duration", help="Seconds per cold run (warm runs "
                                    "take half)."),
     repeats: int = typer.Option(2, "--repeats", help="Runs per measurement (≥ 2): median and "
@@ -79,7 +82,7 @@ def bench_disk(
                         block_size=block_size, grad_accum=grad_accum, step_s=step_s,
                         profile=profile)
     cfg = BenchConfig(
-        size_bytes=parse_bytes(size, "--size"),
+        size_bytes=None if size.strip().lower() == "auto" else parse_bytes(size, "--size"),
         duration_s=duration,
         repeats=repeats,
         readers=readers,

@@ -60,7 +60,7 @@ def _major_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
 
 
-def _check_read(n: int, want: int, offset: int) -> None:
+def check_read(n: int, want: int, offset: int) -> None:
     if n != want:
         raise GpuprofError(f"short read at offset {offset}: got {n} of {want} bytes "
                            "(was the file truncated while measuring?)")
@@ -68,11 +68,14 @@ def _check_read(n: int, want: int, offset: int) -> None:
 
 def read_sequential(fd: int, span: int, block: int, duration_s: float,
                     clock: Clock = time.perf_counter,
-                    on_wrap: Callable[[], None] | None = None) -> RunResult:
-    """Read [0, span) in `block`-byte reads from the start, wrapping around, for duration_s.
+                    on_wrap: Callable[[], None] | None = None, first_block: int = 0,
+                    max_blocks: int | None = None) -> RunResult:
+    """Read [0, span) in `block`-byte reads from block `first_block` on, wrapping around, for
+    duration_s or until `max_blocks` reads, whichever comes first.
 
-    on_wrap runs (untimed) each time the reads wrap to the start: the fadvise method evicts
-    there so a second pass is cold too.
+    max_blocks bounds a cold run to its own share of the file, so no byte is read twice (a
+    cache below the machine would answer the second read). on_wrap runs (untimed) each time
+    the reads wrap to the start: the fadvise method evicts there so a second pass is cold too.
     """
     buf = aligned_buffer(block)
     view = memoryview(buf)[:block]
@@ -81,11 +84,11 @@ def read_sequential(fd: int, span: int, block: int, duration_s: float,
         raise GpuprofError(f"file too small for {block}-byte sequential reads")
     lat: list[float] = []
     paused = 0.0
-    i = 0
+    i = first_block % nblocks
     start = clock()
     deadline = start + duration_s
     now = start
-    while now - paused < deadline:
+    while now - paused < deadline and (max_blocks is None or len(lat) < max_blocks):
         if i == nblocks:
             i = 0
             if on_wrap is not None:
@@ -96,7 +99,7 @@ def read_sequential(fd: int, span: int, block: int, duration_s: float,
         t0 = clock()
         n = os.preadv(fd, [view], off)
         now = clock()
-        _check_read(n, block, off)
+        check_read(n, block, off)
         lat.append(now - t0)
         i += 1
     view.release()
@@ -126,7 +129,7 @@ def _random_worker(fd: int, span: int, size: int, align: int, rng: np.random.Gen
                 n = os.preadv(fd, [view], off)
                 now = clock()
                 if n != size:
-                    _check_read(n, size, off)
+                    check_read(n, size, off)
                 lat.append(now - t0)
                 if now >= deadline:
                     break
@@ -274,5 +277,5 @@ def latency_ms(lat: np.ndarray) -> dict:
     return {"p50_ms": quantile(lat, 0.5) * 1e3, "p99_ms": quantile(lat, 0.99) * 1e3}
 
 
-__all__ = ["RunResult", "read_sequential", "read_random", "read_loader", "warm",
+__all__ = ["RunResult", "check_read", "read_sequential", "read_random", "read_loader", "warm",
            "summarize", "latency_ms", "random_offsets", "TOKEN_BYTES"]

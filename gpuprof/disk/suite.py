@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from gpuprof.disk import bench, fs, target
+from gpuprof.disk import below, bench, fs, target
 from gpuprof.disk.bench import TOKEN_BYTES, RunResult
 from gpuprof.disk.units import KiB, MiB, size_label
 from gpuprof.errors import GpuprofError
@@ -27,9 +27,13 @@ Progress = Callable[[str, int, int], None]  # (what runs now, steps done, steps 
 
 @dataclass
 class BenchConfig:
-    """What to measure. duration_s is per cold run; warm runs take half as long."""
+    """What to measure. duration_s is per cold run; warm runs take half as long.
 
-    size_bytes: int = 256 * MiB
+    size_bytes None is --size auto: target.test_file_size for a test file, the first
+    target.AUTO_WARM_BYTES of a dataset file for the warm runs.
+    """
+
+    size_bytes: int | None = None
     duration_s: float = 0.5
     repeats: int = 2
     readers: int = 8
@@ -59,7 +63,7 @@ class BenchConfig:
             raise GpuprofError("--block-size and --batch-size must be at least 1")
         if self.sample_bytes is not None and self.sample_bytes < 1:
             raise GpuprofError("--sample-bytes must be at least 1")
-        if self.size_bytes < 1:
+        if self.size_bytes is not None and self.size_bytes < 1:
             raise GpuprofError("--size must be above 0")
 
 
@@ -129,8 +133,14 @@ def run_bench(path: str, cfg: BenchConfig, progress: Progress | None = None,
                       "fits_in_available_ram": res.size_bytes <= ram_avail,
                       "ram_total_bytes": ram_total, "ram_available_bytes": ram_avail}
 
+    if mode == "directory":  # --size is the test file's size
+        size, size_note = target.test_file_size(cfg.size_bytes, info.free_bytes,
+                                                cfg.min_file_bytes())
+        warnings += [size_note] if size_note else []
+    else:  # --size is how much of the dataset file the warm runs read
+        size = cfg.size_bytes or target.AUTO_WARM_BYTES
     report("creating the test file" if mode == "directory" else "probing", 0, 1)
-    with target.open_target(path, cfg.size_bytes, cfg.min_file_bytes(), info.free_bytes,
+    with target.open_target(path, size, cfg.min_file_bytes(), info.free_bytes,
                             cfg.seed) as tgt:
         bypass = fs.choose_cache_bypass(tgt.path, info)
         if bypass.method == "none" and info.kind != "memory":  # memory fs: warned already
@@ -152,12 +162,15 @@ def run_bench(path: str, cfg: BenchConfig, progress: Progress | None = None,
         "cache_note": bypass.note,
         "filesystem": {"path": os.path.abspath(path), **info.to_dict()},
         "file": file_facts,
-        "settings": {**asdict(cfg), "sample_bytes": sizes[0],
+        "settings": {**asdict(cfg), "size_bytes": size, "size_auto": cfg.size_bytes is None,
+                     "sample_bytes": sizes[0],
                      "read_sizes": [size_label(s) for s in sizes],
-                     "warm_duration_s": cfg.duration_s / 2},
+                     "warm_duration_s": cfg.duration_s / 2,
+                     "warm_bytes": measured["warm_bytes"]},
         "sequential": measured["sequential"],
         "random": measured["random"],
         "loader": measured["loader"],
+        "below_cache": measured["below_cache"],
         "warm_resident_fraction": measured["warm_resident_fraction"],
         "warnings": warnings + measured["warnings"],
         "elapsed_s": time.monotonic() - t_begin,
@@ -169,10 +182,10 @@ def _measure(tgt: target.Target, cfg: BenchConfig, bypass: fs.CacheBypass, repor
     direct = bypass.method == "O_DIRECT"
     dio_align = bypass.alignment if direct else 1
     size = tgt.size_bytes
-    # Warm reads stay in a region that fits the cache: all of a test file, the first
-    # --size bytes (at most half the free RAM) of a dataset file.
+    # Warm reads stay in a region that fits the cache: the first --size bytes (auto: 256 MiB),
+    # at most half the free RAM, of the test or dataset file.
     _, ram_avail = fs.ram_bytes()
-    region = size if tgt.mode == "directory" else min(size, cfg.size_bytes, ram_avail // 2)
+    region = min(size, cfg.size_bytes or target.AUTO_WARM_BYTES, ram_avail // 2)
     region = max(region, min(size, cfg.min_file_bytes()))
     counter = itertools.count(cfg.seed or 0)
     next_seed = lambda: None if cfg.seed is None else next(counter)  # noqa: E731
@@ -194,11 +207,19 @@ def _measure(tgt: target.Target, cfg: BenchConfig, bypass: fs.CacheBypass, repor
             return bench.read_random(dfd, size, rb, al, d, readers=n, seed=next_seed(),
                                      clock=clock)
 
+        # Each cold sequential run reads its own share of the file, oldest-written first, so
+        # no byte is read twice (a cache below would answer a second read); a run that
+        # finishes its share before --duration is a shorter run.
+        nblocks = size // cfg.seq_block
+        share = max(1, nblocks // cfg.repeats)
+        seq_run = itertools.count()
+
         def cold_sequential():
             if not direct:
                 os.posix_fadvise(bfd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
             return bench.read_sequential(dfd, size, cfg.seq_block, d, clock,
-                                         on_wrap=None if direct else evict)
+                                         on_wrap=None if direct else evict,
+                                         first_block=next(seq_run) * share, max_blocks=share)
 
         cold = [("sequential", cold_sequential)]
         for label, rb, al in reads:
@@ -219,8 +240,14 @@ def _measure(tgt: target.Target, cfg: BenchConfig, bypass: fs.CacheBypass, repor
             tgt.path, region, cfg.block_size, cfg.batch_size, wd, seed=next_seed(),
             clock=clock)))
 
-        total = cfg.repeats * (len(cold) + len(warm)) + 1
+        total = cfg.repeats * (len(cold) + len(warm)) + 2
         done = 0
+        report("checking for a cache below this machine", done, total)
+        if bypass.method == "none":
+            below_cache = below.not_checked(f"cold reads are page-cache reads here ({bypass.note})")
+        else:
+            below_cache = _check_below(tgt, bfd, dfd, direct, dio_align, d, clock, cfg.seed)
+        done += 1
         runs: dict[str, list[RunResult]] = {}
         # Round-robin over the repeats so a slow patch of a noisy machine hits every test.
         for _ in range(cfg.repeats):
@@ -252,7 +279,10 @@ def _measure(tgt: target.Target, cfg: BenchConfig, bypass: fs.CacheBypass, repor
                         "cache: 'warm' numbers are partly cold (memory pressure?)")
     seq = _stats(runs["sequential"], "read_mb_s", lambda r: r.mb_s)
     seq_warm = bench.summarize([r.mb_s for r in runs["sequential.warm"]])
-    seq.update(block_bytes=cfg.seq_block, warm_read_mb_s=seq_warm["median"],
+    seq.update(block_bytes=cfg.seq_block, share_bytes=share * cfg.seq_block,
+               read_once=nblocks >= cfg.repeats,
+               runs_ended_by_share=sum(r.ops >= share for r in runs["sequential"]),
+               warm_read_mb_s=seq_warm["median"],
                warm_read_mb_s_runs=seq_warm["runs"], warm_spread_pct=seq_warm["spread_pct"])
     random = {}
     for label, rb, al in reads:
@@ -267,5 +297,32 @@ def _measure(tgt: target.Target, cfg: BenchConfig, bypass: fs.CacheBypass, repor
               "batch_size": cfg.batch_size,
               "cold": _loader_entry(runs["loader.cold"], sample),
               "warm": _loader_entry(runs["loader.warm"], sample)}
+    warnings = below.warnings(below_cache) + warnings
     return {"sequential": seq, "random": random, "loader": loader, "warnings": warnings,
-            "warm_resident_fraction": warm_res.fraction}
+            "warm_resident_fraction": warm_res.fraction, "below_cache": below_cache,
+            "warm_bytes": region}
+
+
+def _check_below(tgt: target.Target, bfd: int, dfd: int, direct: bool, dio_align: int,
+                 budget_s: float, clock, seed: int | None) -> dict:
+    """below.py's paired reads on the file, before any other cold read touches it."""
+    rb = _round_up(4 * KiB, dio_align)
+    offsets = below.probe_offsets(tgt.size_bytes, rb, offset_alignment(rb, dio_align), seed)
+    buf = fs.aligned_buffer(rb)
+    view = memoryview(buf)[:rb]
+
+    def read_at(off: int) -> None:
+        bench.check_read(os.preadv(dfd, [view], off), rb, off)
+
+    try:
+        if not direct:
+            os.posix_fadvise(bfd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead
+            fs.evict(bfd)
+        first, again = below.measure_pairs(
+            read_at, offsets, budget_s, clock,
+            between=None if direct else (lambda off: fs.evict(bfd, off, rb)))
+    finally:
+        view.release()
+        buf.close()
+    return below.judge(first, again, recency=tgt.mode == "directory", read_bytes=rb,
+                       method="O_DIRECT" if direct else "fadvise")

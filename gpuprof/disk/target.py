@@ -18,10 +18,17 @@ from typing import Iterator
 import numpy as np
 
 from gpuprof.errors import GpuprofError
-from gpuprof.units import MiB, gib
+from gpuprof.units import GiB, MiB, gib
 
 TEST_FILE_PREFIX = ".gpuprof-bench-disk-"
 _WRITE_CHUNK = 8 * MiB
+# The default (--size auto) test file. A cache below the machine (a VM host's page cache, a
+# controller's, a server's) holds what was just written; 256 MiB read 1.49× fio on this
+# project's VM where 1 GiB read 1.03× (docs/bench-disk.md). below.py checks what is left.
+AUTO_TEST_FILE_BYTES = GiB
+# The warm runs' region with --size auto: warm reads come from this machine's page cache,
+# so its size hardly matters, and filling it costs a read of it.
+AUTO_WARM_BYTES = 256 * MiB
 
 
 @dataclass
@@ -31,6 +38,25 @@ class Target:
     path: str
     mode: str
     size_bytes: int
+
+
+def test_file_size(requested: int | None, free_bytes: int, min_bytes: int
+                   ) -> tuple[int, str | None]:
+    """(test file bytes, a note when the default rule had to shrink it).
+
+    An explicit --size is used as given (open_target refuses it when free space is short).
+    The default is AUTO_TEST_FILE_BYTES, or half the free space in whole MiB when that is
+    less (the other half stays free), never under `min_bytes` (then open_target refuses).
+    """
+    if requested is not None:
+        return requested, None
+    room = free_bytes // 2 // MiB * MiB
+    if room >= AUTO_TEST_FILE_BYTES:
+        return AUTO_TEST_FILE_BYTES, None
+    size = max(room, min_bytes)
+    return size, (f"the test file is {gib(size)}, not {gib(AUTO_TEST_FILE_BYTES)}: only "
+                  f"{gib(free_bytes)} free and half of it must stay free. A cache below this "
+                  "machine holds a small file more easily")
 
 
 def check_path(path: str) -> str:

@@ -13,12 +13,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpuprof.disk.units import size_label
-from gpuprof.units import gib
+from gpuprof.units import EMPTY, gib
 
 
 def _num(x: float | None, digits: int = 0) -> str:
     if x is None:
-        return "–"
+        return EMPTY
     if abs(x) >= 1e6:
         return f"{x / 1e6:.1f}M"
     if abs(x) >= 1e5:
@@ -34,12 +34,12 @@ def _num(x: float | None, digits: int = 0) -> str:
 
 def _ms(x: float | None) -> str:
     if x is None:
-        return "–"
+        return EMPTY
     return f"{x:.3f}" if x < 1 else f"{x:.2f}"
 
 
 def _spread(x: float | None) -> str:
-    return "–" if x is None else f"{x:.0f}%"
+    return EMPTY if x is None else f"{x:.0f}%"
 
 
 def header_lines(r: dict) -> list[str]:
@@ -52,6 +52,9 @@ def header_lines(r: dict) -> list[str]:
              + (f"; readahead {fsys['read_ahead_kb']} KiB" if fsys.get("read_ahead_kb")
                 else ""),
              f"cold reads  {r['cache_method']}: {r['cache_note']}"]
+    below = r.get("below_cache")  # absent in results saved before the check existed
+    if below:
+        lines.append(f"cache below {below_line(below)}")
     f = r.get("file")
     if f:
         if f["residency_known"]:
@@ -63,6 +66,16 @@ def header_lines(r: dict) -> list[str]:
                      f"({gib(f['ram_total_bytes'])} total, "
                      f"{gib(f['ram_available_bytes'])} available)")
     return lines
+
+
+def below_line(b: dict) -> str:
+    """The below-cache check in one line: its status and the figures it rests on."""
+    if b["status"] == "not measured":
+        return f"not measured ({b['note']})"
+    figs = [f"re-read {b['reread_speedup']:.2f}×" if b["reread_speedup"] is not None else None,
+            f"last-written quarter {b['tail_speedup']:.2f}×" if b["tail_speedup"] is not None else None]
+    return (f"{b['status']} (" + ", ".join(f for f in figs if f)
+            + f"; suspected at ≥ {b['threshold']:g}×)")
 
 
 def _table(title: str, columns: list[str]) -> Table:
@@ -104,8 +117,8 @@ def loader_table(r: dict) -> Table:
         dev = e["device_bytes_per_sample"]
         amp = e["read_amplification"]
         t.add_row(key, _num(e["samples_per_s"]), _ms(e["p50_ms"]), _ms(e["p99_ms"]),
-                  _spread(e["spread_pct"]), "–" if dev is None else gib(dev),
-                  "–" if amp is None else f"{_num(amp)}×", _num(e["major_faults_per_sample"], 2))
+                  _spread(e["spread_pct"]), EMPTY if dev is None else gib(dev),
+                  EMPTY if amp is None else f"{_num(amp)}×", _num(e["major_faults_per_sample"], 2))
     t.caption = ("cold: the file is evicted before every sample; amplification = bytes read "
                  "from the device ÷ bytes used (readahead)")
     return t

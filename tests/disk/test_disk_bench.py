@@ -140,3 +140,23 @@ def test_summarize_median_and_spread():
     assert s["median"] == 100.0
     assert s["spread_pct"] == pytest.approx(40.0)
     assert s["runs"] == [100.0, 80.0, 120.0]
+
+
+def test_sequential_share_starts_at_its_block_and_reads_it_once(data_file, monkeypatch):
+    offsets = []
+    real = os.preadv
+
+    def spy(fd, bufs, off):
+        offsets.append(off)
+        return real(fd, bufs, off)
+
+    monkeypatch.setattr(bench.os, "preadv", spy)
+    fd = os.open(data_file, os.O_RDONLY)
+    try:
+        # 8 blocks of 256 KiB; a share of 3 from block 6: 6, 7, then wraps to 0; stops there
+        r = bench.read_sequential(fd, 2 * MiB, 256 * KiB, duration_s=1000 * TICK,
+                                  clock=FakeClock(), first_block=6, max_blocks=3)
+    finally:
+        os.close(fd)
+    assert offsets == [6 * 256 * KiB, 7 * 256 * KiB, 0]
+    assert r.ops == 3 and r.elapsed_s < 1000 * TICK  # ended by its share, not the clock

@@ -110,13 +110,38 @@ def test_terminal_report(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_size_options_state_the_suffix_rule_and_the_default_is_binary():
+def test_size_options_state_the_suffix_rule_and_the_default_is_auto():
     import typer.main
 
     from gpuprof.units import SUFFIX_RULE
 
     cmd = typer.main.get_command(app).commands["bench-disk"]
     opts = {p.name: p for p in cmd.params}
-    assert opts["size"].default == "256Mi"
+    assert opts["size"].default == "auto"
+    assert "1 GiB" in opts["size"].help and "256 MiB" in opts["size"].help
     for name in ("size", "sample_bytes"):
         assert SUFFIX_RULE in opts[name].help, name
+
+
+def test_size_auto_and_a_suspected_cache_reaches_the_report(tmp_path, monkeypatch):
+    from gpuprof.disk import below, target
+
+    monkeypatch.setattr(target, "AUTO_TEST_FILE_BYTES", 3 * MiB)  # no 1 GiB file in a test
+
+    def fast_rereads(read_at, offsets, budget_s, clock, between=None):
+        return [[60e-6] * 4 for _ in offsets], [[20e-6] * 4 for _ in offsets]
+
+    monkeypatch.setattr(below, "measure_pairs", fast_rereads)
+    fast = [a for a in FAST if a not in ("--size", "2Mi")]
+    r = _invoke(str(tmp_path), *fast, "--size", "AUTO", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["measured_file_bytes"] == 3 * MiB and d["settings"]["size_auto"] is True
+    assert d["below_cache"]["signs"] == ["re-read"]
+    r = _invoke(str(tmp_path), *fast)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "test file 3.00 MiB" in text
+    assert "a cache below this machine answers re-reads" in text and "3.0× faster" in text
+    assert "cache below suspected (re-read 3.00×" in text and "suspected at ≥ 1.5×" in text
+    assert os.listdir(tmp_path) == []
