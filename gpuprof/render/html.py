@@ -14,12 +14,16 @@ from __future__ import annotations
 import html
 import math
 
-from gpuprof.profile import Profile, checked_ranks, rank_profile
+from gpuprof.profile import Profile, checked_ranks
+from gpuprof.report import charts as ch
 from gpuprof.report.model import FindingView, Report, build_report
 from gpuprof.units import NM, finite, gib, seconds
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 PHASE_COLORS = {"data": "#d1495b", "h2d": "#edae49", "forward": "#00798c", "backward": "#30638e",
                 "comm": "#c44e52", "optimizer": "#66a182", "other": "#a0a0a0", "eval": "#8e5572"}
+ROLE_COLORS = {"warmup": "#d9b26f", "measured": "#30638e"}  # a step series' bar colour
+BAND_FILLS = {"warmup": "#f7efe1", "measured": "#e8f0f8"}  # shaded windows on a timeline
+Y_FORMATS = {ch.SECONDS: seconds, ch.PERCENT: lambda v: f"{v:.0f}%", ch.BYTES: gib, ch.CORES: lambda v: f"{v:.2f}"}
 SERIES = ["#30638e", "#d1495b", "#66a182", "#edae49", "#8e5572", "#00798c", "#444444"]
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:980px;color:#222;padding:0 12px}
@@ -49,14 +53,14 @@ def _kv(rows: list[tuple[str, str]]) -> str:
 
 
 # ------------------------------------------------------------------------------------ charts
-def _line_chart(title: str, series: list[tuple], y_fmt, *, y_max=None,
-                x_label: str = "s since the timer started", x_fmt=None,
-                bands: list[tuple[float, float, str, str]] = (), bars: bool = False) -> str:
-    """An SVG line chart, or bars at unit-spaced xs (step indices): series of (label, xs, ys[,
-    colour]); a None y breaks the line. bands: shaded x ranges (start, end, label, colour)."""
-    pts = [(x, y) for _, xs, ys, *_ in series for x, y in zip(xs, ys) if finite(x) is not None and finite(y) is not None]
+def _line_chart(c: ch.Chart) -> str:
+    """A report chart as SVG: lines, or bars at unit-spaced xs (step indices); a None y breaks the
+    line; bands are shaded x ranges."""
+    title, series, y_fmt, y_max, x_label, bars = c.title, c.series, Y_FORMATS[c.y_unit], c.y_max, c.x_label, c.bars
+    x_fmt = (lambda x: f"{x:.0f}") if c.steps_axis else None  # noqa: E731
+    pts = [(x, y) for sr in series for x, y in zip(sr.xs, sr.ys) if finite(x) is not None and finite(y) is not None]
     if not pts:
-        return _nm(f"{title}: {NM}")
+        return _nm(c.missing)
     W, H, L, R, T, B = 900, 170, 78, 12, 10, 30
     x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
     first, last = x0, x1
@@ -71,8 +75,8 @@ def _line_chart(title: str, series: list[tuple], y_fmt, *, y_max=None,
     sx = lambda x: L + (x - x0) / (x1 - x0) * (W - L - R)  # noqa: E731
     sy = lambda y: T + (1 - min(max(y, 0.0), top) / top) * (H - T - B)  # noqa: E731
     out = [f'<svg viewBox="0 0 {W} {H}" role="img" aria-label="{_e(title)}"><title>{_e(title)}</title>']
-    for a, b, label, fill in bands:
-        a, b = max(a, x0), min(b, x1)
+    for band in c.bands:
+        a, b, label, fill = max(band.start, x0), min(band.end, x1), band.label, BAND_FILLS[band.role]
         if b > a:
             out.append(f'<rect x="{sx(a):.1f}" y="{T}" width="{sx(b) - sx(a):.1f}" height="{H - T - B}" '
                        f'fill="{fill}"><title>{_e(label)}</title></rect>')
@@ -84,8 +88,9 @@ def _line_chart(title: str, series: list[tuple], y_fmt, *, y_max=None,
                f'<text x="{sx(last):.1f}" y="{H - 8}" text-anchor="middle">{_e(x_fmt(last))}</text>'
                f'<text x="{(L + W) / 2:.0f}" y="{H - 8}" text-anchor="middle">{_e(x_label)}</text>')
     legend = []
-    for i, (label, xs, ys, *fixed) in enumerate(series):
-        color = fixed[0] if fixed else SERIES[i % len(SERIES)]
+    for i, sr in enumerate(series):
+        label, xs, ys = sr.label, sr.xs, sr.ys
+        color = ROLE_COLORS[sr.role] if sr.role else SERIES[i % len(SERIES)]
         legend.append(f'<span class="sw" style="background:{color}"></span>{_e(label)}')
         seg: list[str] = []
         segs = [seg]
@@ -191,65 +196,10 @@ def _phases(r: Report) -> str:
             + caption + note)
 
 
-def _step_time(st, on_gpu: bool):
-    return st.gpu_s if on_gpu else st.wall_s
-
-
-def _steps(p: Profile) -> str:
-    if not p.steps:
-        return _nm()
-    on_gpu = p.stats.timeline == "gpu"
-    warm, meas = p.warmup_steps, p.steps
-    series = [("measured steps", [s.index for s in meas], [_step_time(s, on_gpu) for s in meas], "#30638e")]
-    if warm:
-        series.insert(0, ("warmup steps (not counted)", [s.index for s in warm],
-                          [_step_time(s, on_gpu) for s in warm], "#d9b26f"))
-    what = "GPU timeline" if on_gpu else "host wall time"
-    return _line_chart(f"Step time per step ({what})", series, seconds, x_label="step",
-                       x_fmt=lambda x: f"{x:.0f}", bars=True)
-
-
-def _windows(p: Profile) -> list[tuple[float, float, str]]:
-    out = []
-    for steps, label, fill in ((p.warmup_steps, "warmup steps", "#f7efe1"), (p.steps, "measured steps", "#e8f0f8")):
-        if steps:
-            out.append((min(s.start_s for s in steps), max(s.start_s + s.wall_s for s in steps), label, fill))
-    return out
-
-
-def _series(tl: dict, keys: list[tuple[str, str]]) -> list[tuple[str, list, list]]:
-    return [(label, tl.get("t_s") or [], tl.get(k) or []) for k, label in keys if tl.get(k)]
-
-
-def _gpu(p: Profile) -> str:
-    nv = p.sections.nvml
-    if not nv.available:
-        why = nv.reason or nv.not_measured
-        return _nm(f"GPU utilization and memory: {NM}" + (f" ({why})" if why else ""))
-    out = []
-    for g in nv.gpus:
-        tl = g.timeline or {}
-        name = g.name or "GPU"
-        out.append(_line_chart(f"{name}: utilization (NVML)", _series(tl, [("gpu_util_pct", "GPU busy %"), ("mem_util_pct", "memory busy %")]),
-                               lambda v: f"{v:.0f}%", y_max=100.0, bands=_windows(p)))
-        out.append(_line_chart(f"{name}: memory used (NVML)", _series(tl, [("mem_used_bytes", "used")]), gib,
-                               y_max=g.memory_total_bytes, bands=_windows(p)))
-    return "".join(out) or _nm(f"GPU utilization and memory: {NM}")
-
-
-def _host(p: Profile) -> str:
-    hs = p.sections.host
-    if not hs.available:
-        why = hs.reason or hs.not_measured
-        return _nm(f"host CPU: {NM}" + (f" ({why})" if why else ""))
-    tl = hs.timeline or {}
-    cores = hs.cpu_count
-    return (_line_chart("Host CPU (psutil)", _series(tl, [("cpu_pct", "machine %"), ("cpu_pct_max_core", "busiest core %")]),
-                        lambda v: f"{v:.0f}%", y_max=100.0, bands=_windows(p))
-            + _line_chart(f"CPU cores used (of {cores or NM})", _series(tl, [("own_cpu_cores", "this run"), ("others_cpu_cores", "other processes")]),
-                          lambda v: f"{v:.2f}", y_max=cores, bands=_windows(p))
-            + '<p class="dim">shaded: warmup steps (sand), measured steps (blue). A sample is a rate over '
-              "one sampling interval, drawn at the interval's midpoint.</p>")
+def _group(g: ch.ChartGroup) -> str:
+    if g.not_measured is not None:
+        return _nm(g.not_measured)
+    return "".join(_line_chart(c) for c in g.charts) + (f'<p class="dim">{_e(g.caption)}</p>' if g.caption else "")
 
 
 def _ranks(p: Profile, r: Report, ranks: list) -> str:
@@ -261,25 +211,12 @@ def _ranks(p: Profile, r: Report, ranks: list) -> str:
         out += (f"<p><b>{_e(v.title)}</b></p><table><tr>{head}</tr>{rows}</table><p class=\"dim\">{_e(v.caption)}</p>"
                 + "".join(f"<p>{_e(line)}</p>" for line in v.lines)
                 + "".join(f'<p class="nm">{_e(line)}</p>' for line in v.problems))
-    # Where each rank ran and how it ended (the entries' own strings; the figures are the table's above).
-    where = []
-    for e in sorted(ranks, key=lambda e: e.get("rank", 0)):
-        local = e.get("local_rank")
-        cls = "" if e.get("status") == "ok" else ' class="bad"'
-        where.append(f"<tr><td class=n>{_e(e.get('rank'))}</td><td>{_e(e.get('host') or NM)}</td>"
-                     f"<td class=n>{_e(NM if local is None else local)}</td>"
-                     f"<td{cls}>{_e(e.get('status') or '?')}</td></tr>")
+    bad = ' class="bad"'
+    where = "".join(f"<tr><td class=n>{_e(w.rank)}</td><td>{_e(w.host)}</td><td class=n>{_e(w.local_rank)}</td>"
+                    f"<td{'' if w.ok else bad}>{_e(w.status)}</td></tr>" for w in ch.rank_rows(ranks))
     out += ("<table><tr><th class=n>rank</th><th>host</th><th class=n>local rank</th><th>status</th></tr>"
-            + "".join(where) + "</table>")
-    series = []
-    for e in sorted(ranks, key=lambda e: e.get("rank", 0)):
-        rp = rank_profile(e) if e.get("profile") is not None else None
-        if rp is None or not rp.steps:
-            continue
-        on_gpu = rp.stats.timeline == "gpu"
-        series.append((f"rank {e.get('rank')}", [s.index for s in rp.steps], [_step_time(s, on_gpu) for s in rp.steps]))
-    return out + _line_chart("Step time per rank (each rank on its own timeline)", series, seconds, x_label="step",
-                             x_fmt=lambda x: f"{x:.0f}")
+            + where + "</table>")
+    return out + _line_chart(ch.rank_chart(ranks))
 
 
 def _notes(r: Report) -> str:
@@ -302,9 +239,9 @@ def render_html(profile: Profile, analysis) -> str:
              section(h.findings_section), _findings(r),
              section(h.corrected_short), _corrected(r),
              section(h.phases_section), _phases(r),
-             section(h.steps_section), _steps(p),
-             section(h.gpu_section), _gpu(p),
-             section(h.host_section), _host(p)]
+             section(h.steps_section), _group(ch.step_chart(p)),
+             section(h.gpu_section), _group(ch.gpu_charts(p)),
+             section(h.host_section), _group(ch.host_charts(p))]
     if ranks:
         parts += [section(h.ranks_section), _ranks(p, r, ranks)]
     parts += [section(h.mfu), f"<p>{_e(r.mfu)}</p>"]
