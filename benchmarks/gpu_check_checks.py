@@ -103,7 +103,7 @@ def check_fp32_tf32(ctx: Ctx) -> Check:
     gpu = spec.name if spec else "unknown GPU"
     c.figures = {"expected peak (gpuprof.hardware)": f"{used} {tf32_peak} TFLOP/s ({gpu})"}
     c.figures.update({k: lookup(prof, k) for k in (
-        "run.config.dtype", "run.config.precision", "analysis.mfu.dtype", "analysis.mfu.peak_tflops",
+        "run.config.dtype", "measurements.precision", "analysis.mfu.dtype", "analysis.mfu.peak_tflops",
         "analysis.mfu.mfu", "analysis.mfu.warnings", "measurements.probe.dtype", "measurements.probe.tflops",
         "measurements.probe.tf32_during_probe")})
     c.figures["findings"] = ", ".join(finding_ids(prof)) or "none"

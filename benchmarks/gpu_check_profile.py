@@ -75,7 +75,7 @@ def run_figures(p) -> dict:
     """The figures of a diagnose run: step, phases, MFU, ceiling, timer, precision, findings."""
     fig = {k: lookup(p, k) for k in (
         "environment.device_name", "run.config.model", "run.config.batch_size", "run.config.block_size",
-        "run.config.grad_accum", "run.config.dtype", "run.config.compile", "run.config.precision",
+        "run.config.grad_accum", "run.config.dtype", "run.config.compile", "measurements.precision",
         "analysis.steps.step_s", "analysis.steps.timeline", "analysis.steps.spread", "analysis.steps.tokens_per_s")}
     phases = lookup(p, "analysis.steps.phases")
     if isinstance(phases, dict):

@@ -86,9 +86,9 @@ def judge_cpu_run(p) -> tuple[bool, str]:
 def judge_tf32(p, tf32_peak: float | None) -> tuple[bool, str]:
     """fp32 with TF32 allowed: the MFU is against the TF32 peak and the probe measured TF32."""
     problems: list[str] = []
-    tf32 = _value(p, "run.config.precision.tf32_matmul", problems)
+    tf32 = _value(p, "measurements.precision.tf32_matmul", problems)
     if tf32 is not None and tf32 is not True:
-        problems.append(f"run.config.precision.tf32_matmul is {tf32!r}, the fixture allows TF32")
+        problems.append(f"measurements.precision.tf32_matmul is {tf32!r}, the fixture allows TF32")
     mdt = _value(p, "analysis.mfu.dtype", problems)
     if mdt is not None and mdt != "tf32":
         problems.append(f"MFU dtype is {mdt!r}, not 'tf32'")

@@ -24,6 +24,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuprof.analysis.mfu_results import LogAnalysis
 from gpuprof.errors import GpuprofError
 from gpuprof.files import read_user_text
 from gpuprof.measure.cuda import is_cuda
@@ -55,7 +56,7 @@ class ScenarioResult:
     checks: list[tuple[str, bool, str]] = field(default_factory=list)  # (what, ok, detail)
     skipped: str | None = None
     profile: object | None = None
-    log_result: dict | None = None
+    log_result: LogAnalysis | None = None
 
 
 def default_folder() -> Path:
@@ -184,10 +185,10 @@ def _run_log(sc: Scenario) -> ScenarioResult:
     checks = [("top finding", top == sc.expect["top"], f"expected {sc.expect['top']}, got {top}")]
     for key in ("verdict",):
         if key in sc.expect:
-            got = (result.get("verdict") or {}).get("id")
+            got = result.verdict.id if result.verdict is not None else None
             checks.append((key, got == sc.expect[key], f"expected {sc.expect[key]}, got {got}"))
     if "true_mfu" in sc.expect:
-        want, got = float(sc.expect["true_mfu"]), result.get("true_mfu") or 0.0
+        want, got = float(sc.expect["true_mfu"]), result.true_mfu or 0.0
         checks.append(("true MFU", abs(got - want) <= 0.01, f"expected {want:.1%}, got {got:.1%}"))
     return ScenarioResult(sc, passed=all(ok for _, ok, _ in checks), top=top, findings=findings,
                           checks=checks, log_result=result)

@@ -11,10 +11,10 @@ outside its physical range:
 - process CPU above cores x 100%, machine CPU above 100% per core, GPU utilisation above 100%;
 - a finding's saving negative or above the step, a share outside 0-1, and the fixes' savings
   together above the step.
-`enforce(stats, mfu, findings)` repairs the analysis's own figures the way their meaning
+`enforce(profile, stats, mfu, findings)` repairs the analysis's own figures the way their meaning
 requires — an MFU or a ceiling ratio becomes "not measured" with the reason, savings are capped
-by what the higher-ranked fixes left of the step — and returns new figures with the list of
-repairs (Analysis.repairs). It never changes the Profile: measured figures are their producers'
+by what the higher-ranked fixes left of the step — and returns new figures (a new MfuResult,
+dataclasses.replace; new findings) with the list of repairs (Analysis.repairs). It never changes the Profile: measured figures are their producers'
 to keep in bounds (the host sampler drops a CPU rate from an interval too short to mean
 anything), and one that is not is reported as unrepaired. The test suite checks every profile
 and analysis a test makes with this module (tests/strict_bounds.py) and fails the test on any.
@@ -22,9 +22,9 @@ and analysis a test makes with this module (tests/strict_bounds.py) and fails th
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
+from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.measure.cpu_bounds import cpu_out_of_bounds
 from gpuprof.units import finite, join_notes, seconds
 
@@ -40,17 +40,17 @@ def violations(profile, analysis=None) -> list[str]:
     return out
 
 
-def analysis_violations(stats, mfu: dict | None, findings) -> list[str]:
+def analysis_violations(stats, mfu: MfuResult | None, findings) -> list[str]:
     """The analysis's own figures out of bounds: MFU, the ceiling's share of the peak, savings."""
     out: list[str] = []
-    mfu = mfu or {}
-    for key in ("mfu", "mfu_vs_ceiling"):
-        v = finite(mfu.get(key))
-        if v is not None and not 0 < v <= 1 + TOL:
-            out.append(f"mfu.{key} = {v:.4g} is outside (0, 1]")
-    share = finite(mfu.get("ceiling_share_of_peak"))
-    if share is not None and share > 1 + TOL:
-        out.append(f"mfu.ceiling_share_of_peak = {share:.4g}: a measured ceiling above the datasheet peak")
+    if mfu is not None:
+        for key, value in (("mfu", mfu.mfu), ("mfu_vs_ceiling", mfu.mfu_vs_ceiling)):
+            v = finite(value)
+            if v is not None and not 0 < v <= 1 + TOL:
+                out.append(f"mfu.{key} = {v:.4g} is outside (0, 1]")
+        share = finite(mfu.ceiling_share_of_peak)
+        if share is not None and share > 1 + TOL:
+            out.append(f"mfu.ceiling_share_of_peak = {share:.4g}: a measured ceiling above the datasheet peak")
     out += _saving_violations(stats, findings)
     return out
 
@@ -183,34 +183,43 @@ def _saving_violations(stats, findings) -> list[str]:
     return out
 
 
-def enforce(profile, stats, mfu: dict | None, findings: list) -> tuple[dict | None, list, list[str]]:
+def enforce(profile, stats, mfu: MfuResult | None, findings: list) -> tuple[MfuResult | None, list, list[str]]:
     """The analysis's figures with every violation repaired (module docstring): (mfu, findings,
     repairs), new objects; the profile and the given ones are not changed. A measured figure out
     of bounds is listed as unrepaired."""
     repairs: list[str] = []
-    mfu = copy.deepcopy(mfu) if mfu else mfu
-    m = mfu or {}
-    for key, why in (("mfu", "the datasheet peak is not this step's (a wrong GPU row or dtype)"),
-                     ("mfu_vs_ceiling", "the measured ceiling is below what the step achieved: the probe "
-                                        "missed this step's fastest path")):
-        v = finite(m.get(key))
-        if v is not None and not 0 < v <= 1 + TOL:
-            m[key] = None
-            m.setdefault("warnings", []).append(f"{key.replace('_', ' ')} not measured: {v:.1%} would be "
-                                                f"impossible; {why}")
-            repairs.append(f"mfu.{key} {v:.4g} -> not measured")
-    share = finite(m.get("ceiling_share_of_peak"))
-    if share is not None and share > 1 + TOL:
-        m["ceiling_share_of_peak"] = None
-        m.setdefault("warnings", []).append(
-            f"the measured ceiling is {share:.3g}x the datasheet peak: that peak is not this device's")
-        repairs.append("mfu.ceiling_share_of_peak -> not measured")
+    if mfu is not None:
+        mfu, repairs = _enforce_mfu(mfu)
     findings, saving_repairs = _enforce_savings(stats, findings)
     repairs += saving_repairs
     left = measured_violations(profile)
     if left:  # measured figures are their producers' to keep in bounds: never changed here
         repairs += [f"unrepaired: {v}" for v in left]
     return mfu, findings, repairs
+
+
+def _enforce_mfu(mfu: MfuResult) -> tuple[MfuResult, list[str]]:
+    """An MFU or a ceiling ratio outside its range becomes "not measured", with the reason among
+    the result's warnings: a new MfuResult."""
+    repairs: list[str] = []
+    changes: dict = {}
+    warnings = list(mfu.warnings)
+    for key, value, why in (("mfu", mfu.mfu, "the datasheet peak is not this step's (a wrong GPU row or dtype)"),
+                            ("mfu_vs_ceiling", mfu.mfu_vs_ceiling, "the measured ceiling is below what the step "
+                                                                   "achieved: the probe missed this step's fastest path")):
+        v = finite(value)
+        if v is not None and not 0 < v <= 1 + TOL:
+            changes[key] = None
+            warnings.append(f"{key.replace('_', ' ')} not measured: {v:.1%} would be impossible; {why}")
+            repairs.append(f"mfu.{key} {v:.4g} -> not measured")
+    share = finite(mfu.ceiling_share_of_peak)
+    if share is not None and share > 1 + TOL:
+        changes["ceiling_share_of_peak"] = None
+        warnings.append(f"the measured ceiling is {share:.3g}x the datasheet peak: that peak is not this device's")
+        repairs.append("mfu.ceiling_share_of_peak -> not measured")
+    if not changes:
+        return mfu, repairs
+    return replace(mfu, **changes, warnings=tuple(warnings)), repairs
 
 
 def _enforce_savings(stats, findings) -> tuple[list, list[str]]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from gpuprof.analysis.findings import Finding
+from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.errors import GpuprofError
 from gpuprof.profile import Profile
 from gpuprof.stats import PHASES, StepStats
@@ -217,14 +218,14 @@ def world_size(profile: Profile) -> int:
     return max(len(ranks), int(profile.run.get("world_size") or 1))
 
 
-def _mfu(mb: dict | None, ma: dict | None, nb: str, na: str, why: dict) -> tuple[Figure, Figure]:
+def _mfu(mb: MfuResult | None, ma: MfuResult | None, nb: str, na: str, why: dict) -> tuple[Figure, Figure]:
     """Each analysis's MFU (vs the datasheet peak) and MFU vs the measured ceiling; `why` gets the
     reason for each one a side lacks."""
     vals = {}
     for key in ("mfu", "mfu_vs_ceiling"):
         pair, missing = [], {}
         for m, name in ((mb, nb), (ma, na)):
-            v = m.get(key) if isinstance(m, dict) else None
+            v = None if m is None else m.mfu if key == "mfu" else m.mfu_vs_ceiling
             if v is None:
                 missing.setdefault(mfu_reason(m, key), []).append(name)
             pair.append(v)
@@ -235,19 +236,19 @@ def _mfu(mb: dict | None, ma: dict | None, nb: str, na: str, why: dict) -> tuple
     return vals["mfu"], vals["mfu_vs_ceiling"]
 
 
-def mfu_reason(m, key: str) -> str:
+def mfu_reason(m: MfuResult | None, key: str) -> str:
     """Why an analysis's MFU has no `key` (mfu or mfu_vs_ceiling), from what analysis.mfu recorded."""
-    if not isinstance(m, dict):
+    if m is None:
         return "not analysed"
     said = key.replace("_", " ") + " not measured: "
-    for w in m.get("warnings") or []:  # the bounds checker's repair of an impossible figure
-        if str(w).startswith(said):
-            return str(w)[len(said):]
-    if not m.get("flops_per_step"):
+    for w in m.warnings:  # the bounds checker's repair of an impossible figure
+        if w.startswith(said):
+            return w[len(said):]
+    if not m.flops_per_step:
         return "FLOPs per step unknown"
     if key == "mfu":
-        return "no datasheet peak for the device and dtype" if not m.get("peak_tflops") else "not computed"
-    return "no matmul ceiling measured in the step's dtype" if not m.get("ceiling_tflops") else "not computed"
+        return "no datasheet peak for the device and dtype" if not m.peak_tflops else "not computed"
+    return "no matmul ceiling measured in the step's dtype" if not m.ceiling_tflops else "not computed"
 
 
 def phase_changes(sb: StepStats, sa: StepStats, scale_b: float = 1.0, scale_a: float = 1.0) -> list[PhaseChange]:

@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import Callable
 
 from gpuprof.analysis.distributed_results import DistributedStats
+from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.profile import Profile
 from gpuprof.sections import Sections
 from gpuprof.stats import StepStats
@@ -56,7 +57,7 @@ class Context:
     profile: Profile
     stats: StepStats
     disk: dict | None = None  # a bench-disk result
-    mfu: dict | None = None  # analysis.mfu result
+    mfu: MfuResult | None = None  # analysis.mfu.compute_mfu's result, bounds-repaired
     gpu: object | None = None  # hardware.GpuSpec
     distributed: DistributedStats | None = None  # analysis.distributed (a merged multi-rank run)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from gpuprof.analysis.mfu_results import LogAnalysis, LogVerdict, SizeRow
 from gpuprof.errors import GpuprofError
 from gpuprof.stats import median, quantile
 # Re-exported: the parser's public names stay importable from here.
@@ -59,14 +60,15 @@ def _tokens_per_gpu(config: dict) -> tuple[int | None, int]:
 
 
 def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = None,
-                config: dict | None = None) -> dict:
+                config: dict | None = None) -> LogAnalysis:
     """Analyse a training log without running anything: nanoGPT `iter` lines, or the step times
     of build-nanogpt, llm.c or HF Trainer logs (gpuprof.steplog). Only nanoGPT's printed MFU is
     inverted into FLOPs (its A100 constant is known); other formats need the config for FLOPs.
 
     config: nanoGPT config keys (batch_size, block_size, gradient_accumulation_steps, n_layer,
     n_head, n_embd, vocab_size, dtype, world_size or tokens_per_step). Raises GpuprofError when
-    the file cannot be read or holds no iteration lines."""
+    the file cannot be read or holds no iteration lines. The result is typed
+    (analysis/mfu_results.py); its to_dict() is `gpuprof analyze --log --json`."""
     from pathlib import Path
 
     from gpuprof.analysis.mfu import NANOGPT_A100_TFLOPS, explain_misreport
@@ -167,12 +169,12 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
     if ratio is not None:
         for bound, vid, vtext in STEP_VERDICTS:
             if ratio < bound:
-                verdict = {"id": vid, "text": vtext}
+                verdict = LogVerdict(vid, vtext)
                 break
 
     # why the printed MFU differs from the true one: the same explanation as a measured run's
-    misreport = explain_misreport({"mfu": true_mfu, "peak_tflops": peak, "dtype": used_dtype,
-                                   "gpu_name": spec.name if spec else gpu}, reported) if reported is not None and peak else []
+    misreport = explain_misreport(reported, true_mfu=true_mfu, peak_tflops=peak, dtype=used_dtype,
+                                  device=spec.name if spec else gpu) if reported is not None and peak else ()
     consistency = None
     if cfg_per_token and per_token and flops_source and flops_source.startswith("printed"):
         consistency = per_token / cfg_per_token
@@ -185,32 +187,32 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
         for name, d in GPT2_SIZES.items():
             f_tok = gpt_flops_per_token(dict(d, block_size=block))
             f_step = f_tok * tokens
-            size_table.append({
-                "model": name, "params": gpt_param_count(**d),
-                "flops_per_token": f_tok, "floor_s": f_step / (peak * 1e12),
-                "true_mfu_at_step": f_step / (step_s * peak * 1e12) if step_s else None,
-                "nanogpt_mfu_at_step": f_step / (step_s * NANOGPT_A100_TFLOPS * 1e12) if step_s else None,
-            })
+            size_table.append(SizeRow(
+                model=name, params=gpt_param_count(**d),
+                flops_per_token=f_tok, floor_s=f_step / (peak * 1e12),
+                true_mfu_at_step=f_step / (step_s * peak * 1e12) if step_s else None,
+                nanogpt_mfu_at_step=f_step / (step_s * NANOGPT_A100_TFLOPS * 1e12) if step_s else None,
+            ))
     steady_s = [r.step_ms / 1e3 for r in steady]
-    return {
-        "path": str(p), "format": fmt, "iter_lines": len(iters), "eval_lines": len(evals),
-        "skipped_lines": len(bad),
-        "steady_lines": len(steady), "first_iter": iters[0].step, "last_iter": iters[-1].step,
-        "tokens_per_s_printed": median([r.tokens_per_s for r in steady if r.tokens_per_s is not None]),
-        "step_s_median": step_s,
-        "step_s_p10": quantile(steady_s, 0.1),
-        "step_s_p90": quantile(steady_s, 0.9),
-        "reported_mfu_pct": reported, "reported_mfu_lines": len(mfus),
-        "last_loss": iters[-1].loss,
-        "tokens_per_step": tokens, "world_size": world,
-        "gpu_key": spec.key if spec else None, "gpu_name": spec.name if spec else gpu,
-        "dtype": used_dtype, "peak_tflops": peak, "peak_source": peak_source,
-        "flops_per_step": flops_step, "flops_source": flops_source, "flops_per_token": per_token,
-        "flops_per_token_config": cfg_per_token, "config_consistency": consistency,
-        "implied_params": implied, "implied_params_method": method, "nearest_gpt2": nearest,
-        "true_mfu": true_mfu, "floor_s": floor,
-        "expected_step_s": {f"{m:.0%}": floor / m for m in EXPECTED_MFU} if floor else None,
-        "best_achievable_step_s": floor / BEST_ACHIEVABLE_MFU if floor else None,
-        "step_over_floor": ratio, "verdict": verdict,
-        "misreport": misreport, "size_table": size_table, "warnings": warnings,
-    }
+    return LogAnalysis(
+        path=str(p), format=fmt, iter_lines=len(iters), eval_lines=len(evals),
+        skipped_lines=len(bad),
+        steady_lines=len(steady), first_iter=iters[0].step, last_iter=iters[-1].step,
+        tokens_per_s_printed=median([r.tokens_per_s for r in steady if r.tokens_per_s is not None]),
+        step_s_median=step_s,
+        step_s_p10=quantile(steady_s, 0.1),
+        step_s_p90=quantile(steady_s, 0.9),
+        reported_mfu_pct=reported, reported_mfu_lines=len(mfus),
+        last_loss=iters[-1].loss,
+        tokens_per_step=tokens, world_size=world,
+        gpu_key=spec.key if spec else None, gpu_name=spec.name if spec else gpu,
+        dtype=used_dtype, peak_tflops=peak, peak_source=peak_source,
+        flops_per_step=flops_step, flops_source=flops_source, flops_per_token=per_token,
+        flops_per_token_config=cfg_per_token, config_consistency=consistency,
+        implied_params=implied, implied_params_method=method, nearest_gpt2=nearest,
+        true_mfu=true_mfu, floor_s=floor,
+        expected_step_s={f"{m:.0%}": floor / m for m in EXPECTED_MFU} if floor else None,
+        best_achievable_step_s=floor / BEST_ACHIEVABLE_MFU if floor else None,
+        step_over_floor=ratio, verdict=verdict,
+        misreport=misreport, size_table=tuple(size_table), warnings=tuple(warnings),
+    )

@@ -4,11 +4,12 @@ Two denominators: the datasheet's dense peak for the GPU and dtype (hardware.py)
 measured matmul ceiling of this device (measure/probe.py). Also the step-time floor (FLOPs ÷
 peak: the fastest this step can ever run here), the step time expected at 40% and 60% MFU, and,
 when the script printed an MFU, why it differs from the true one. Pure: reads a Profile, returns
-a dict, prints nothing.
+an MfuResult (analysis/mfu_results.py), prints nothing.
 """
 
 from __future__ import annotations
 
+from gpuprof.analysis.mfu_results import AGREES, CANNOT_CHECK, IMPOSSIBLE, MfuResult, MisreportCause
 from gpuprof.hardware import EXPECTED_MFU, find_gpu, normalize_dtype, peak_for
 from gpuprof.dims import gpt_flops_per_token, missing_gpt_dims
 
@@ -95,7 +96,7 @@ def resolve_peak(device: str | None, device_name: str | None, dtype: str, tf32: 
 
 
 def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = None,
-                reported_mfu_pct: float | None = None) -> dict:
+                reported_mfu_pct: float | None = None) -> MfuResult:
     """MFU vs the datasheet peak and vs the measured ceiling, the step-time floor, and the
     explanation of a misreported MFU. Fractions (0.31), not percentages, except reported_mfu_pct."""
     env = profile.environment or {}
@@ -131,61 +132,65 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
         warnings.append(f"the matmul ceiling was measured in {probe.dtype}, the step runs in "
                         f"{peak['dtype']}: MFU vs ceiling not measured")
         ceiling = None
-    out = {
-        "device": env.get("device"), "device_name": env.get("device_name"),
-        **peak,
-        "flops_per_step": flops, "flops_method": method,
-        "flops_analytic_per_step": fdetail.get("analytic_per_step"),
-        "flops_counted_per_step": fdetail.get("counted_per_step"),
-        "flops_agreement": fdetail.get("agreement"),
-        "tokens_per_step": cfg.get("tokens_per_step") or (stats.tokens_per_step if stats else None),
-        "step_s": step_s, "timeline": stats.timeline if stats else None,
-        "achieved_tflops": achieved,
-        "mfu": achieved / p if achieved and p else None,
-        "ceiling_tflops": ceiling, "ceiling_method": ceiling_method, "ceiling_dtype": probe.dtype,
-        "ceiling_share_of_peak": ceiling / p if ceiling and p else None,
-        "mfu_vs_ceiling": achieved / ceiling if achieved and ceiling else None,
-        "floor_s": flops / (p * 1e12) if flops and p else None,
-        "floor_s_ceiling": flops / (ceiling * 1e12) if flops and ceiling else None,
-        "expected_step_s": {f"{m:.0%}": flops / (p * 1e12 * m) for m in EXPECTED_MFU} if flops and p else None,
-        "step_over_floor": (step_s / (flops / (p * 1e12))) if flops and p and step_s else None,
-        "warnings": warnings,
-    }
+    mfu = achieved / p if achieved and p else None
     if ceiling is None and not probe.present:
-        out["warnings"].append("no matmul ceiling measured")
-    if out["mfu"] is not None and out["mfu"] > 1.0:
-        out["warnings"].append("measured MFU above 100%: the FLOP count or the peak is wrong")
+        warnings.append("no matmul ceiling measured")
+    if mfu is not None and mfu > 1.0:
+        warnings.append("measured MFU above 100%: the FLOP count or the peak is wrong")
 
     script = sections.script.reported
     rep, rep_src = reported_mfu_pct, "--reported-mfu"
     if rep is None and script.mfu_pct_median is not None:
         rep, rep_src = script.mfu_pct_median, "script output"
-    out["reported_mfu_pct"] = rep
-    out["reported_source"] = rep_src if rep is not None else None
-    out["reported_step_s"] = script.step_ms_median / 1e3 if script.step_ms_median else None
-    out["misreport"] = explain_misreport(out, rep) if rep is not None else []
-    out["reported_impossible"] = bool(rep is not None and rep > 100.0)
-    return out
+    reported_step_s = script.step_ms_median / 1e3 if script.step_ms_median else None
+    name = peak["gpu_name"] or env.get("device_name")
+    return MfuResult(
+        device=env.get("device"), device_name=env.get("device_name"),
+        **peak,
+        flops_per_step=flops, flops_method=method,
+        flops_analytic_per_step=fdetail.get("analytic_per_step"),
+        flops_counted_per_step=fdetail.get("counted_per_step"),
+        flops_agreement=fdetail.get("agreement"),
+        tokens_per_step=cfg.get("tokens_per_step") or (stats.tokens_per_step if stats else None),
+        step_s=step_s, timeline=stats.timeline if stats else None,
+        achieved_tflops=achieved, mfu=mfu,
+        ceiling_tflops=ceiling, ceiling_method=ceiling_method, ceiling_dtype=probe.dtype,
+        ceiling_share_of_peak=ceiling / p if ceiling and p else None,
+        mfu_vs_ceiling=achieved / ceiling if achieved and ceiling else None,
+        floor_s=flops / (p * 1e12) if flops and p else None,
+        floor_s_ceiling=flops / (ceiling * 1e12) if flops and ceiling else None,
+        expected_step_s={f"{m:.0%}": flops / (p * 1e12 * m) for m in EXPECTED_MFU} if flops and p else None,
+        step_over_floor=(step_s / (flops / (p * 1e12))) if flops and p and step_s else None,
+        warnings=tuple(warnings),
+        reported_mfu_pct=rep, reported_source=rep_src if rep is not None else None,
+        reported_step_s=reported_step_s,
+        misreport=explain_misreport(rep, true_mfu=mfu, peak_tflops=p, dtype=peak["dtype"], device=name,
+                                    reported_step_s=reported_step_s, step_s=step_s) if rep is not None else (),
+        reported_impossible=bool(rep is not None and rep > 100.0),
+    )
 
 
-def explain_misreport(m: dict, reported_pct: float) -> list[dict]:
-    """Why a printed MFU differs from the true one. Each entry: cause, text, evidence.
+def explain_misreport(reported_pct: float, *, true_mfu: float | None, peak_tflops: float | None,
+                      dtype: str | None, device: str | None, reported_step_s: float | None = None,
+                      step_s: float | None = None) -> tuple[MisreportCause, ...]:
+    """Why a printed MFU (reported_pct, in %) differs from the true one (true_mfu, a fraction,
+    against peak_tflops in `dtype` on `device`), for a measured run and a log alike.
 
     Causes: nanoGPT's A100 constant (true = reported × 312/peak), timing without
-    synchronization (the script's step time is shorter than the GPU's), a sparse peak
-    (reported = true/2), and anything above 100% flagged as impossible with the cause that fits."""
-    out: list[dict] = []
-    true = m.get("mfu")
-    peak = m.get("peak_tflops")
-    name = m.get("gpu_name") or m.get("device_name") or "this GPU"
+    synchronization (the script's step time, reported_step_s, is shorter than the GPU's step_s),
+    a sparse peak (reported = true/2), and anything above 100% flagged as impossible with the
+    cause that fits."""
+    out: list[MisreportCause] = []
+    true, peak = true_mfu, peak_tflops
+    name = device or "this GPU"
     if true is None or not peak:
-        out.append({"cause": "cannot_check",
-                    "text": "no true MFU to compare with (no datasheet peak or no FLOP count); "
-                            f"pass --gpu or --peak-tflops. Printed: {reported_pct:.1f}%",
-                    "evidence": {"reported_pct": reported_pct}})
+        out.append(MisreportCause(CANNOT_CHECK,
+                                  "no true MFU to compare with (no datasheet peak or no FLOP count); "
+                                  f"pass --gpu or --peak-tflops. Printed: {reported_pct:.1f}%",
+                                  {"reported_pct": reported_pct}))
         if reported_pct > 100:
             out.append(_impossible(reported_pct, None))
-        return out
+        return tuple(out)
     true_pct = true * 100
     ratio = reported_pct / true_pct if true_pct else None
     ev = {"reported_pct": reported_pct, "true_pct": true_pct, "ratio": ratio, "peak_tflops": peak}
@@ -194,14 +199,14 @@ def explain_misreport(m: dict, reported_pct: float) -> list[dict]:
     rescaled = reported_pct * NANOGPT_A100_TFLOPS / peak
     if rescaled <= 100:
         a100_text = (f"nanoGPT divides by the A100's {NANOGPT_A100_TFLOPS:g} TFLOP/s on every GPU; the "
-                     f"{m.get('dtype')} peak of {name} is {peak:g} TFLOP/s, so the printed figure means "
+                     f"{dtype} peak of {name} is {peak:g} TFLOP/s, so the printed figure means "
                      f"{reported_pct:.1f}% × {NANOGPT_A100_TFLOPS:g}/{peak:g} = {rescaled:.1f}%")
     else:  # never state an impossible figure as "the true MFU"
         a100_text = (f"nanoGPT divides by the A100's {NANOGPT_A100_TFLOPS:g} TFLOP/s on every GPU; rescaled to "
-                     f"the {m.get('dtype')} peak of {name} ({peak:g} TFLOP/s) the printed figure would still be "
+                     f"the {dtype} peak of {name} ({peak:g} TFLOP/s) the printed figure would still be "
                      f"impossible ({rescaled / 100:.3g}x the peak): its FLOPs or step time are wrong too")
     candidates.append(("a100_constant", a100, a100_text))
-    rs, ms = m.get("reported_step_s"), m.get("step_s")
+    rs, ms = reported_step_s, step_s
     if rs and ms and ms > rs * (1 + MATCH_TOLERANCE):
         unsync = ms / rs
         candidates.append(("unsynchronized_timing", unsync,
@@ -214,27 +219,25 @@ def explain_misreport(m: dict, reported_pct: float) -> list[dict]:
                        f"the script divides by a 2:4-sparse peak ({2 * peak:g} TFLOP/s), twice the dense "
                        f"{peak:g}: its MFU reads half the true one"))
     if ratio is not None and abs(ratio - 1) <= MATCH_TOLERANCE:
-        out.append({"cause": "agrees", "text": f"the printed {reported_pct:.1f}% agrees with the true "
-                                               f"{true_pct:.1f}%", "evidence": ev})
+        out.append(MisreportCause(AGREES, f"the printed {reported_pct:.1f}% agrees with the true "
+                                          f"{true_pct:.1f}%", ev))
     else:
         matched = [c for c in candidates if ratio and abs(ratio / c[1] - 1) <= MATCH_TOLERANCE]
         for cause, predicted, text in matched:
-            out.append({"cause": cause, "text": text, "evidence": dict(ev, predicted_ratio=predicted)})
+            out.append(MisreportCause(cause, text, dict(ev, predicted_ratio=predicted)))
         if not matched:
-            out.append({"cause": "unexplained",
-                        "text": f"the printed MFU is {ratio:.2f}× the true one; no known cause predicts that "
-                                "(a different FLOP formula, tokens per step, or timing window)",
-                        "evidence": ev})
+            out.append(MisreportCause(
+                "unexplained", f"the printed MFU is {ratio:.2f}× the true one; no known cause predicts that "
+                               "(a different FLOP formula, tokens per step, or timing window)", ev))
             # The A100 constant still applies to any nanoGPT-derived script: say so when it does.
             if abs(a100 - 1) > MATCH_TOLERANCE:
-                out.append({"cause": "a100_constant_possible", "text": candidates[0][2],
-                            "evidence": dict(ev, predicted_ratio=a100)})
+                out.append(MisreportCause("a100_constant_possible", candidates[0][2], dict(ev, predicted_ratio=a100)))
     if reported_pct > 100:
-        out.append(_impossible(reported_pct, [e["cause"] for e in out]))
-    return out
+        out.append(_impossible(reported_pct, [e.cause for e in out]))
+    return tuple(out)
 
 
-def _impossible(reported_pct: float, causes: list[str] | None) -> dict:
+def _impossible(reported_pct: float, causes: list[str] | None) -> MisreportCause:
     why = {
         "a100_constant": "it is measured against the A100's 312 TFLOP/s, not this GPU's peak",
         "a100_constant+unsynchronized_timing": "it uses the A100's peak and an unsynchronized step time",
@@ -242,6 +245,5 @@ def _impossible(reported_pct: float, causes: list[str] | None) -> dict:
     }
     reason = next((why[c] for c in (causes or []) if c in why),
                   "the step time or the FLOP count it uses is wrong")
-    return {"cause": "impossible",
-            "text": f"{reported_pct:.1f}% MFU is impossible (above 100% of the peak): {reason}",
-            "evidence": {"reported_pct": reported_pct}}
+    return MisreportCause(IMPOSSIBLE, f"{reported_pct:.1f}% MFU is impossible (above 100% of the peak): {reason}",
+                          {"reported_pct": reported_pct})

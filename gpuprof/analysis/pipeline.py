@@ -19,6 +19,7 @@ from gpuprof.analysis.bounds import enforce
 from gpuprof.analysis.corrected import CorrectedConfig, merge
 from gpuprof.analysis.engine import run_rules
 from gpuprof.analysis.findings import Context, Finding
+from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.profile import Profile
 from gpuprof.stats import StepStats
 
@@ -41,7 +42,7 @@ class AnalysisOptions:
 class Analysis:
     options: AnalysisOptions
     stats: StepStats | None  # the step statistics every figure and saving is judged on
-    mfu: dict | None  # gpuprof.analysis.mfu.compute_mfu, bounds-repaired
+    mfu: MfuResult | None  # gpuprof.analysis.mfu.compute_mfu, bounds-repaired
     findings: tuple[Finding, ...]
     corrected: CorrectedConfig
     repairs: tuple[str, ...] = ()
@@ -51,7 +52,7 @@ class Analysis:
     def to_dict(self) -> dict:
         return {"version": self.version, "options": self.options.to_dict(),
                 "steps": self.stats.to_dict() if self.stats is not None else None,
-                "mfu": self.mfu, "findings": [f.to_dict() for f in self.findings],
+                "mfu": self.mfu.to_dict() if self.mfu is not None else None, "findings": [f.to_dict() for f in self.findings],
                 "corrected_config": self.corrected.to_dict(), "repairs": list(self.repairs),
                 "distributed": self.distributed.to_dict() if self.distributed is not None else None}
 
@@ -62,7 +63,7 @@ class Analysis:
         cc = d.get("corrected_config") or {}
         return cls(
             options=AnalysisOptions(**{k: opts.get(k) for k in AnalysisOptions.__dataclass_fields__}),
-            stats=profile.stats, mfu=d.get("mfu"),
+            stats=profile.stats, mfu=MfuResult.from_dict(d.get("mfu")),
             findings=tuple(Finding.from_dict(f) for f in d.get("findings") or []),
             corrected=CorrectedConfig(dict(cc.get("overrides") or {}), dict(cc.get("sources") or {}),
                                       [tuple(x) for x in cc.get("overridden") or []], dict(cc.get("current") or {})),

@@ -85,9 +85,8 @@ def _analyze_log(log: Path, gpu, peak_tflops, config: dict, as_json: bool) -> No
     result = analyze_log(log, gpu=gpu, peak_tflops=peak_tflops,
                          config={k: v for k, v in config.items() if v is not None})
     findings = rank(log_findings(result))
-    result["findings"] = [f.to_dict() for f in findings]
     if as_json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        sys.stdout.write(json.dumps({**result.to_dict(), "findings": [f.to_dict() for f in findings]}, indent=2) + "\n")
     else:
         console = Console()
         console.print(log_analysis_panel(result))

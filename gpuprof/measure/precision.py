@@ -99,7 +99,8 @@ def _has_tf32(device) -> bool:
 
 def read_precision(model, autocast_dtype, device: str) -> dict:
     """What the step computes in: autocast dtype, weights' dtype, TF32 state, and the resulting
-    compute dtype (hardware.compute_dtype) that the MFU peak and the ceiling probe both use."""
+    compute dtype (hardware.compute_dtype) that the MFU peak and the ceiling probe both use. The
+    runners store it as measurements.precision (read by gpuprof.analysis.precision)."""
     ac = str(autocast_dtype).replace("torch.", "") if autocast_dtype is not None else None
     pd = param_dtype(model) if model is not None else None
     if is_cuda(device):

@@ -56,7 +56,7 @@ def render_diagnosis(profile, analysis, console: Console, *, details: bool = Fal
     console.rule(h.details, align="left")
     from gpuprof.render.mfu import mfu_panel, samplers_panel
 
-    if analysis.mfu:
+    if analysis.mfu is not None:
         console.print(mfu_panel(analysis.mfu))
     if profile.sections.present:
         console.print(samplers_panel(profile.sections))

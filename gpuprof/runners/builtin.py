@@ -316,7 +316,6 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
             "tokens_per_step": tokens,
             "autocast_dtype": precision["autocast_dtype"],
             "tf32_matmul": bool(precision.get("tf32_matmul")),
-            "precision": precision,
             "fused_adamw": bool(getattr(optimizer, "defaults", {}).get("fused")),
             "faults": asdict(faults) if (faults.loader.any() or faults.sync_every_micro or faults.eval_every_step) else None,
         },
@@ -326,7 +325,7 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
                            problems, "losses")),
     }
     profile = Profile(run=run, steps=measured, warmup_steps=warm,
-                      environment=environment(device))
+                      environment=environment(device), measurements={"precision": precision})
     gpu_report = timer.gpu_report()
     if gpu_report:
         profile.measurements["timer"] = gpu_report

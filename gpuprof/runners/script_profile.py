@@ -64,6 +64,8 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     if run.ctx is not None:
         run.ctx.profile = profile
         _observed_precision(run, cfg)
+        if run.ctx.precision:
+            profile.measurements["precision"] = run.ctx.precision
         # Read after the run: FSDP2 settles its root's resharding at its first forward.
         try:
             run.sharding = run.ctx.sharding = describe_sharding(run.ctx.model)
@@ -110,8 +112,7 @@ def _observed_precision(run, cfg: dict) -> None:
     if watch is None:
         return
     watch.remove()
-    prec = with_observed_matmul(cfg.get("precision") or {}, watch.dtype, watch.layer, run.device)
-    cfg["precision"] = run.ctx.precision = prec
+    prec = run.ctx.precision = with_observed_matmul(run.ctx.precision or {}, watch.dtype, watch.layer, run.device)
     if prec.get("autocast_note") and cfg.get("autocast_dtype") is None:
         cfg["autocast_dtype"] = prec["autocast_dtype"]
 

@@ -103,8 +103,7 @@ class _Run:
             precision = read_precision(eager, autocast, self.device)
         except Exception as exc:  # noqa: BLE001 - never end the user's run over a reading
             precision = {"error": f"{exc.__class__.__name__}: {exc}"}
-        self.config["precision"] = precision
-        self.config["tf32_matmul"] = bool(precision.get("tf32_matmul"))
+        self.config["tf32_matmul"] = bool(precision.get("tf32_matmul"))  # the record: measurements.precision
         try:  # autocast inside forward (accelerate, precision plugins) shows in the output dtype
             self.matmul_watch = MatmulDtypeWatch(eager)
             self.hooks.forward_watchers.append(self.matmul_watch)  # armed from this forward on

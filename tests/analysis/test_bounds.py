@@ -38,8 +38,8 @@ def test_an_mfu_vs_ceiling_above_100_percent_becomes_not_measured():
     before = p.to_dict()
     a = analyze(p)
     m = a.mfu
-    assert m["mfu_vs_ceiling"] is None and violations(p, a) == []
-    assert any("mfu vs ceiling not measured" in w for w in m["warnings"])
+    assert m.mfu_vs_ceiling is None and violations(p, a) == []
+    assert any("mfu vs ceiling not measured" in w for w in m.warnings)
     assert a.repairs and all(r.startswith("mfu.mfu_vs_ceiling") for r in a.repairs)
     assert p.to_dict() == before  # the repair is the analysis's: the profile is unchanged
 
@@ -49,7 +49,7 @@ def test_the_model_shape_rate_is_the_ceiling_when_it_is_higher():
                  measurements={"probe": {"tflops": 0.010, "dtype": "fp32",
                                          "precisions": {"tflops": {"fp32": 0.050, "bf16": 0.004}}}})
     m = analyze(p).mfu
-    assert m["ceiling_tflops"] == 0.050 and "model's own matmul shapes" in m["ceiling_method"]
+    assert m.ceiling_tflops == 0.050 and "model's own matmul shapes" in m.ceiling_method
 
 
 def test_process_cpu_above_the_cores_is_dropped_by_the_sampler():

@@ -31,10 +31,10 @@ def test_partial_dims_and_no_count_mean_mfu_not_measured():
     data["measurements"].pop("flops", None)
     prof = from_data(copy.deepcopy(data))
     mfu = compute_mfu(prof)
-    assert mfu["mfu"] is None and mfu["flops_per_step"] is None
-    assert any("not GPT-shaped" in w and "no n_layer, n_embd" in w for w in mfu["warnings"])
+    assert mfu.mfu is None and mfu.flops_per_step is None
+    assert any("not GPT-shaped" in w and "no n_layer, n_embd" in w for w in mfu.warnings)
     a = analyze(prof)
-    assert a.mfu["mfu"] is None and a.mfu["flops_per_step"] is None
+    assert a.mfu.mfu is None and a.mfu.flops_per_step is None
     assert a.findings and a.findings[0].id == "data-loading-exposed"  # the rest of the analysis stands
 
 

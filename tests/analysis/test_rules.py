@@ -1,9 +1,12 @@
 """Each rule on synthetic profiles: fires when it should, stays quiet when it should not, and
 its saving is the arithmetic of the evidence."""
 
+from dataclasses import replace
+
 import pytest
 
 from gpuprof.analysis.engine import Context, Finding, rank, run_rules, with_share
+from gpuprof.analysis.mfu_results import MfuResult, MisreportCause
 from gpuprof.analysis.rules import batching, gpu, machine, phases
 from gpuprof.hardware import find_gpu
 
@@ -58,7 +61,7 @@ def test_eval_in_step(profile_factory):
 
 def test_compute_bound_verdict_with_floor(profile_factory):
     p = profile_factory({"data": 0.01, "forward": 0.3, "backward": 0.6, "optimizer": 0.09})
-    (f,) = phases.compute_bound(ctx_of(p, mfu={"floor_s": 0.25, "mfu": 0.25}))
+    (f,) = phases.compute_bound(ctx_of(p, mfu=MfuResult(floor_s=0.25, mfu=0.25)))
     assert f.kind == "verdict" and f.evidence["times_floor"] == pytest.approx(4.0)
     assert "4.0x its FLOP floor" in f.title
     assert phases.compute_bound(ctx_of(profile_factory({"data": 0.5, "forward": 0.5}))) == []
@@ -155,7 +158,7 @@ def test_no_tensor_cores_estimates_from_flops(profile_factory):
     p = profile_factory({"forward": 0.3, "backward": 0.6, "optimizer": 0.1}, device="cuda",
                         config={"dtype": "fp32", "tf32_matmul": False, "autocast_dtype": None})
     flops = 1e14
-    (f,) = gpu.no_tensor_cores(ctx_of(p, gpu=H200, mfu={"flops_per_step": flops}))
+    (f,) = gpu.no_tensor_cores(ctx_of(p, gpu=H200, mfu=MfuResult(flops_per_step=flops)))
     at_half = flops / (0.5 * 989.5e12)
     assert f.saving_s == pytest.approx(0.9 - at_half)
     assert f.config_overrides == {"dtype": "bfloat16"}
@@ -215,11 +218,11 @@ def test_cpu_saturated(profile_factory):
 
 def test_mfu_misreported(profile_factory):
     p = profile_factory({"forward": 1.0})
-    mfu = {"reported_mfu_pct": 104.0, "mfu": 0.328, "peak_tflops": 989.5, "dtype": "bf16",
-           "misreport": [{"cause": "a100_constant", "text": "A100"}, {"cause": "impossible", "text": ">100"}]}
+    mfu = MfuResult(reported_mfu_pct=104.0, mfu=0.328, peak_tflops=989.5, dtype="bf16",
+                    misreport=(MisreportCause("a100_constant", "A100"), MisreportCause("impossible", ">100")))
     (f,) = machine.mfu_misreported(ctx_of(p, mfu=mfu))
     assert f.kind == "correction" and "impossible" in f.title and "989.5e12" in f.fix
-    agrees = dict(mfu, reported_mfu_pct=33.0, misreport=[{"cause": "agrees", "text": ""}])
+    agrees = replace(mfu, reported_mfu_pct=33.0, misreport=(MisreportCause("agrees", ""),))
     assert machine.mfu_misreported(ctx_of(p, mfu=agrees)) == []
 
 

@@ -142,8 +142,7 @@ def h200_profile(**over) -> dict:
         "schema_version": 2, "tool": {"name": "gpuprof"}, "steps": [],
         "environment": {"device_name": "NVIDIA H200"},
         "run": {"config": {"model": "gpt2", "batch_size": 16, "block_size": 1024, "grad_accum": 4, "dtype": "bf16",
-                           "compile": False, "precision": {"autocast_dtype": "bf16", "param_dtype": "float32",
-                                                           "tf32_matmul": True, "compute_dtype": "bf16"}}},
+                           "compile": False}},
         "analysis": {
             "steps": {"step_s": 0.21, "timeline": "gpu", "spread": 0.02, "tokens_per_s": 312000.0,
                       "phases": {"data": {"seconds": 0.002, "share": 0.01}, "forward": {"seconds": 0.07, "share": 0.33},
@@ -152,6 +151,8 @@ def h200_profile(**over) -> dict:
             "mfu": {"mfu": 0.27, "dtype": "bf16", "peak_tflops": 989.5, "achieved_tflops": 267.0},
             "findings": [finding("compute-bound", kind="verdict")]},
         "measurements": {
+            "precision": {"autocast_dtype": "bf16", "param_dtype": "float32", "tf32_matmul": True,
+                          "compute_dtype": "bf16"},
             "probe": {"tflops": 742.0, "dtype": "bf16", "size": 8192},
             "timer": {"gpu_timeline": True, "events_recorded": 260, "events_created_in_steps": 0,
                       "steps_unresolved": [], "reasons": []},
@@ -213,8 +214,8 @@ def test_tf32_verdict_uses_the_hardware_tables_tf32_peak():
     assert not ok and "MFU dtype is 'fp32'" in why and "not the TF32 peak 494.5" in why
     assert "probe measured 'fp32'" in why
     no_key = copy.deepcopy(good)
-    del no_key["run"]["config"]["precision"]
-    assert "key missing: run.config.precision.tf32_matmul" in gc.judge_tf32(no_key, 494.5)[1]
+    del no_key["measurements"]["precision"]
+    assert "key missing: measurements.precision.tf32_matmul" in gc.judge_tf32(no_key, 494.5)[1]
     assert gc.judge_tf32(good, None)[0] is False  # a GPU without a TF32 row cannot pass
 
 

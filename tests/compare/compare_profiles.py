@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.corrected import CorrectedConfig
 from gpuprof.analysis.findings import Finding
+from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.analysis.pipeline import Analysis, AnalysisOptions
 from gpuprof.profile import Profile, StepRecord
 
@@ -36,13 +37,13 @@ def hand_profile(steps: list[dict], *, tokens: int = 4096, config: dict | None =
                    environment={"device": "cpu", "device_name": device_name})
 
 
-def hand_analysis(prof: Profile, findings: list | None = None, mfu: dict | None = None) -> Analysis:
+def hand_analysis(prof: Profile, findings: list | None = None, mfu: MfuResult | None = None) -> Analysis:
     """The analysis of `prof` that concluded exactly these findings and this MFU."""
     return Analysis(options=AnalysisOptions(), stats=prof.stats, mfu=mfu, findings=tuple(findings or ()),
                     corrected=CorrectedConfig())
 
 
-def hand(steps: list[dict], *, findings: list | None = None, mfu: dict | None = None, **kw) -> tuple:
+def hand(steps: list[dict], *, findings: list | None = None, mfu: MfuResult | None = None, **kw) -> tuple:
     """(Profile, Analysis): hand_profile(steps, **kw) and its hand-made analysis."""
     prof = hand_profile(steps, **kw)
     return prof, hand_analysis(prof, findings, mfu)

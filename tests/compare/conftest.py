@@ -2,6 +2,8 @@
 
 import pytest
 
+from gpuprof.analysis.mfu_results import MfuResult
+
 from compare_profiles import BASE_PHASES, finding, hand
 
 BEFORE_FORWARD = [0.10, 0.20, 0.20, 0.50, 1.20]  # steps 0.9, 1.0, 1.0, 1.3 and an irregular 2.0 s
@@ -22,12 +24,12 @@ def hand_pair():
                   finding("micro-batch-too-small", 0.09, {"forward": 0.03, "backward": 0.06}, step=BEFORE_STEP),
                   finding("storage-too-slow", 0.10, {}, step=BEFORE_STEP),
                   finding("dominant-phase", None, kind="info")],
-        mfu={"mfu": 4.0 / BEFORE_STEP / 10.0, "mfu_vs_ceiling": 4.0 / BEFORE_STEP / 8.0, "flops_per_step": 4e12,
-             "peak_tflops": 10.0, "ceiling_tflops": 8.0})
+        mfu=MfuResult(mfu=4.0 / BEFORE_STEP / 10.0, mfu_vs_ceiling=4.0 / BEFORE_STEP / 8.0, flops_per_step=4e12,
+                      peak_tflops=10.0, ceiling_tflops=8.0))
     after, after_analysis = hand(
         [dict(BASE_PHASES, data=0.05)] * 4, config={"batch_size": 16, "grad_accum": 2},
         findings=[finding("dominant-phase", None, kind="info"),
                   finding("cpu-saturated", None, kind="info", step=0.75)],
-        mfu={"mfu": 4.0 / 0.75 / 10.0, "mfu_vs_ceiling": None, "flops_per_step": 4e12, "peak_tflops": 10.0,
-             "ceiling_tflops": None})
+        mfu=MfuResult(mfu=4.0 / 0.75 / 10.0, mfu_vs_ceiling=None, flops_per_step=4e12, peak_tflops=10.0,
+                      ceiling_tflops=None))
     return before, before_analysis, after, after_analysis

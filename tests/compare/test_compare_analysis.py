@@ -4,6 +4,7 @@ import pytest
 
 from compare_profiles import BASE_PHASES, finding, hand, hand_analysis, hand_profile
 from gpuprof.analysis.compare import compare, config_changes, mfu_reason, verdict
+from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.errors import GpuprofError
 
 
@@ -35,10 +36,10 @@ def test_step_tokens_and_mfu_use_the_typical_step(hand_pair):
 
 def test_mfu_reasons():
     assert mfu_reason(None, "mfu") == "not analysed"
-    assert mfu_reason({"flops_per_step": None}, "mfu") == "FLOPs per step unknown"
-    assert mfu_reason({"flops_per_step": 1e9, "peak_tflops": None}, "mfu") == "no datasheet peak for the device and dtype"
-    repaired = {"flops_per_step": 1e9, "peak_tflops": 1.0,
-                "warnings": ["mfu not measured: 120.0% would be impossible; the datasheet peak is not this step's"]}
+    assert mfu_reason(MfuResult(flops_per_step=None), "mfu") == "FLOPs per step unknown"
+    assert mfu_reason(MfuResult(flops_per_step=1e9, peak_tflops=None), "mfu") == "no datasheet peak for the device and dtype"
+    repaired = MfuResult(flops_per_step=1e9, peak_tflops=1.0,
+                         warnings=("mfu not measured: 120.0% would be impossible; the datasheet peak is not this step's",))
     assert mfu_reason(repaired, "mfu") == "120.0% would be impossible; the datasheet peak is not this step's"
 
 

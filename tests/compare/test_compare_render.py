@@ -8,6 +8,7 @@ from rich.console import Console
 
 from compare_profiles import BASE_PHASES, finding, hand
 from gpuprof.analysis.compare import compare
+from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.render.compare import comparison_json, outcome_table, phase_table, render_comparison, summary_table
 from gpuprof.report.compare import outcome_line
 
@@ -17,7 +18,7 @@ def per_token_pair():
     b = hand([BASE_PHASES] * 3, findings=[
         finding("data-loading-exposed", 0.30, {"data": 0.30}), finding(long_id, 0.05, {}),
         finding("compute-bound", None, kind="verdict")],
-        mfu={"mfu": 0.123, "mfu_vs_ceiling": 0.456})
+        mfu=MfuResult(mfu=0.123, mfu_vs_ceiling=0.456))
     a = hand([dict({k: v * 2 for k, v in BASE_PHASES.items()}, data=0.001, eval=0.2)] * 3, tokens=8192,
                      config={"batch_size": 16, "data": "/a/rather/long/path/to/the/new/train.bin"},
                      findings=[finding("eval-in-measured-steps", 0.2, {"eval": 0.2}, step=1.6)])

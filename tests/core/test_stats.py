@@ -41,9 +41,9 @@ def test_log_p10_p90_are_the_same_quantiles(tmp_path):
     log.write_text("\n".join(lines) + "\n")
     r = analyze_log(str(log), gpu="a100")
     steady = [0.1, 0.2, 0.3, 0.4, 1.0]  # iter 0 (compile, first eval) left out
-    assert r["step_s_median"] == pytest.approx(0.3)
-    assert r["step_s_p10"] == pytest.approx(quantile(steady, 0.1)) == pytest.approx(0.14)
-    assert r["step_s_p90"] == pytest.approx(quantile(steady, 0.9)) == pytest.approx(0.76)
+    assert r.step_s_median == pytest.approx(0.3)
+    assert r.step_s_p10 == pytest.approx(quantile(steady, 0.1)) == pytest.approx(0.14)
+    assert r.step_s_p90 == pytest.approx(quantile(steady, 0.9)) == pytest.approx(0.76)
 
 
 def test_sampler_p50_p90_are_the_same_quantiles():

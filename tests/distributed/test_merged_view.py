@@ -13,7 +13,7 @@ from gpuprof.profile import Profile
 from gpuprof.report import words
 from gpuprof.report.model import build_report
 
-from tests.distributed.test_merge_rules import _rank_profile
+from test_merge_rules import _rank_profile  # this folder's (pytest puts it on sys.path)
 
 
 def _row(report, label):

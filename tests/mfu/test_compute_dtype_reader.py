@@ -11,6 +11,7 @@ import pytest
 from gpuprof.analysis.precision import compute_dtype_name, run_compute_dtype
 from gpuprof.hardware import normalize_dtype
 from gpuprof.profile import Profile, StepRecord
+from mfu_helpers import mfu_dtype, mfu_reads_the_measurement
 
 
 def LEGACY(config: dict) -> tuple[str, bool]:
@@ -118,15 +119,6 @@ def test_legacy_is_the_mfu_reader_as_it_was():
         assert own(case.values[0]) == LEGACY(case.values[0])
 
 
-def mfu_reads_the_measurement() -> bool:
-    """analysis/mfu.py takes its dtype from the one reader (measurements.precision)."""
-    from gpuprof.analysis.mfu import compute_mfu
-
-    prof = Profile(run={"config": {"dtype": "float32", "device": "cpu"}}, steps=[],
-                   measurements={"precision": {"compute_dtype": "bf16", "tf32_matmul": False}})
-    return compute_mfu(prof)["dtype"] == "bf16"
-
-
 @pytest.mark.xfail(not mfu_reads_the_measurement(), strict=True,
                    reason="analysis/mfu.py's own compute_dtype(config) reads run.config.precision only, until it "
                           "reads through gpuprof.analysis.precision.run_compute_dtype (its owner applies it)")
@@ -139,4 +131,4 @@ def test_the_mfu_divides_by_the_measured_dtype():
         prof = Profile(run={"config": {"dtype": "float32", "device": "cuda:0", **layout["config"]}}, steps=steps,
                        environment={"device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3"},
                        measurements=layout["measurements"])
-        assert compute_mfu(prof)["dtype"] == "bf16"
+        assert mfu_dtype(compute_mfu(prof)) == "bf16"

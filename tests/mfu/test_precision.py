@@ -71,8 +71,8 @@ def test_nanogpt_fp32_with_allow_tf32_is_measured_against_tf32_on_an_h200():
     prof = _h200_profile({"autocast_dtype": None, "param_dtype": "float32", "tf32_matmul": True,
                           "compute_dtype": "tf32"}, probe={"tflops": 400.0, "dtype": "tf32"})
     m = compute_mfu(prof)
-    assert m["dtype"] == "tf32" and m["peak_tflops"] == 494.5
-    assert m["mfu_vs_ceiling"] == pytest.approx(m["achieved_tflops"] / 400.0)
+    assert m.dtype == "tf32" and m.peak_tflops == 494.5
+    assert m.mfu_vs_ceiling == pytest.approx(m.achieved_tflops / 400.0)
     from gpuprof.hardware import find_gpu
 
     assert gpu.no_tensor_cores(Context(profile=prof, stats=prof.stats, mfu=m, gpu=find_gpu("NVIDIA H200"))) == []
@@ -81,14 +81,14 @@ def test_nanogpt_fp32_with_allow_tf32_is_measured_against_tf32_on_an_h200():
 def test_a_ceiling_in_another_dtype_is_never_the_denominator():
     prof = _h200_profile({"compute_dtype": "tf32", "tf32_matmul": True}, probe={"tflops": 55.0, "dtype": "fp32"})
     m = compute_mfu(prof)
-    assert m["ceiling_tflops"] is None and m["mfu_vs_ceiling"] is None
-    assert any("measured in fp32" in w for w in m["warnings"])
+    assert m.ceiling_tflops is None and m.mfu_vs_ceiling is None
+    assert any("measured in fp32" in w for w in m.warnings)
 
 
 def test_fp32_without_tf32_still_fires_no_tensor_cores():
     prof = _h200_profile({"compute_dtype": "fp32", "tf32_matmul": False})
     m = compute_mfu(prof)
-    assert m["dtype"] == "fp32" and m["peak_tflops"] == 67
+    assert m.dtype == "fp32" and m.peak_tflops == 67
     from gpuprof.hardware import find_gpu
 
     (f,) = gpu.no_tensor_cores(Context(profile=prof, stats=prof.stats, mfu=m, gpu=find_gpu("NVIDIA H200")))

@@ -92,10 +92,10 @@ def test_analyze_gives_the_files_own_top_finding(path):
     assert a.findings[0].id == old["findings"][0]["id"]
     assert a.stats == prof.stats and a.repairs == ()
     # MFU is judged on the typical step now (the old summary divided by the median step).
-    if a.mfu and a.mfu.get("achieved_tflops") and old["summary"]["mfu"].get("achieved_tflops"):
-        assert a.mfu["step_s"] == pytest.approx(prof.stats.step_s)
+    if a.mfu is not None and a.mfu.achieved_tflops and old["summary"]["mfu"].get("achieved_tflops"):
+        assert a.mfu.step_s == pytest.approx(prof.stats.step_s)
         was = old["summary"]["mfu"]
-        assert a.mfu["achieved_tflops"] == pytest.approx(was["achieved_tflops"] * was["step_s"] / prof.stats.step_s)
+        assert a.mfu.achieved_tflops == pytest.approx(was["achieved_tflops"] * was["step_s"] / prof.stats.step_s)
     if prof.ranks:  # the ranks' statistics, measured no more: derived again by the analysis
         was = old["measurements"]["distributed"]
         assert a.distributed.slowest.rank == was["slowest"]["rank"]

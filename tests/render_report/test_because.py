@@ -10,6 +10,7 @@ from rich.console import Console
 
 from gpuprof.analysis.engine import Context
 from gpuprof.analysis.findings import Finding
+from gpuprof.analysis.mfu_results import MfuResult, MisreportCause
 from gpuprof.analysis.pipeline import analyze
 from gpuprof.analysis.rules import batching, gpu, logs, machine, phases, precision
 from gpuprof.hardware import find_gpu
@@ -80,7 +81,7 @@ def test_data_loading_on_the_gpu_timeline_names_the_idle_and_the_host_time():
 
 def test_compute_bound_states_compute_seconds_floor_and_mfu_with_the_printed_step():
     p = cpu_profile([{"data": 0.01, "forward": 0.3, "backward": 0.6, "optimizer": 0.09}] * 3)
-    (f,) = phases.compute_bound(Context(profile=p, stats=p.stats, mfu={"floor_s": 0.25, "mfu_vs_ceiling": 0.4361}))
+    (f,) = phases.compute_bound(Context(profile=p, stats=p.stats, mfu=MfuResult(floor_s=0.25, mfu_vs_ceiling=0.4361)))
     _plain(f)
     assert f"forward, backward and optimizer: {seconds(0.99)} per step, 99.0% of the step" in f.because
     assert "the 1.00 s step is 4.00× its FLOP floor of 250 ms" in f.because
@@ -91,7 +92,7 @@ def test_compute_bound_states_compute_seconds_floor_and_mfu_with_the_printed_ste
     # mean, 1.10 s, what the phases add up to), not the median (1.00 s)
     ph = {"data": 0.01, "backward": 0.6, "optimizer": 0.09}
     p = cpu_profile([dict(ph, forward=0.3), dict(ph, forward=0.2), dict(ph, forward=0.7)])
-    (f,) = phases.compute_bound(Context(profile=p, stats=p.stats, mfu={"floor_s": 0.25}))
+    (f,) = phases.compute_bound(Context(profile=p, stats=p.stats, mfu=MfuResult(floor_s=0.25)))
     assert p.stats.median_s == pytest.approx(1.0) and p.stats.step_s == pytest.approx(1.1)
     assert f.evidence["step_s"] == p.stats.step_s and "the 1.10 s step is 4.40× its FLOP floor" in f.because
 
@@ -131,9 +132,9 @@ def test_cpu_saturated_and_mfu_misreported_sentences():
     _plain(f)
     assert f.because == ("the host's 2 cores were 99% busy on average over the measured steps; this run "
                          "(its process and child processes) used 1.9 cores, other processes 0.1")
-    mfu = {"reported_mfu_pct": 164.1, "reported_source": "script output", "mfu": 0.517, "peak_tflops": 989.5,
-           "dtype": "bf16", "gpu_name": "NVIDIA H200 SXM", "flops_per_step": 1.08e16, "step_s": 21.0,
-           "misreport": [{"cause": "a100_constant", "text": "nanoGPT divides by the A100's 312 TFLOP/s"}]}
+    mfu = MfuResult(reported_mfu_pct=164.1, reported_source="script output", mfu=0.517, peak_tflops=989.5,
+                    dtype="bf16", gpu_name="NVIDIA H200 SXM", flops_per_step=1.08e16, step_s=21.0,
+                    misreport=(MisreportCause("a100_constant", "nanoGPT divides by the A100's 312 TFLOP/s"),))
     (f,) = machine.mfu_misreported(Context(profile=p, stats=p.stats, mfu=mfu))
     _plain(f)
     assert f.because == (f"the script printed 164.1%; this step's 1.08e+16 FLOPs in its measured {seconds(21.0)} "
@@ -144,7 +145,7 @@ def test_precision_and_ratio_sentences():
     p = cpu_profile([{"forward": 0.3, "backward": 1.5, "optimizer": 0.01}] * 3)
     p.run["config"]["precision"] = {"compute_dtype": "bf16"}
     p.measurements["probe"] = {"precisions": {"tflops": {"fp32": 0.16, "bf16": 0.02}, "m": 2048, "shapes": []}}
-    ctx = Context(profile=p, stats=p.stats, mfu={"flops_per_step": 1e10, "dtype": "bf16"})
+    ctx = Context(profile=p, stats=p.stats, mfu=MfuResult(flops_per_step=1e10, dtype="bf16"))
     (f,) = precision.precision_slow(ctx)
     _plain(f)
     assert (f"this device ran bf16 at {flops_rate(0.02)} and fp32 at {flops_rate(0.16)} (8.00×); "
@@ -165,8 +166,8 @@ def test_log_findings_have_sentences():
     for f in out:
         _plain(f)
     verdict = next(f for f in out if f.id == "compute-bound")
-    assert f"the log's median step is {seconds(res['step_s_median'])}" in verdict.because
-    assert f"is {seconds(res['floor_s'])}: the step is {res['step_over_floor']:.2f}× the floor" in verdict.because
+    assert f"the log's median step is {seconds(res.step_s_median)}" in verdict.because
+    assert f"is {seconds(res.floor_s)}: the step is {res.step_over_floor:.2f}× the floor" in verdict.because
 
 
 def test_every_finding_of_a_full_analysis_has_a_plain_sentence():

@@ -4,14 +4,15 @@ gpuprof, so findings come from the log's own numbers and the stated formulas."""
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Finding
+from gpuprof.analysis.mfu_results import LogAnalysis
 from gpuprof.units import flops_rate, join_notes, pct, seconds, times
 
 
-def log_findings(result: dict) -> list[Finding]:
+def log_findings(result: LogAnalysis) -> list[Finding]:
     """Findings for `gpuprof analyze --log`: the MFU claim and the step-time verdict."""
     out: list[Finding] = []
-    rep, true = result.get("reported_mfu_pct"), result.get("true_mfu")
-    if result.get("misreport"):
+    rep, true = result.reported_mfu_pct, result.true_mfu
+    if result.misreport:
         title = f"the printed MFU {rep:.1f}% is wrong"
         if true is not None:
             title += f": the true MFU is {true * 100:.1f}%"
@@ -20,57 +21,57 @@ def log_findings(result: dict) -> list[Finding]:
         out.append(Finding(
             id="mfu-misreported", title=title, saving_s=None, kind="correction",
             evidence={"reported_pct": rep, "true_pct": true * 100 if true is not None else None,
-                      "peak_tflops": result.get("peak_tflops"), "gpu": result.get("gpu_name")},
+                      "peak_tflops": result.peak_tflops, "gpu": result.gpu_name},
             confidence="high",
             because=_mfu_because(result),
-            fix=(f"flops_promised = {result['peak_tflops']:g}e12 in estimate_mfu (this GPU's "
-                 f"{result.get('dtype')} peak), not the A100's 312e12"),
-            note=join_notes(*(r["text"] for r in result["misreport"])),
+            fix=(f"flops_promised = {result.peak_tflops:g}e12 in estimate_mfu (this GPU's "
+                 f"{result.dtype} peak), not the A100's 312e12"),
+            note=join_notes(*(r.text for r in result.misreport)),
         ))
-    verdict = result.get("verdict") or {}
-    ratio, floor, step = result.get("step_over_floor"), result.get("floor_s"), result.get("step_s_median")
-    if verdict and ratio:
+    verdict = result.verdict
+    ratio, floor, step = result.step_over_floor, result.floor_s, result.step_s_median
+    if verdict is not None and ratio:
         ev = {"step_s": step, "floor_s": floor, "times_floor": ratio,
-              "implied_params": result.get("implied_params"), "true_mfu": true}
-        flops = result.get("flops_per_step")
+              "implied_params": result.implied_params, "true_mfu": true}
+        flops = result.flops_per_step
         because = (f"the log's median step is {seconds(step)}; the FLOP floor"
                    + (f" of its {flops:.3g} FLOPs per step" if flops else "")
-                   + f" at 100% of the {result.get('dtype')} peak of {result.get('gpu_name') or 'the GPU'} is "
+                   + f" at 100% of the {result.dtype} peak of {result.gpu_name or 'the GPU'} is "
                    f"{seconds(floor)}: the step is {times(ratio)} the floor"
                    + (f", a true MFU of {pct(true)}" if true is not None else ""))
-        if verdict["id"] in ("healthy", "suspicious"):
+        if verdict.id in ("healthy", "suspicious"):
             out.append(Finding(
                 id="compute-bound",
                 title=(f"compute-bound: {seconds(step)} per step is {ratio:.1f}x the FLOP floor "
-                       f"({seconds(floor)}) for a ~{(result.get('implied_params') or 0) / 1e9:.2f}B-parameter model"),
+                       f"({seconds(floor)}) for a ~{(result.implied_params or 0) / 1e9:.2f}B-parameter model"),
                 saving_s=None, evidence=ev, confidence="medium", kind="verdict",
-                note=verdict["text"], because=because,
+                note=verdict.text, because=because,
             ))
-        elif verdict["id"] in ("fair", "slow"):
+        elif verdict.id in ("fair", "slow"):
             out.append(Finding(
                 id="step-far-from-floor",
                 title=f"the step is {ratio:.1f}x its FLOP floor ({seconds(floor)}): true MFU {true * 100:.1f}%",
                 saving_s=None, evidence=ev, confidence="medium", kind="verdict",
-                note=verdict["text"], because=because,
+                note=verdict.text, because=because,
             ))
         else:
             out.append(Finding(
                 id="step-time-impossible",
                 title=f"the logged step ({seconds(step)}) is faster than the FLOP floor ({seconds(floor)})",
                 saving_s=None, evidence=ev, confidence="medium", kind="verdict",
-                note=verdict["text"], because=because,
+                note=verdict.text, because=because,
             ))
     return out
 
 
-def _mfu_because(result: dict) -> str:
-    rep, true, peak = result.get("reported_mfu_pct"), result.get("true_mfu"), result.get("peak_tflops")
+def _mfu_because(result: LogAnalysis) -> str:
+    rep, true, peak = result.reported_mfu_pct, result.true_mfu, result.peak_tflops
     text = f"the log prints {rep:.1f}% MFU" if rep is not None else "the log prints an MFU"
     if true is not None and peak:
-        flops = result.get("flops_per_step")
+        flops = result.flops_per_step
         text += ("; " + (f"its {flops:.3g} FLOPs per step" if flops else "its FLOPs per step")
-                 + f" in its median {seconds(result.get('step_s_median'))} against the {result.get('dtype')} "
-                 f"peak of {result.get('gpu_name') or 'the GPU'} ({flops_rate(peak)}) give {true * 100:.1f}%")
+                 + f" in its median {seconds(result.step_s_median)} against the {result.dtype} "
+                 f"peak of {result.gpu_name or 'the GPU'} ({flops_rate(peak)}) give {true * 100:.1f}%")
     else:
         text += "; there is no true MFU to compare it with (no GPU peak or no FLOP count)"
     return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
+from gpuprof.analysis.mfu_results import AGREES, CANNOT_CHECK
 from gpuprof.analysis.rules.common import COMPUTE_PHASES, on_cuda, step_s
 from gpuprof.sections import HostSection
 from gpuprof.units import flops_rate, join_notes, pct, seconds
@@ -18,39 +19,38 @@ SLOWDOWN_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown",
 
 def mfu_misreported(ctx: Context) -> list[Finding]:
     """The MFU a script printed (or the user quoted) uses the wrong peak or is impossible."""
-    mfu = ctx.mfu or {}
-    reasons = mfu.get("misreport") or []
-    rep = mfu.get("reported_mfu_pct")
-    if rep is None or not reasons:
+    mfu = ctx.mfu
+    if mfu is None or mfu.reported_mfu_pct is None or not mfu.misreport:
         return []
-    causes = {r["cause"] for r in reasons}
-    if causes <= {"agrees"} or (causes <= {"cannot_check"} and rep <= 100):
+    reasons, rep = mfu.misreport, mfu.reported_mfu_pct
+    causes = {r.cause for r in reasons}
+    if causes <= {AGREES} or (causes <= {CANNOT_CHECK} and rep <= 100):
         return []
-    true = mfu.get("mfu")
+    true = mfu.mfu
     title = f"the reported MFU {rep:.1f}% is wrong"
     if true is not None:
         title += f": the true MFU is {true * 100:.1f}%"
     if rep > 100:
         title += " (above 100% is impossible)"
     ev = {"reported_pct": rep, "true_pct": true * 100 if true is not None else None,
-          "peak_tflops": mfu.get("peak_tflops"), "source": mfu.get("reported_source"),
-          "causes": ", ".join(r["cause"] for r in reasons)}
+          "peak_tflops": mfu.peak_tflops, "source": mfu.reported_source,
+          "causes": ", ".join(r.cause for r in reasons)}
     source = {"script output": "the script printed", "--reported-mfu": "the MFU given with --reported-mfu is"}
-    because = f"{source.get(mfu.get('reported_source'), 'the reported MFU is')} {rep:.1f}%"
-    gpu = mfu.get("gpu_name") or mfu.get("device_name") or "this device"
-    if true is not None and mfu.get("peak_tflops"):
-        because += (f"; this step's {mfu['flops_per_step']:.3g} FLOPs in its measured {seconds(mfu.get('step_s'))} "
-                    f"against the {mfu.get('dtype') or ''} peak of {gpu} ({flops_rate(mfu['peak_tflops'])}) "
-                    f"give {true * 100:.1f}%") if mfu.get("flops_per_step") else f"; the true MFU is {true * 100:.1f}%"
+    because = f"{source.get(mfu.reported_source, 'the reported MFU is')} {rep:.1f}%"
+    gpu = mfu.device_label or "this device"
+    if true is not None and mfu.peak_tflops:
+        because += (f"; this step's {mfu.flops_per_step:.3g} FLOPs in its measured {seconds(mfu.step_s)} "
+                    f"against the {mfu.dtype or ''} peak of {gpu} ({flops_rate(mfu.peak_tflops)}) "
+                    f"give {true * 100:.1f}%") if mfu.flops_per_step else f"; the true MFU is {true * 100:.1f}%"
     else:
         because += "; there is no true MFU to compare it with (no datasheet peak or no FLOP count)"
     return [Finding(
         id="mfu-misreported", title=title, saving_s=None, kind="correction", evidence=ev,
         confidence="high" if true is not None else "medium",
-        fix=(f"compute MFU against this GPU's {mfu.get('dtype') or ''} peak "
-             f"(flops_promised = {mfu['peak_tflops']:g}e12 in nanoGPT's estimate_mfu)"
-             if mfu.get("peak_tflops") else "compute MFU against this GPU's datasheet peak"),
-        note=join_notes(*(r["text"] for r in reasons if r["cause"] not in ("agrees",))), because=because,
+        fix=(f"compute MFU against this GPU's {mfu.dtype or ''} peak "
+             f"(flops_promised = {mfu.peak_tflops:g}e12 in nanoGPT's estimate_mfu)"
+             if mfu.peak_tflops else "compute MFU against this GPU's datasheet peak"),
+        note=join_notes(*(r.text for r in reasons if r.cause != AGREES)), because=because,
     )]
 
 

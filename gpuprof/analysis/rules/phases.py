@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
+from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.analysis.rules.common import (
     COMPUTE_PHASES,
     exposed_s,
@@ -244,24 +245,25 @@ def compute_bound(ctx: Context) -> list[Finding]:
     because = (f"forward, backward and optimizer: {seconds(compute_s)} per step, {pct(compute_share)} of "
                f"the step; data loading, copies and other loop code leave the device waiting "
                f"{seconds(non_compute)} per step ({pct(share)})")
-    mfu = ctx.mfu or {}
-    floor = mfu.get("floor_s")
+    mfu = ctx.mfu if ctx.mfu is not None else MfuResult()
+    floor = mfu.floor_s
     shown = total
     if floor:
         # The step over its floor as the MFU section states it: the typical step (the one printed).
-        ratio = mfu.get("step_over_floor") or shown / floor
+        ratio = mfu.step_over_floor or shown / floor
         ev["floor_s"] = floor
         ev["times_floor"] = ratio
         title += f"; the step is {ratio:.1f}x its FLOP floor ({seconds(floor)})"
         because += (f"; the {seconds(shown)} step is {times(ratio)} its FLOP floor of {seconds(floor)} "
                     "at 100% of the peak")
-    for key in ("mfu", "mfu_vs_ceiling"):
-        if mfu.get(key) is not None:
-            ev[key] = mfu[key]
-    if mfu.get("mfu") is not None:
-        because += f"; MFU {pct(mfu['mfu'])} of the datasheet peak"
-    if mfu.get("mfu_vs_ceiling") is not None:
-        because += f"; MFU {pct(mfu['mfu_vs_ceiling'])} of the measured matmul ceiling"
+    if mfu.mfu is not None:
+        ev["mfu"] = mfu.mfu
+    if mfu.mfu_vs_ceiling is not None:
+        ev["mfu_vs_ceiling"] = mfu.mfu_vs_ceiling
+    if mfu.mfu is not None:
+        because += f"; MFU {pct(mfu.mfu)} of the datasheet peak"
+    if mfu.mfu_vs_ceiling is not None:
+        because += f"; MFU {pct(mfu.mfu_vs_ceiling)} of the measured matmul ceiling"
     return [Finding(
         id="compute-bound", title=title, saving_s=None, evidence=ev,
         confidence="high", kind="verdict", because=because,
