@@ -269,3 +269,30 @@ def test_a_small_real_run_reads_typed_and_writes_back_byte_for_byte(small_run):
         assert s.flops.used == m["flops"]["used"]
     assert not s.nvml.present and not s.comm.present and not s.copies.present  # a CPU run
     assert again.sections == s  # the typed view of the file read back is the same
+
+
+@pytest.mark.parametrize("path", SCHEMA1, ids=lambda p: p.name)
+def test_an_older_files_precision_is_read_from_its_config(path):
+    """Files written before the precision record was a measurement kept it in run.config.precision:
+    the typed section, the compute dtype and the report's precision row read it from there."""
+    from gpuprof.analysis.precision import run_compute_dtype
+    from gpuprof.report.words import what_ran
+
+    prof = P.load(path)
+    stored = prof.run["config"]["precision"]
+    assert "precision" not in prof.measurements
+    sec = prof.sections.precision
+    assert sec.raw is stored and sec.compute_dtype == stored["compute_dtype"]
+    assert run_compute_dtype(prof)[0] == ("fp32" if stored["compute_dtype"] == "tf32" else stored["compute_dtype"])
+    assert dict(what_ran(prof, prof.stats))["precision"].startswith(f"{stored['compute_dtype']} matmuls (")
+
+
+def test_the_precision_measurement_wins_over_the_config():
+    m = {"precision": {"compute_dtype": "bf16", "autocast_dtype": "bfloat16", "tf32_matmul": False}}
+    old = {"precision": {"compute_dtype": "fp32"}}
+    s = Sections.from_measurements(m, old)
+    assert s.precision.compute_dtype == "bf16" and s.precision.autocast_dtype == "bfloat16"
+    assert s.precision.tf32_matmul is False and s.precision.raw is m["precision"]
+    assert Sections.from_measurements({}, old).precision.compute_dtype == "fp32"
+    assert not Sections.from_measurements({}, None).precision.present
+    assert P.Profile(run={"config": old}, steps=[]).sections.precision.compute_dtype == "fp32"
