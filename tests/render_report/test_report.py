@@ -17,7 +17,7 @@ from gpuprof.analysis.pipeline import analyze
 from gpuprof.analysis.rules.logs import log_findings
 from gpuprof.measure.host import HostSampler
 from gpuprof.measure.instruments import default_instruments
-from gpuprof.render.mfu import _HOST_COLS, _NVML_COLS
+from gpuprof.report.details import HOST_COLS as _HOST_COLS, NVML_COLS as _NVML_COLS
 from gpuprof.render.terminal import findings_table, render_diagnosis
 from gpuprof.report.words import HEADINGS
 from gpuprof.runners.builtin import LoopConfig, run_builtin
