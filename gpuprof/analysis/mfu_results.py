@@ -219,7 +219,7 @@ class LogAnalysis:
 
     @classmethod
     def from_dict(cls, d: dict) -> "LogAnalysis":
-        kw = {k: v for k, v in _known(cls, d).items() if v is not None or k in _NONE_OK}
+        kw = {k: v for k, v in _known(cls, d).items() if v is not None}  # missing: the default
         v = d.get("verdict")
         kw["verdict"] = LogVerdict(str(v.get("id")), str(v.get("text") or "")) if isinstance(v, dict) else None
         kw["misreport"] = _causes(d.get("misreport"))
@@ -227,7 +227,3 @@ class LogAnalysis:
         kw["warnings"] = tuple(str(w) for w in d.get("warnings") or ())
         kw["path"] = str(d.get("path") or "")
         return cls(**kw)
-
-
-# LogAnalysis fields whose missing value is None (the counts keep their defaults).
-_NONE_OK = {f.name for f in fields(LogAnalysis) if f.default is None}
