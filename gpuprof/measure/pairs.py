@@ -2,8 +2,11 @@
 
 What measure/kernels.py and measure/compiled.py time with: `alternate` runs each variant once as a
 warm-up, then rounds of one run of each (A, B, A, B, …) and keeps the best of each, so a drift in
-the machine's speed hits both; `Clock` times a part with CUDA events on the measured device's
-current stream, else wall time; `rng_kept` leaves the run's random streams as they were."""
+the machine's speed hits both; `alternate_rounds` runs the same warm-up and rounds but keeps every
+round's seconds (each round's order reversed from the last: A B, B A, A B, …, so a drift within a
+round cancels over two rounds), the paired differences gpuprof.measure.paired turns into an
+interval; `Clock` times a part with CUDA events on the measured device's current stream, else wall
+time; `rng_kept` leaves the run's random streams as they were."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import time
 
 MAX_REPS = 12
 MIN_REPS = 5
+MAX_ROUNDS = 16  # alternate_rounds: enough for a 90% paired interval of useful width
 SETTLED = 0.02  # a round that improves neither best by more than 2% ends the timing (after MIN_REPS)
 
 
@@ -51,19 +55,26 @@ class Clock:
         return out
 
 
+def _warm_up(clock, variants: dict, seconds: float, now) -> tuple[float, float]:
+    """Run each variant once (kernel selection, allocator, autotuning caches); (the deadline, the
+    seconds of that warm-up round). Raises TimeoutError when it leaves no room for 2 timed rounds."""
+    deadline = now() + seconds
+    t0 = now()
+    for parts in variants.values():
+        clock.spans(*parts)
+    clock.sync()
+    one_round = now() - t0
+    if one_round * 3 > seconds:
+        raise TimeoutError(f"one round takes {one_round:.2f} s; {seconds:.2f} s would not hold 2 timed rounds")
+    return deadline, one_round
+
+
 def alternate(clock: Clock, variants: dict, seconds: float, now=time.perf_counter) -> dict:
     """{name: [best seconds of each part]} for variants {name: [part fns]} run alternately: a
     warm-up of each, then rounds of one run of each until the bests settle (a round after the
     MIN_REPS-th improves neither by more than 2%), `seconds` is spent, or MAX_REPS rounds; at
     least 2 rounds. Raises TimeoutError when the warm-up alone leaves no room for 2 rounds."""
-    deadline = now() + seconds
-    t0 = now()
-    for parts in variants.values():
-        clock.spans(*parts)  # warm-up: kernel selection, allocator, autotuning caches
-    clock.sync()
-    one_round = now() - t0
-    if one_round * 3 > seconds:
-        raise TimeoutError(f"one round takes {one_round:.2f} s; {seconds:.2f} s would not hold 2 timed rounds")
+    deadline, one_round = _warm_up(clock, variants, seconds, now)
     best = {name: None for name in variants}
     rounds = 0
     while rounds < MAX_REPS and (rounds < 2 or now() + one_round < deadline):
@@ -77,6 +88,41 @@ def alternate(clock: Clock, variants: dict, seconds: float, now=time.perf_counte
         if rounds >= MIN_REPS and not improved:
             break
     return {"best": best, "rounds": rounds}
+
+
+def alternate_rounds(clock: Clock, variants: dict, seconds: float, now=time.perf_counter, *,
+                     max_rounds: int = MAX_ROUNDS, min_rounds: int = 2, until=None) -> dict:
+    """Every round's seconds of variants {name: [part fns]}, for paired intervals: the same warm-up
+    and deadline as `alternate` (a warm-up of each; TimeoutError when it leaves no room for 2
+    rounds), then rounds of one run of each, round r in the given order when r is even and
+    reversed when odd (A B, B A, A B, …). Rounds go on while another fits before the deadline
+    (judged by the warm-up round's seconds), up to `max_rounds`, at least `min_rounds`; an even
+    count is kept when the deadline allows one more round rather than two. `until(result)`, asked
+    after each even round from `min_rounds` on, stops early when it returns True (say, once the
+    interval is decided). Returns {"times": {name: [[part seconds] per round]}, "order": [[names]
+    per round], "rounds": n, "best": {name: [best seconds of each part]}, "warm_up_s": s}."""
+    deadline, one_round = _warm_up(clock, variants, seconds, now)
+    names = list(variants)
+    res = {"times": {name: [] for name in names}, "order": [], "rounds": 0, "best": {}, "warm_up_s": one_round}
+    while res["rounds"] < max_rounds:
+        r = res["rounds"]
+        if r >= min_rounds:
+            # Start a pair of rounds only when both fit; finish a pair when its second one fits.
+            need = one_round * (2 if r % 2 == 0 and r + 1 < max_rounds else 1)
+            if now() + need >= deadline or (r % 2 == 0 and until is not None and until(res)):
+                break
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            res["times"][name].append(clock.spans(*variants[name]))
+        res["order"].append(list(order))
+        res["rounds"] = r + 1
+    res["best"] = {name: [min(p) for p in zip(*res["times"][name])] for name in names}
+    return res
+
+
+def round_seconds(res: dict, name: str) -> list[float]:
+    """One variant's seconds in each round of `alternate_rounds` (its parts summed)."""
+    return [sum(parts) for parts in res["times"][name]]
 
 
 def autocast_for(device, dtype):
