@@ -47,6 +47,9 @@ def test_published_wilcoxon_critical_values():
     assert paired.critical_rank(paired.signed_rank_counts(12), 0.90)[0] == 18
     assert paired.critical_rank(paired.signed_rank_counts(10), 0.95)[0] == 9
     assert paired.min_rounds(0.90) == 5 and paired.min_rounds(0.95) == 6
+    # the advised rounds: the fewest whose 90% sign interval is not the d's full range
+    ks = {n: paired.critical_rank(paired.sign_counts(n), 0.90)[0] for n in range(5, 9)}
+    assert ks == {5: 1, 6: 1, 7: 1, 8: 2} and paired.ADVISED_ROUNDS == 8
 
 
 # -- coverage on a simulated noisy machine ---------------------------------------------------------
