@@ -10,31 +10,12 @@ an MfuResult (analysis/mfu_results.py), prints nothing.
 from __future__ import annotations
 
 from gpuprof.analysis.mfu_results import AGREES, CANNOT_CHECK, IMPOSSIBLE, MfuResult, MisreportCause
-from gpuprof.hardware import EXPECTED_MFU, find_gpu, normalize_dtype, peak_for
+from gpuprof.analysis.precision import run_compute_dtype
+from gpuprof.hardware import EXPECTED_MFU, find_gpu, peak_for
 from gpuprof.dims import gpt_flops_per_token, missing_gpt_dims
 
 NANOGPT_A100_TFLOPS = 312.0  # nanoGPT's estimate_mfu `flops_promised`, whatever the GPU
 MATCH_TOLERANCE = 0.15  # a cause explains a misreport when it predicts the ratio within ±15%
-
-
-def compute_dtype(config: dict) -> tuple[str, bool]:
-    """(dtype the matmuls run in, tf32 allowed) from a run config.
-
-    A run measured by gpuprof records what it observed in config['precision'] (autocast, the
-    weights' dtype, the TF32 state) and the compute dtype derived from it — the same one the
-    ceiling probe measured. Older profiles: the autocast dtype, else `dtype` with `tf32_matmul`."""
-    prec = config.get("precision") or {}
-    if prec.get("compute_dtype"):
-        d = normalize_dtype(prec["compute_dtype"])
-        return ("fp32", True) if d == "tf32" else (d, bool(prec.get("tf32_matmul")))
-    ac = config.get("autocast_dtype")
-    tf32 = bool(config.get("tf32_matmul") or config.get("allow_tf32"))
-    if ac:
-        return normalize_dtype(ac), tf32
-    try:
-        return normalize_dtype(config.get("dtype") or "fp32"), tf32
-    except ValueError:
-        return "fp32", tf32
 
 
 def flops_per_step(profile) -> tuple[float | None, str | None, dict]:
@@ -103,7 +84,7 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
     cfg = (profile.run or {}).get("config", {}) or {}
     stats = profile.stats
     sections = profile.sections
-    dtype, tf32 = compute_dtype(cfg)
+    dtype, tf32 = run_compute_dtype(profile)  # what the run measured, else what its config says
     peak = resolve_peak(env.get("device"), env.get("device_name"), dtype, tf32, gpu=gpu, peak_tflops=peak_tflops)
     warnings = list(peak.pop("warnings"))
     flops, method, fdetail = flops_per_step(profile)

@@ -2,7 +2,7 @@
 measurements.precision, in run.config.precision (files written before it was a measurement), or
 an older profile's claims through hardware.compute_dtype — the same (dtype, TF32) as the MFU's
 own reader gave for every config it handled (LEGACY below is analysis/mfu.py's compute_dtype as it
-was, kept verbatim as the reference)."""
+was before the MFU read through the one reader, kept verbatim as the reference)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from gpuprof.analysis.precision import compute_dtype_name, run_compute_dtype
 from gpuprof.hardware import normalize_dtype
 from gpuprof.profile import Profile, StepRecord
-from mfu_helpers import mfu_dtype, mfu_reads_the_measurement
 
 
 def LEGACY(config: dict) -> tuple[str, bool]:
@@ -109,19 +108,6 @@ def test_the_name_the_precision_probe_uses(config, measurements, env, name):
     assert compute_dtype_name(prof) == name
 
 
-def test_legacy_is_the_mfu_reader_as_it_was():
-    from gpuprof.analysis import mfu
-
-    own = vars(mfu).get("compute_dtype")
-    if own is None or own.__module__ != mfu.__name__:
-        pytest.skip("analysis/mfu.py reads through gpuprof.analysis.precision: LEGACY is its reference")
-    for case in _cases():
-        assert own(case.values[0]) == LEGACY(case.values[0])
-
-
-@pytest.mark.xfail(not mfu_reads_the_measurement(), strict=True,
-                   reason="analysis/mfu.py's own compute_dtype(config) reads run.config.precision only, until it "
-                          "reads through gpuprof.analysis.precision.run_compute_dtype (its owner applies it)")
 def test_the_mfu_divides_by_the_measured_dtype():
     from gpuprof.analysis.mfu import compute_mfu
 
@@ -131,4 +117,4 @@ def test_the_mfu_divides_by_the_measured_dtype():
         prof = Profile(run={"config": {"dtype": "float32", "device": "cuda:0", **layout["config"]}}, steps=steps,
                        environment={"device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3"},
                        measurements=layout["measurements"])
-        assert mfu_dtype(compute_mfu(prof)) == "bf16"
+        assert compute_mfu(prof).dtype == "bf16"

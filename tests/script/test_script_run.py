@@ -252,7 +252,6 @@ def test_precision_is_observed_not_taken_from_the_dtype_global(data_dir, tmp_pat
     run = run_script(NANOGPT, _args(data_dir, tmp_path, "--dtype=bfloat16", "--n_layer=1"), steps=2,
                      warmup=1, stdout=io.StringIO())
     from gpuprof.analysis.precision import run_compute_dtype
-    from mfu_helpers import mfu_dtype, mfu_reads_the_measurement
 
     cfg = run.profile.run["config"]
     assert cfg["dtype"] == "bf16"  # the claim, kept as the script's setting
@@ -261,8 +260,7 @@ def test_precision_is_observed_not_taken_from_the_dtype_global(data_dir, tmp_pat
     assert prec["compute_dtype"] == "fp32" and prec["autocast_dtype"] is None
     assert prec["param_dtype"] == "float32"
     assert run_compute_dtype(run.profile) == ("fp32", False)
-    if mfu_reads_the_measurement():  # (test_the_mfu_divides_by_the_measured_dtype says whether it does)
-        assert mfu_dtype(compute_mfu(run.profile)) == "fp32"
+    assert compute_mfu(run.profile).dtype == "fp32"  # the MFU divides by the measured dtype's peak
 
 
 def test_post_run_work_shares_one_budget_in_script_mode(data_dir, tmp_path):
