@@ -6,6 +6,12 @@ run's micro-batch B (1, B/2, B, 2B, and 4 when B is smaller; larger ones only wh
 by a robust line fit (Theil-Sen). `fixed` is the cost every micro-step pays whatever its size (Python, kernel
 launches, small-op overhead); it is what fewer, larger micro-steps save. Runs after the loop,
 so it never disturbs the measured steps; gradients it creates are dropped.
+
+The saving micro-batch-too-small claims (rules/batching.py) is timed on its own, in paired rounds
+(`time_pair`): the run's micro-batch B, b2/B times, against one micro-batch of b2, the same
+tokens, alternately (pairs.alternate_rounds, ABBA), with a sign-test interval for their ratio
+(measure/paired.py). The curve fires the rule (its fixed cost); the rounds say what the change
+saves and how sure that is.
 """
 
 from __future__ import annotations
@@ -31,6 +37,14 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     slope = median((ys[j] - ys[i]) / (xs[j] - xs[i]) for i, j in pairs)
     intercept = median(y - slope * x for x, y in zip(xs, ys))
     return intercept, slope
+
+
+CURVE_SHARE = 0.5  # of the part's seconds, the curve at most; the paired rounds get the rest
+# Under this fixed share of a micro-step, micro-batch-too-small cannot fire (its threshold,
+# rules/batching.FIXED_SHARE_MIN, is on the step, a smaller figure): no paired rounds.
+PAIR_MIN_FIXED_SHARE = 0.10
+PAIR_MAX_FACTOR = 8  # the larger micro-batch timed at most 8 x B (memory: 8 x the activations)
+PAIR_MARGIN = 1.25  # a paired round's seconds, planned from the run's own: room for a slower moment
 
 
 def _sizes(batch: int, max_batch: int | None) -> list[int]:
@@ -68,8 +82,9 @@ class MicroBatchProbe:
             return measure_curve_inputs(ctx.model, args, kwargs, ctx.device, ctx.autocast_dtype,
                                         reps=self.reps, budget_s=self.budget_s)
         allotted = budget.allot(self.name)
+        t0 = time.perf_counter()
         t_b = per_micro_s(ctx)
-        sizes, left_out = plan_sizes(batch, t_b, allotted, self.reps)
+        sizes, left_out = plan_sizes(batch, t_b, allotted * CURVE_SHARE, self.reps)
         if len(sizes) < 2:
             why = (f"one forward+backward at micro-batch {batch} takes ~{t_b:.2f} s: two sizes "
                    f"do not fit the {allotted:.1f} s left for the curve")
@@ -81,8 +96,36 @@ class MicroBatchProbe:
         if out.get("stopped"):
             skipped.append(out["stopped"])
         out["skipped_sizes"] = left_out
+        n = getattr(getattr(getattr(ctx, "profile", None), "stats", None), "micro_steps", None) or 1
+        out["pair"] = self._pair(ctx, args, kwargs, out, n, t_b, allotted - (time.perf_counter() - t0), skipped)
         budget.done(self.name, skipped)
         return out
+
+    def _pair(self, ctx, args, kwargs, curve: dict, micro_steps: int, t_b: float, seconds: float,
+              skipped: list[str]) -> dict:
+        """The run's micro-batch against the largest larger one that keeps the tokens exact and
+        fits the seconds left, in paired rounds; or why not."""
+        from gpuprof.measure.paired import ADVISED_ROUNDS
+
+        batch = curve["batch_size"]
+        share = curve.get("fixed_share_at_batch")
+        if share is None or share < PAIR_MIN_FIXED_SHARE:
+            return {"not_measured": "the curve's fixed cost is too small a share of a micro-step to time a change"}
+        if not pair_sizes(batch, micro_steps):
+            return {"not_measured": "no larger micro-batch keeps the tokens per step exact"}
+        b2, rounds = plan_pair(batch, micro_steps, t_b, seconds)
+        if b2 is None:
+            skipped.append("the paired rounds of a larger micro-batch")
+            return {"not_measured": f"the paired rounds do not fit the {max(seconds, 0):.1f} s left"}
+        if rounds < ADVISED_ROUNDS:
+            skipped.append(f"rounds {ADVISED_ROUNDS} of micro-batch {b2} (fewer fit)")
+        try:
+            return time_pair(ctx.model, args, kwargs, ctx.device, ctx.autocast_dtype, b2, seconds,
+                             min_rounds=min(rounds, ADVISED_ROUNDS))
+        except Exception as exc:  # noqa: BLE001 - out of memory, or a model that refuses the size
+            if on_cuda_oom(exc):
+                torch.cuda.empty_cache()
+            return {"new_batch_size": b2, "not_measured": f"{exc.__class__.__name__}: {exc}"}
 
 
 def plan_sizes(batch: int, t_batch_s: float, seconds: float, reps: int) -> tuple[list[int], list[int]]:
@@ -101,6 +144,98 @@ def plan_sizes(batch: int, t_batch_s: float, seconds: float, reps: int) -> tuple
         elif b == batch:  # without the run's own size the curve says nothing about the run
             return [], sorted(wanted)
     return sorted(chosen), sorted(set(wanted) - set(chosen))
+
+
+def pair_sizes(batch: int, micro_steps: int) -> list[int]:
+    """The larger micro-batches that keep the tokens per step exact: B·2^k dividing n·B (n
+    micro-steps become n·B/b2), up to PAIR_MAX_FACTOR·B, smallest first."""
+    out, b2 = [], batch * 2
+    while b2 <= min(micro_steps, PAIR_MAX_FACTOR) * batch and micro_steps * batch % b2 == 0:
+        out.append(b2)
+        b2 *= 2
+    return out
+
+
+def plan_pair(batch: int, micro_steps: int, t_batch_s: float, seconds: float) -> tuple[int | None, int]:
+    """(b2, rounds): the largest of pair_sizes whose warm-up and ADVISED_ROUNDS paired rounds fit
+    `seconds` (a round: b2/B micro-steps of B and one of b2, ≈ 2·(b2/B)·t(B)); else the smallest
+    with what fits (at least 2 rounds, too few for an interval: the rule then says so); (None, 0)
+    when not even that fits or t(B) is unknown."""
+    from gpuprof.measure.paired import ADVISED_ROUNDS
+
+    sizes = pair_sizes(batch, micro_steps)
+    if not sizes or not t_batch_s:
+        return None, 0
+    def one_round(b2):
+        return 2 * (b2 / batch) * t_batch_s * PAIR_MARGIN
+    fit = [b2 for b2 in sizes if (1 + ADVISED_ROUNDS) * one_round(b2) <= seconds]
+    if fit:
+        return fit[-1], ADVISED_ROUNDS
+    rounds = int(seconds / one_round(sizes[0])) - 1
+    return (sizes[0], rounds) if rounds >= 2 else (None, 0)
+
+
+def on_cuda_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.cuda.OutOfMemoryError)
+
+
+def time_pair(model, args: tuple, kwargs: dict, device: str, autocast_dtype, b2: int, seconds: float, *,
+              min_rounds: int = 2, clock=None, now=time.perf_counter) -> dict:
+    """The run's micro-batch B, b2/B micro-steps (one optimizer step's worth of its
+    accumulation), against one micro-step of b2: the same tokens, forward+backward each,
+    gradients accumulated as the run does, in paired rounds (pairs.alternate_rounds, ABBA, up to
+    16, at least `min_rounds`, stopping once the interval is `high`). Returns the sizes, the
+    interval of larger/run (Interval.as_dict), the rounds and each round's seconds."""
+    from gpuprof.measure.paired import confidence, interval_from_rounds
+    from gpuprof.measure.pairs import Clock, alternate_rounds, how, rng_kept, round_seconds
+
+    batch = batch_size_of(args, kwargs)
+    k = b2 // batch
+    on_cuda = is_cuda(device)
+
+    def cut(v, size):
+        return _resize(v, size) if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == batch else v
+
+    big = (tuple(cut(a, b2) for a in args), {n: cut(v, b2) for n, v in kwargs.items()})
+
+    def fwd_bwd(a, kw):
+        ctx = (torch.autocast("cuda" if on_cuda else "cpu", dtype=autocast_dtype)
+               if autocast_dtype is not None else contextlib.nullcontext())
+        with ctx:
+            out = model(*a, **kw)
+        loss = loss_of(out)
+        if loss is None:
+            raise RuntimeError("the model returned no loss tensor")
+        loss.float().mean().backward()
+
+    def run_way():
+        model.zero_grad(set_to_none=True)
+        for _ in range(k):
+            fwd_bwd(args, kwargs)
+
+    def larger():
+        model.zero_grad(set_to_none=True)
+        fwd_bwd(*big)
+
+    def decided(res):
+        return confidence(interval_from_rounds(res, "run", "larger")) == "high"
+
+    was_training = model.training
+    model.train()
+    try:
+        with rng_kept(device):
+            res = alternate_rounds(clock or Clock(device), {"run": [run_way], "larger": [larger]}, seconds, now,
+                                   min_rounds=min_rounds, until=decided)
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    iv = interval_from_rounds(res, "run", "larger")
+    return {"batch_size": batch, "new_batch_size": b2, "micro_steps_each": k, "interval": iv.as_dict(),
+            "ratio": iv.estimate, "rounds": res["rounds"],
+            "round_seconds": {"run": round_seconds(res, "run"), "larger": round_seconds(res, "larger")},
+            "method": (f"{k} forward+backward of micro-batch {batch} against 1 of {b2} (the same tokens), "
+                       f"{res['rounds']} paired rounds (ABBA) after a warm-up, {how(device)}; the ratio is the "
+                       "median of the rounds' larger/run with its sign-test interval")}
 
 
 def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from gpuprof.hardware import HALF_DTYPES, TRAIN_DTYPES, torch_dtype
+from gpuprof.hardware import TRAIN_DTYPES, torch_dtype
 
 MAX_SHAPES = 3
 MIN_CELL_S = 0.02  # below this per (shape, dtype) a rate is mostly call overhead
@@ -189,20 +189,58 @@ def _one(torch, a, b, on_cuda: bool, clock) -> float:
     return max(clock() - t, 1e-9)
 
 
-def time_step_in(model, example_args, device: str, dtype: str, seconds: float, example_kwargs=None) -> float:
-    """Seconds of one forward+backward of the eager model on the run's micro-batch in `dtype`
-    (bf16/fp16 by autocast; fp32/tf32 without, with TF32 off/on on CUDA): the best of two after a
-    warm-up. Gradients it creates are dropped."""
+def fwd_bwd_in(model, args: tuple, kwargs: dict, device: str, dtype: str):
+    """One forward+backward of the eager model in `dtype` (bf16/fp16 by autocast; fp32/tf32
+    without, TF32 off/on on CUDA), gradients set to None first: a variant for pairs' rounds."""
     from gpuprof.measure.cuda import is_cuda
-    from gpuprof.measure.microbatch import batch_size_of, measure_curve_inputs
+    from gpuprof.measure.microbatch import loss_of
+    from gpuprof.measure.pairs import autocast_for
     from gpuprof.measure.precision import tf32_matmul
 
+    tf32 = is_cuda(device) and dtype in ("fp32", "tf32")
+
+    def run():
+        model.zero_grad(set_to_none=True)
+        with tf32_matmul(dtype == "tf32") if tf32 else contextlib.nullcontext(), autocast_for(device, dtype):
+            out = model(*args, **kwargs)
+        loss = loss_of(out)
+        if loss is None:
+            raise RuntimeError("the model returned no loss tensor")
+        loss.float().mean().backward()
+
+    run.__name__ = f"fwd_bwd_{dtype}"
+    return run
+
+
+def time_steps_paired(model, example_args, device: str, current: str, other: str, seconds: float,
+                      example_kwargs=None, *, min_rounds: int = 2, clock=None, now=time.perf_counter) -> dict:
+    """The model's forward+backward on the run's micro-batch in the run's dtype (`current`) and
+    in `other`, eagerly, in paired rounds (pairs.alternate_rounds: a warm-up of each, then rounds
+    of one of each in ABBA order within `seconds`, at least `min_rounds`, up to 16, stopping
+    early once the interval is `high`). Returns the interval of other/current
+    (measure/paired.py, the sign-test interval) as a dict, the rounds, each round's seconds per
+    dtype, and the median seconds of each. Raises TimeoutError when the warm-up leaves no room
+    for 2 rounds. Gradients it creates are dropped."""
+    from gpuprof.measure.paired import confidence, interval_from_rounds
+    from gpuprof.measure.pairs import Clock, alternate_rounds, rng_kept, round_seconds
+    from gpuprof.stats import median
+
     args, kwargs = tuple(example_args or ()), dict(example_kwargs or {})
-    ac = torch_dtype(dtype) if dtype in HALF_DTYPES else None
-    ctx = tf32_matmul(dtype == "tf32") if is_cuda(device) and dtype in ("fp32", "tf32") else contextlib.nullcontext()
-    with ctx, _class_forward(model):
-        res = measure_curve_inputs(model, args, kwargs, device, ac, reps=2, budget_s=seconds,
-                                   sizes=[batch_size_of(args, kwargs)])
-    if res.get("error") or not res.get("points"):
-        raise RuntimeError(res.get("error") or res.get("stopped") or "no timing")
-    return res["points"][0]["seconds"]
+    variants = {d: [fwd_bwd_in(model, args, kwargs, device, d)] for d in (current, other)}
+
+    def decided(res):
+        return confidence(interval_from_rounds(res, current, other)) == "high"
+
+    was_training = model.training
+    model.train()
+    try:
+        with _class_forward(model), rng_kept(device):
+            res = alternate_rounds(clock or Clock(device), variants, seconds, now,
+                                   min_rounds=min_rounds, until=decided)
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    iv = interval_from_rounds(res, current, other)
+    secs = {d: round_seconds(res, d) for d in (current, other)}
+    return {"interval": iv.as_dict(), "rounds": res["rounds"], "round_seconds": secs, "ratio": iv.estimate,
+            "median_s": {d: median(v) for d, v in secs.items()}}

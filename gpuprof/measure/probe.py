@@ -128,10 +128,7 @@ def _cuda(torch, device, tdtype, n, deadline) -> dict:
 
 
 PRECISIONS_MAX_S = 4.0  # the precision sweep's cap, whatever the budget
-
-
-def _cfg_get(cfg, key):
-    return cfg.get(key) if isinstance(cfg, dict) else getattr(cfg, key, None)
+ROUND_MARGIN = 1.25  # a paired round's seconds, planned from the run's own: room for a slower moment
 
 
 class CeilingProbe:
@@ -183,12 +180,14 @@ class CeilingProbe:
     @staticmethod
     def _switch(ctx, prec: dict, seconds: float, skipped: list[str]) -> dict | None:
         """When another dtype multiplies markedly faster at the model's shapes, time the model
-        itself in it: one forward+backward at the run's micro-batch (a warm-up, then the best of
-        two), compared with the run's own forward+backward per micro-step. This measures what the
-        switch saves, norms, softmax and casts included, not only the matmuls."""
+        itself in both: forward+backward at the run's micro-batch, eagerly, in the run's dtype and
+        in the faster one, in paired rounds (precisions.time_steps_paired: ABBA, at least
+        ADVISED_ROUNDS when they fit). This measures what the switch saves, norms, softmax and
+        casts included, not only the matmuls, with an interval for the ratio (measure/paired.py)."""
         from gpuprof.hardware import pick_faster
         from gpuprof.measure.budget import per_micro_s
-        from gpuprof.measure.precisions import time_step_in
+        from gpuprof.measure.paired import ADVISED_ROUNDS
+        from gpuprof.measure.precisions import time_steps_paired
 
         precision = getattr(ctx, "precision", None) or {}
         current = precision.get("compute_dtype")
@@ -203,34 +202,28 @@ class CeilingProbe:
         if best in ("fp32", "tf32") and precision.get("param_dtype") in ("bfloat16", "float16"):
             out["not_measured"] = "the weights are half precision: running fp32 needs a cast model copy"
             return out
-        est = 3 * t_run * rates[current] / rates[best]  # warm-up + 2 repeats at the faster rate
-        if not t_run or est > seconds:
+        # One round: the run's dtype (eager) and the faster one (at the measured rate ratio).
+        one_round = t_run * (1 + rates[current] / rates[best]) * ROUND_MARGIN
+        if not t_run or 3 * one_round > seconds:  # a warm-up and 2 rounds: alternate_rounds' least
             skipped.append(f"the model timed in {best}")
-            out["not_measured"] = (f"~{est:.1f} s needed, {max(seconds, 0):.1f} s left in the post-run budget"
+            out["not_measured"] = (f"~{3 * one_round:.1f} s needed, {max(seconds, 0):.1f} s left in the post-run budget"
                                    if t_run else "the run's forward+backward time is unknown")
             return out
-        compiled = bool(_cfg_get(ctx.config, "compile"))
-        if compiled and est + 3 * t_run > seconds:
-            # The run was compiled and gpuprof times the eager model: without an eager timing in
-            # the current dtype too, the ratio would mix compiled and eager.
-            skipped.append(f"the model timed in {best}")
-            out["not_measured"] = "a compiled run needs both dtypes timed eagerly, and that does not fit the budget"
-            return out
+        enough = (1 + ADVISED_ROUNDS) * one_round <= seconds
+        if not enough:
+            skipped.append(f"rounds {ADVISED_ROUNDS} of the model in {current} and {best} (fewer fit)")
         try:
-            t0 = time.perf_counter()
-            t_to = time_step_in(ctx.model, ctx.example_args, ctx.device, best, seconds, ctx.example_kwargs)
-            base = t_run
-            if compiled:
-                base = time_step_in(ctx.model, ctx.example_args, ctx.device, current,
-                                    seconds - (time.perf_counter() - t0), ctx.example_kwargs)
-                out["eager_fwd_bwd_per_micro_s"] = base
+            paired = time_steps_paired(ctx.model, ctx.example_args, ctx.device, current, best, seconds,
+                                       ctx.example_kwargs, min_rounds=ADVISED_ROUNDS if enough else 2)
         except Exception as exc:  # noqa: BLE001 - a model that will not run in that dtype
             out["not_measured"] = f"{exc.__class__.__name__}: {exc}"
             return out
-        out.update(fwd_bwd_per_micro_s=t_to, ratio=t_to / base if base else None,
-                   method=("eager model, forward+backward at the run's micro-batch: best of 2 after a warm-up"
-                           + (", both dtypes timed eagerly (the run was compiled)" if compiled else
-                              ", against the run's own forward+backward per micro-step")))
+        out.update(fwd_bwd_per_micro_s=paired["median_s"][best], eager_fwd_bwd_per_micro_s=paired["median_s"][current],
+                   ratio=paired["ratio"], interval=paired["interval"], rounds=paired["rounds"],
+                   round_seconds=paired["round_seconds"],
+                   method=(f"eager model, forward+backward at the run's micro-batch in {current} and in {best}, "
+                           f"{paired['rounds']} paired rounds (ABBA) after a warm-up; the ratio is the median of "
+                           f"the rounds' {best}/{current} with its sign-test interval"))
         return out
 
     @staticmethod

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from gpuprof.sections.base import Record, Section, mapping
 from gpuprof.sections.compute import (CompileSection, CopiesSection, FlopsSection, KernelsSection, MatmulShape,
-                                      MemorySection, MicrobatchPoint, MicrobatchSection, Precisions,
+                                      MemorySection, MicrobatchPair, MicrobatchPoint, MicrobatchSection, Precisions,
                                       ProbeSection, Switch, SyncsSection)
 from gpuprof.sections.dynamo import DynamoSection
 from gpuprof.sections.run import (CommSection, CommStep, Filesystem, PostRunPart, PostRunSection,
@@ -38,7 +38,7 @@ from gpuprof.sections.script import Reported, ScriptSection, StackSampler, StepR
 __all__ = ["Sections", "Record", "Section", "HostSection", "NvmlSection", "NvmlGpu", "SamplerSection",
            "SamplerPhase", "Stat", "Cost", "ScriptSection", "StepRule", "Reported", "TopFunction", "StackSampler",
            "ProbeSection", "KernelsSection", "CompileSection", "Precisions", "Switch", "MatmulShape", "FlopsSection", "MicrobatchSection",
-           "MicrobatchPoint", "MemorySection", "CopiesSection", "SyncsSection", "TimerSection",
+           "MicrobatchPoint", "MicrobatchPair", "MemorySection", "CopiesSection", "SyncsSection", "TimerSection",
            "StorageSection", "Filesystem", "Residency", "CommSection", "CommStep", "PostRunSection",
            "PostRunPart", "PrecisionSection", "SECTION_TYPES"]
 

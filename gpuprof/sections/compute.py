@@ -19,8 +19,15 @@ class Switch(Section):
     ratio: float | None = None  # the faster dtype's forward+backward time ÷ the run's
     fwd_bwd_per_micro_s: float | None = None
     run_fwd_bwd_per_micro_s: float | None = None
-    eager_fwd_bwd_per_micro_s: float | None = None  # a compiled run: the current dtype, eager
+    # the run's dtype timed eagerly beside it (paired rounds; before them: a compiled run only)
+    eager_fwd_bwd_per_micro_s: float | None = None
     method: str | None = None
+    # Paired rounds (measure/paired.py): the ratio's interval (Interval.as_dict), the rounds, and
+    # each round's seconds per dtype. None in profiles written before them: the ratio then
+    # compared the faster dtype's best of 2 with the run's own forward+backward.
+    interval: dict | None = None
+    rounds: int | None = None
+    round_seconds: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,23 @@ class MicrobatchPoint(Record):
 
 
 @dataclass(frozen=True)
+class MicrobatchPair(Section):
+    """microbatch.pair: the run's micro-batch (b2/B micro-steps) against one of b2, the same
+    tokens, in paired rounds: the ratio larger/run, its interval (measure/paired.py
+    Interval.as_dict), the rounds and each round's seconds. Absent in profiles written before
+    them."""
+
+    batch_size: int | None = None
+    new_batch_size: int | None = None
+    micro_steps_each: int | None = None
+    ratio: float | None = None
+    interval: dict | None = None
+    rounds: int | None = None
+    round_seconds: dict | None = None
+    method: str | None = None
+
+
+@dataclass(frozen=True)
 class MicrobatchSection(Section):
     """measurements.microbatch: forward+backward time per micro-batch size, and its line fit."""
 
@@ -103,10 +127,12 @@ class MicrobatchSection(Section):
     per_sample_s: float | None = None
     fixed_share_at_batch: float | None = None
     points: tuple[MicrobatchPoint, ...] = ()
+    pair: MicrobatchPair = field(default_factory=MicrobatchPair)
 
     @classmethod
     def _nested(cls, d: dict) -> dict:
-        return {"points": tuple(MicrobatchPoint.from_dict(p) for p in items(d.get("points")) if isinstance(p, dict))}
+        return {"points": tuple(MicrobatchPoint.from_dict(p) for p in items(d.get("points")) if isinstance(p, dict)),
+                "pair": MicrobatchPair.from_dict(d.get("pair"))}
 
     def seconds_by_batch(self) -> dict:
         """batch size -> measured seconds of one micro-batch."""

@@ -14,7 +14,7 @@ import torch
 from gpuprof.measure.budget import SHARES, PostRunBudget, per_micro_s
 from gpuprof.measure.flops import FlopsInstrument
 from gpuprof.measure.instruments import stop_instruments
-from gpuprof.measure.microbatch import MicroBatchProbe, plan_sizes
+from gpuprof.measure.microbatch import CURVE_SHARE, MicroBatchProbe, plan_sizes
 from gpuprof.measure.probe import CeilingProbe
 
 
@@ -232,7 +232,7 @@ def test_the_budget_holds_on_a_slow_step():
     assert bool(parts["flops"]["skipped"]) == (not count_fits), (prof.measurements["flops"], post)
     if not count_fits:
         assert prof.measurements["flops"]["counted_per_step"] is None
-    sizes, left_out = plan_sizes(cfg.batch_size, per_micro_s(run), parts["microbatch"]["allotted_s"], 2)
+    sizes, left_out = plan_sizes(cfg.batch_size, per_micro_s(run), parts["microbatch"]["allotted_s"] * CURVE_SHARE, 2)
     curve = prof.measurements["microbatch"]
     if len(sizes) < 2:
         assert curve["points"] == [] and parts["microbatch"]["skipped"] == ["the whole curve"]

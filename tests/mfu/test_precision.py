@@ -155,11 +155,12 @@ def test_autocast_inside_forward_is_seen_in_the_matmul_output():
 
 
 def test_timing_another_dtype_bypasses_an_instance_forward_wrapper():
-    from gpuprof.measure.precisions import time_step_in
+    from gpuprof.measure.precisions import time_steps_paired
 
     model = _accelerate_like(torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Linear(32, 4)))
     seen = []
     model[0].register_forward_hook(lambda m, a, out: seen.append(out.dtype))
-    time_step_in(model, (torch.randn(4, 8),), "cpu", "fp32", 5.0)
-    assert seen and set(seen) == {torch.float32}  # the class forward ran, without the wrapper's bf16
+    time_steps_paired(model, (torch.randn(4, 8),), "cpu", "fp32", "fp16", 5.0)
+    # the class forward ran, without the wrapper's bf16: each way in its own dtype
+    assert seen and set(seen) == {torch.float32, torch.float16}
     assert "forward" in vars(model)  # and the wrapper is back

@@ -1,0 +1,151 @@
+"""The precision switch and the larger micro-batch timed in paired rounds (issue #29): the model
+really runs each way (in its dtype, at its size), but the seconds are injected by a fake clock, so
+nothing depends on which dtype or size is faster on this CPU."""
+
+import random
+import types
+
+import pytest
+import torch
+
+from gpuprof.measure import microbatch, pairs
+from gpuprof.measure.microbatch import MicroBatchProbe, pair_sizes, plan_pair, time_pair
+from gpuprof.measure.paired import ADVISED_ROUNDS, Interval
+from gpuprof.measure.precisions import time_steps_paired
+from gpuprof.measure.probe import CeilingProbe
+
+
+class FakeClock:
+    """pairs.Clock's contract: runs each part, returns the seconds `seconds(fn_name)` gives it (a
+    per-variant figure times seeded noise, ±5% uniform: the median log-ratio is the injected one; a
+    90% interval misses it for about 1 seed in 14, and seed 1 is not one), and moves its own time
+    by them (`now`)."""
+
+    def __init__(self, seconds: dict, noise: float = 0.05, seed: int = 1):
+        self.seconds, self.noise, self.rng, self.t = seconds, noise, random.Random(seed), 0.0
+        self.calls = []
+
+    def now(self):
+        return self.t
+
+    def sync(self):
+        pass
+
+    def spans(self, *fns):
+        out = []
+        for fn in fns:
+            fn()
+            self.calls.append(fn.__name__)
+            s = self.seconds[fn.__name__] * (1 + self.rng.uniform(-self.noise, self.noise))
+            self.t += s
+            out.append(s)
+        return out
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.seen = []
+
+    def forward(self, x):
+        y = self.lin(x)
+        self.seen.append((x.shape[0], y.dtype))
+        return y.float().pow(2).mean()
+
+
+def test_both_dtypes_run_and_the_interval_holds_the_injected_ratio():
+    model = Tiny()
+    clock = FakeClock({"fwd_bwd_fp32": 0.010, "fwd_bwd_bf16": 0.007})
+    out = time_steps_paired(model, (torch.randn(4, 8),), "cpu", "fp32", "bf16", 10.0,
+                            min_rounds=ADVISED_ROUNDS, clock=clock, now=clock.now)
+    iv = Interval.from_dict(out["interval"])
+    assert iv.low <= 0.7 <= iv.high and iv.high < 1 and iv.enough
+    assert out["rounds"] >= ADVISED_ROUNDS and len(out["round_seconds"]["bf16"]) == out["rounds"]
+    assert out["ratio"] == iv.estimate and out["median_s"]["fp32"] == pytest.approx(0.010, rel=0.06)
+    assert {d for _, d in model.seen} == {torch.float32, torch.bfloat16}  # each way in its dtype
+    assert all(p.grad is None for p in model.parameters())  # gradients dropped
+
+
+def test_the_larger_micro_batch_runs_the_same_tokens():
+    model = Tiny()
+    clock = FakeClock({"run_way": 4 * 0.003, "larger": 0.009})  # 4 x B=2 against one of 8
+    out = time_pair(model, (torch.randn(2, 8),), {}, "cpu", None, 8, 10.0, min_rounds=ADVISED_ROUNDS,
+                    clock=clock, now=clock.now)
+    assert out["batch_size"] == 2 and out["new_batch_size"] == 8 and out["micro_steps_each"] == 4
+    iv = Interval.from_dict(out["interval"])
+    assert iv.low <= 0.75 <= iv.high < 1 and out["rounds"] >= ADVISED_ROUNDS
+    sizes = [b for b, _ in model.seen]
+    assert set(sizes) == {2, 8} and sizes.count(2) == 4 * sizes.count(8)  # equal tokens each way
+
+
+def test_pair_sizes_and_plan():
+    assert pair_sizes(8, 4) == [16, 32] and pair_sizes(8, 1) == [] and pair_sizes(1, 32) == [2, 4, 8]
+    assert pair_sizes(4, 6) == [8]  # 24 tokens: 16 does not divide them
+    # t(B) = 10 ms, a round of b2 = 2·(b2/B)·t(B)·1.25; a warm-up and 8 rounds
+    assert plan_pair(8, 4, 0.010, 100.0) == (32, ADVISED_ROUNDS)
+    assert plan_pair(8, 4, 0.010, 0.5) == (16, ADVISED_ROUNDS)  # 32 would need 0.9 s
+    assert plan_pair(8, 4, 0.010, 0.2) == (16, 3)  # 8 rounds of 16 do not fit: what fits
+    assert plan_pair(8, 4, 0.010, 0.1) == (None, 0) and plan_pair(8, 4, 0.0, 100.0) == (None, 0)
+
+
+def _ctx(model, t_run, micro_steps=1, **kw):
+    stats = types.SimpleNamespace(seconds=lambda p: {"forward": t_run / 3, "backward": 2 * t_run / 3}.get(p, 0.0),
+                                  micro_steps=micro_steps)
+    return types.SimpleNamespace(device="cpu", model=model, example_args=(torch.randn(4, 8),), example_kwargs={},
+                                 autocast_dtype=None, profile=types.SimpleNamespace(stats=stats), **kw)
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """pairs.Clock replaced by a FakeClock per timing (its seconds set by the test)."""
+    made = []
+
+    def install(seconds):
+        def make(device):
+            made.append(FakeClock(seconds))
+            return made[-1]
+        monkeypatch.setattr(pairs, "Clock", make)
+        return made
+    return install
+
+
+def test_the_probe_times_the_switch_in_paired_rounds(fake_clock):
+    made = fake_clock({"fwd_bwd_fp32": 0.010, "fwd_bwd_bf16": 0.006})
+    ctx = _ctx(Tiny(), 0.010, precision={"compute_dtype": "fp32"})
+    skipped = []
+    out = CeilingProbe._switch(ctx, {"tflops": {"fp32": 1.0, "bf16": 2.0}}, 5.0, skipped)
+    assert made and out["from"] == "fp32" and out["to"] == "bf16" and skipped == []
+    iv = Interval.from_dict(out["interval"])
+    assert iv.low <= 0.6 <= iv.high and out["ratio"] == iv.estimate and out["rounds"] >= ADVISED_ROUNDS
+    assert out["fwd_bwd_per_micro_s"] == pytest.approx(0.006, rel=0.06)
+    assert "paired rounds" in out["method"] and set(out["round_seconds"]) == {"fp32", "bf16"}
+
+
+def test_the_probe_says_when_the_rounds_do_not_fit(fake_clock):
+    fake_clock({"fwd_bwd_fp32": 0.010, "fwd_bwd_bf16": 0.006})
+    ctx = _ctx(Tiny(), 1.0, precision={"compute_dtype": "fp32"})  # a round ~1.9 s planned
+    skipped = []
+    out = CeilingProbe._switch(ctx, {"tflops": {"fp32": 1.0, "bf16": 2.0}}, 5.0, skipped)
+    assert "interval" not in out and "needed" in out["not_measured"] and skipped
+    skipped = []
+    out = CeilingProbe._switch(ctx, {"tflops": {"fp32": 1.0, "bf16": 2.0}}, 8.0, skipped)
+    assert out["rounds"] >= 2 and "fewer fit" in skipped[0]  # timed, fewer than 8 rounds
+
+
+def test_the_curve_probe_times_the_pair_only_where_the_rule_could_fire(fake_clock):
+    made = fake_clock({"run_way": 2 * 0.010, "larger": 0.012})
+    ctx = _ctx(Tiny(), 0.010, micro_steps=4)
+    args = ctx.example_args
+    curve = {"batch_size": 4, "fixed_share_at_batch": 0.5}
+    skipped = []
+    out = MicroBatchProbe()._pair(ctx, args, {}, curve, 4, 0.010, 0.6, skipped)
+    assert out["new_batch_size"] == 8 and out["rounds"] >= ADVISED_ROUNDS and skipped == []  # 16 needs 0.9 s
+    assert Interval.from_dict(out["interval"]).high < 1 and len(made) == 1
+    small = MicroBatchProbe()._pair(ctx, args, {}, dict(curve, fixed_share_at_batch=0.05), 4, 0.010, 9.0, [])
+    assert "too small a share" in small["not_measured"] and len(made) == 1
+    assert "keeps the tokens" in MicroBatchProbe()._pair(ctx, args, {}, curve, 1, 0.010, 9.0, [])["not_measured"]
+
+
+def test_the_curve_leaves_the_paired_rounds_their_part():
+    assert microbatch.CURVE_SHARE < 1
