@@ -10,7 +10,10 @@ import pytest
 
 from gpuprof.errors import GpuprofError
 from gpuprof.analysis.pipeline import analyze
-from gpuprof.render.trace import TID_GPU_PHASES, TID_GPU_STEPS, TID_PHASES, TID_STEPS, render_trace, trace_json
+from gpuprof.render.trace import render_trace, trace_json
+from gpuprof.report.trace import (NO_GPU_TIMES, NO_NVML, RANKS_NOTE, TID_GPU_PHASES, TID_GPU_STEPS, TID_PHASES,
+                                  TID_STEPS, gpu_track_note, omitted)
+from gpuprof.units import NM
 
 # The phase types this exporter may use, and what each needs (the trace-event format document:
 # "Trace Event Format", Google, the JSON Object Format and the event descriptions).
@@ -91,8 +94,8 @@ def test_builtin_run_trace_is_valid_and_its_totals_are_the_profiles(builtin_prof
 def test_cpu_run_has_no_gpu_track_and_says_so(builtin_profile):
     doc = render_trace(builtin_profile, analyze(builtin_profile))
     assert not [e for e in doc["traceEvents"] if e["tid"] in (TID_GPU_STEPS, TID_GPU_PHASES)]
-    assert doc["otherData"]["gpu_track"].startswith("not measured")
-    assert doc["otherData"]["nvml"].startswith("not measured")
+    assert doc["otherData"]["gpu_track"] == f"{NM}: {NO_GPU_TIMES}"
+    assert doc["otherData"]["nvml"] == f"{NM} ({NO_NVML})"
     assert not [e for e in doc["traceEvents"] if e["ph"] == "C" and e["name"].startswith("GPU")]
 
 
@@ -167,7 +170,7 @@ def test_merged_profile_is_one_process_per_rank(merged_profile, merged_analysis)
     for r in merged_profile.ranks:
         n = len(r["profile"]["steps"])
         assert len(_x(doc, TID_STEPS, "measured", pid=r["rank"])) == n
-    assert "NOT aligned" in doc["otherData"]["ranks"]
+    assert doc["otherData"]["ranks"] == RANKS_NOTE
     assert "NCCL <b>timeout</b>" in doc["otherData"]["rank1.status"]
     inst = [e for e in doc["traceEvents"] if e["ph"] == "i"]
     assert len(inst) == 1 and inst[0]["pid"] == 0 and inst[0]["s"] == "g"
@@ -207,9 +210,8 @@ def test_unread_gpu_steps_and_malformed_timelines_are_said_not_drawn(merged_prof
     doc = render_trace(rank0, analyze(rank0))
     validate(doc)
     assert [e["args"]["index"] for e in _x(doc, TID_GPU_STEPS, "measured")] == [1, 3]
-    assert "steps [2] have no GPU span" in doc["otherData"]["gpu_track"]
-    assert "illegal memory access" in doc["otherData"]["gpu_track"]
-    assert doc["otherData"]["nvml"] == "counters omitted: timeline series and times differ in length"
+    assert doc["otherData"]["gpu_track"] == gpu_track_note(True, [2], ["CUDA error: an illegal memory access"])
+    assert doc["otherData"]["nvml"] == omitted("timeline series and times differ in length")
     assert not [e for e in doc["traceEvents"] if e["ph"] == "C"]
 
 
