@@ -49,6 +49,21 @@ def signed_seconds(s: float | None) -> str:
     return ("+" if s > 0 else "") + seconds(s)
 
 
+def seconds_range(low: float, high: float) -> str:
+    """An interval of seconds: "18.0–41.0 ms" (one unit), "850 ms–1.20 s", "-5.0 ms to 12.0 ms"."""
+    a, b = seconds(low), seconds(high)
+    if low < 0:
+        return f"{a} to {b}"
+    num, _, unit = a.rpartition(" ")
+    return f"{num}–{b}" if num and b.endswith(" " + unit) else f"{a}–{b}"
+
+
+def interval_text(low: float, high: float, level: float, rounds: int | None) -> str:
+    """A saving's interval in words: "18.0–41.0 ms, 93%, 8 rounds" (the coverage the interval
+    achieves, and the paired rounds it comes from)."""
+    return f"{seconds_range(low, high)}, {level:.0%}" + (f", {rounds} rounds" if rounds else "")
+
+
 def duration(s: float) -> str:
     """A long wait, in the unit people plan in: 75 s, 8.3 min, 10.3 h, 4.2 days."""
     if s < 120:

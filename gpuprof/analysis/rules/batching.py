@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, on_cuda, step_s
-from gpuprof.units import gib, pct, seconds, times
+from gpuprof.analysis.rules.intervals import timed_saving
+from gpuprof.units import gib, join_notes, pct, seconds, times
 
 FIXED_SHARE_MIN = 0.10  # fixed per-micro-step cost worth acting on
 HEADROOM_MAX_USED = 0.5
@@ -94,36 +95,74 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
     because = (f"on the micro-batch curve measured after the run, each of the {n} micro-steps of "
                f"batch_size {batch} pays a fixed {seconds(fixed)} of its {seconds(t(batch))} forward+backward; "
                f"with this run's {seconds(fwd_bwd)} forward+backward per step that is {pct(fixed_share)} of the step")
-    if best is None or best[2] <= 0:
+    pair, why = _paired(ctx, mb.pair, n, batch, capacity, gcfg)
+    if pair is None and (best is None or best[2] <= 0):
         note = "no larger micro-batch that keeps the tokens per step exact would run faster"
         if blocked:
             note = (f"batch_size={blocked[0]} does not fit: needs {gib(blocked[1].total_bytes)} "
                     f"of {gib(capacity)}; activation checkpointing or a smaller block would lift it")
         return [Finding(id="micro-batch-too-small", title=title, saving_s=None,
                         evidence=ev, confidence="medium", note=note, because=because)]
-    b2, n2, saving, est = best
-    cost = n2 * t(b2) / (n * t(batch))
-    because += (f"; {n2} micro-step{'s' if n2 > 1 else ''} of batch_size {b2} {'take' if n2 > 1 else 'takes'} "
-                f"{seconds(n2 * t(b2))}"
-                f"{'' if b2 in measured else ' (extrapolated)'} where {n} of batch_size {batch} take "
-                f"{seconds(n * t(batch))}: {times(cost)} the forward+backward time")
-    ev.update({"new_batch_size": b2, "new_grad_accum": n2, "micro_at_new_batch_s": t(b2),
-               "new_batch_measured": b2 in measured})
+    if pair is not None:  # timed: the run's micro-batch against b2, the same tokens, paired rounds
+        b2, est = pair
+        n2 = n * batch // b2
+        timed = timed_saving(mb.pair.interval, fwd_bwd, mb.pair.ratio)
+        because += (f"; timed after the run in {mb.pair.rounds} paired rounds, {b2 // batch} micro-steps of "
+                    f"batch_size {batch} against 1 of {b2} (the same tokens) took {times(mb.pair.ratio)} the time")
+        ev.update({"new_batch_size": b2, "new_grad_accum": n2, "new_batch_measured": True, **timed.evidence})
+        if not timed.within_noise and timed.estimate <= 0:
+            return [Finding(id="micro-batch-too-small", title=title, saving_s=None, evidence=ev, confidence="medium",
+                            because=because, note=f"batch_size={b2} ran no faster in paired rounds: {timed.note}")]
+        b2_note = (f"batch_size {b2} is the largest timed (up to 8x the run's, within the post-run budget)"
+                   + ("; larger ones may save more, not timed" if best is not None and best[0] > b2 else ""))
+        saving = timed.saving_s
+        note = join_notes(timed.note, "saving = forward+backward per step × (1 − the paired rounds' ratio)", b2_note)
+        confidence = timed.confidence
+    else:
+        b2, n2, saving, est = best
+        cost = n2 * t(b2) / (n * t(batch))
+        because += (f"; {n2} micro-step{'s' if n2 > 1 else ''} of batch_size {b2} {'take' if n2 > 1 else 'takes'} "
+                    f"{seconds(n2 * t(b2))}"
+                    f"{'' if b2 in measured else ' (extrapolated)'} where {n} of batch_size {batch} take "
+                    f"{seconds(n * t(batch))}: {times(cost)} the forward+backward time")
+        ev.update({"new_batch_size": b2, "new_grad_accum": n2, "micro_at_new_batch_s": t(b2),
+                   "new_batch_measured": b2 in measured, "interval_measured": False})
+        timed = None
+        note = join_notes(f"interval not measured: {why}; the point figure, confidence low",
+                          "saving = forward+backward per step × (1 − n2·t(B2) / (n·t(B))), t from the measured "
+                          "micro-batch curve" + ("" if b2 in measured else " (t(B2) extrapolated from its line fit)"))
+        confidence = "low"
     if est is not None:
         ev["memory_needed_bytes"] = est.total_bytes
         ev["memory_capacity_bytes"] = capacity
+        if capacity:
+            note = join_notes(note, f"fits: {gib(est.total_bytes)} modeled of {gib(capacity)} ({cap_src})")
+    within = timed is not None and timed.within_noise
     return [Finding(
-        id="micro-batch-too-small", title=title,
-        saving_s=saving, evidence=ev, confidence="medium",
+        id="micro-batch-too-small", title=title, kind="info" if within else "fix",
+        saving_s=saving, evidence=ev, confidence=confidence,
         fix=(f"batch_size={b2}, gradient_accumulation_steps={n2} (same "
              f"{b2 * n2 * (ctx.config.get('block_size') or 0):,} tokens per step)"),
-        note=("saving = forward+backward per step × (1 − n2·t(B2) / (n·t(B))), t from the measured "
-              "micro-batch curve" + ("" if b2 in measured else " (t(B2) extrapolated from its line fit)")
-              + (f"; fits: {gib(est.total_bytes)} modeled of {gib(capacity)} ({cap_src})"
-                 if est is not None and capacity else "")),
-        config_overrides={"batch_size": b2, "gradient_accumulation_steps": n2}, because=because,
-        claims={"forward": saving / 3, "backward": saving * 2 / 3},
+        note=note, config_overrides={} if within else {"batch_size": b2, "gradient_accumulation_steps": n2},
+        because=because, claims={} if saving is None else {"forward": saving / 3, "backward": saving * 2 / 3},
     )]
+
+
+def _paired(ctx: Context, pair, n: int, batch: int, capacity, gcfg):
+    """((b2, its memory estimate), "") when the profile timed the run's micro-batch against b2 in
+    paired rounds and b2 keeps the tokens exact and fits; else (None, why the interval is not
+    there)."""
+    if not pair.present:
+        return None, "the profile has no paired rounds of a larger micro-batch (written before them)"
+    if pair.not_measured or not pair.ratio or pair.new_batch_size is None:
+        return None, pair.not_measured or "the paired rounds gave no ratio"
+    b2 = pair.new_batch_size
+    if b2 <= batch or (n * batch) % b2 or b2 > n * batch or pair.batch_size != batch:
+        return None, f"the paired rounds timed batch_size {b2}, which does not keep this run's tokens per step"
+    est = _estimate(ctx, gcfg, b2, capacity) if gcfg is not None else None
+    if est is not None and est.fits is False:
+        return None, f"the paired rounds timed batch_size {b2}, which does not fit"
+    return (b2, est), ""
 
 
 def memory_headroom(ctx: Context) -> list[Finding]:

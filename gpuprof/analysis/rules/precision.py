@@ -6,9 +6,10 @@ from __future__ import annotations
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.precision import compute_dtype_name
 from gpuprof.analysis.rules.common import mode, on_cuda, step_s
+from gpuprof.analysis.rules.intervals import timed_saving
 from gpuprof.hardware import MARKED_FASTER as MARKED, TORCH_NAME, pick_faster
 from gpuprof.sections import Precisions
-from gpuprof.units import flops_rate, seconds, times
+from gpuprof.units import flops_rate, join_notes, seconds, times
 
 MIN_SHARE = 0.02  # ... and worth at least 2% of the step
 BWD_FWD_HIGH, BWD_FWD_LOW = 4.0, 1.0  # backward is ~2x forward (two matmuls per forward one)
@@ -55,9 +56,12 @@ def precision_slow(ctx: Context) -> list[Finding]:
     offers, measured at the model's own matmul shapes after the run. Covers bf16 autocast on a
     CPU without native bf16, fp32 without TF32 on Ampere and later, bf16 emulated on a GPU below
     compute capability 8.0 (V100, T4: nanoGPT's default picks it there), fp16/bf16 without a fast
-    path. Saving (an estimate): forward+backward × (1 − the model's own forward+backward time in
-    the faster dtype ÷ the run's), both timed; when the model could not be timed in it, the
-    step's matmul time (FLOPs ÷ measured rate) × (1 − current rate ÷ faster rate)."""
+    path. Saving: forward+backward × (1 − the model's own forward+backward time in the faster
+    dtype ÷ in the run's), both timed eagerly in paired rounds, with the ratio's interval
+    (rules/intervals.py: within noise, no saving is claimed and the finding is information); in
+    an older profile, the faster dtype's best of 2 against the run's own forward+backward; when
+    the model could not be timed in it, the step's matmul time (FLOPs ÷ measured rate) ×
+    (1 − current rate ÷ faster rate). Without an interval the confidence is low."""
     prec = measured_precisions(ctx)
     current = compute_dtype(ctx)
     rates = prec.tflops
@@ -76,11 +80,14 @@ def precision_slow(ctx: Context) -> list[Finding]:
     switch = prec.switch
     flops = (ctx.mfu or {}).get("flops_per_step")
     matmul_s = None
-    if switch.to == best and switch.ratio:
-        # Measured: the model itself, forward+backward in the faster dtype vs the run's own.
-        gain = max(0.0, 1 - switch.ratio)
-        saving = compute * gain
-        if switch.eager_fwd_bwd_per_micro_s:
+    timed_model = switch.to == best and bool(switch.ratio)
+    if timed_model:
+        # Measured: the model itself, forward+backward in the faster dtype vs the run's.
+        timed = timed_saving(switch.interval, compute, switch.ratio)
+        if switch.interval is not None:
+            vs = (f"{seconds(switch.eager_fwd_bwd_per_micro_s)} in {current}, both eager, medians of "
+                  f"{switch.rounds} paired rounds")
+        elif switch.eager_fwd_bwd_per_micro_s:
             vs = f"{seconds(switch.eager_fwd_bwd_per_micro_s)} in {current} (both eager; the run was compiled)"
         else:
             vs = f"the run's {seconds(switch.run_fwd_bwd_per_micro_s)}"
@@ -90,18 +97,18 @@ def precision_slow(ctx: Context) -> list[Finding]:
         # The matmul time of the step, its FLOPs at the measured rate (capped by the compute
         # time), sped up by the rate ratio; the rest of the compute is taken to stay.
         matmul_s = min(compute, flops / (r_now * 1e12)) if flops else compute
-        saving = matmul_s * (1 - r_now / rates[best])
+        why = f"the model was not timed in {best}" + (f": {switch.not_measured}" if switch.not_measured else "")
+        timed = timed_saving(None, matmul_s, r_now / rates[best], why_none=why)
         basis = ((f"the step's {flops:.3g} FLOPs at {flops_rate(r_now)} = {seconds(matmul_s)} of its "
                   f"{seconds(compute)} forward+backward" if flops else f"forward+backward ({seconds(compute)})")
                  + f", sped up by the measured matmul rate ratio ({flops_rate(r_now)} vs {flops_rate(rates[best])})")
-        if switch.not_measured:
-            basis += f"; the model was not timed in {best}: {switch.not_measured}"
-    if not total or saving / total < MIN_SHARE:
-        return []
+    if not total or (not timed.within_noise and timed.estimate / total < MIN_SHARE):
+        return []  # a supported loss, or a saving under 2% of the step
+    saving = timed.saving_s
     because = (f"at the model's matmul shapes this device ran {current} at {flops_rate(r_now)} and {best} at "
                f"{flops_rate(rates[best])} ({times(rates[best] / r_now)}); forward+backward take "
                f"{seconds(compute)} per step")
-    if switch.to == best and switch.ratio:
+    if timed_model:
         because += (f"; the model itself, timed after the run, ran forward+backward in {best} in "
                     f"{times(switch.ratio)} the time")
     elif matmul_s is not None:
@@ -115,18 +122,20 @@ def precision_slow(ctx: Context) -> list[Finding]:
         note += f"; also faster here: {others}"
     if best in ("bf16", "fp16") and current in ("fp32", "tf32"):
         note += "; lower precision changes the numerics: check the loss curve"
+    note = join_notes(timed.note, note)
     return [Finding(
         id="precision-slow",
         title=(f"{current} runs {rates[best] / r_now:.1f}x slower than {best} on this device "
                f"(measured at the model's matmul shapes)"),
-        saving_s=saving,
+        saving_s=saving, kind="info" if timed.within_noise else "fix",
         evidence={"compute_dtype": current, "faster_dtype": best,
                   "rates_gflop_s": {d: r * 1e3 for d, r in rates.items()},
                   "ratio": rates[best] / r_now, "compute_s": compute, "matmul_s": matmul_s,
                   "model_time_ratio": switch.ratio if switch.to == best else None,
-                  "shapes": [f"{prec.m}x{s.k}x{s.n}" for s in prec.shapes]},
-        confidence="medium", fix=fix, note=note, config_overrides=overrides, because=because,
-        claims={"forward": saving * fwd / compute, "backward": saving * bwd / compute},
+                  "shapes": [f"{prec.m}x{s.k}x{s.n}" for s in prec.shapes], **timed.evidence},
+        confidence=timed.confidence, fix=fix, note=note,
+        config_overrides={} if timed.within_noise else overrides, because=because,
+        claims={} if saving is None else {"forward": saving * fwd / compute, "backward": saving * bwd / compute},
     )]
 
 

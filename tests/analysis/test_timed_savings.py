@@ -1,0 +1,118 @@
+"""precision-slow and micro-batch-too-small claim what their paired rounds support (issue #29): a
+real effect gives a saving with an interval that holds the injected truth and a confidence from
+that interval; no effect is within noise, with no saving claimed; a profile without rounds falls
+back to the point figure at confidence "low". The rounds are injected (seeded), never timed here."""
+
+import random
+
+import pytest
+
+from gpuprof.analysis.findings import Context
+from gpuprof.analysis.rules import batching, precision
+from gpuprof.measure.paired import confidence, paired_ratio_interval
+
+
+def _rounds(ratio: float, n: int = 12, noise: float = 0.05, seed: int = 3):
+    """n paired rounds of a 100 ms way and the changed way at `ratio` of it, each round with a
+    shared drift and its own ±noise."""
+    rng = random.Random(seed)
+    a, b = [], []
+    for _ in range(n):
+        drift = rng.uniform(0.9, 1.3)
+        a.append(0.1 * drift * (1 + rng.uniform(-noise, noise)))
+        b.append(0.1 * ratio * drift * (1 + rng.uniform(-noise, noise)))
+    return a, b, paired_ratio_interval(a, b)
+
+
+# ------------------------------------------------------------------ precision-slow
+def _precision_ctx(profile_factory, switch):
+    probe = {"precisions": {"m": 512, "shapes": [{"k": 256, "n": 256, "count": 4, "flops_share": 1.0}],
+                            "tflops": {"fp32": 0.1, "bf16": 0.3}, "switch": switch}}
+    p = profile_factory({"forward": 0.1, "backward": 0.2, "optimizer": 0.02}, measurements={"probe": probe},
+                        config={"precision": {"compute_dtype": "fp32", "param_dtype": "float32"}})
+    return Context(profile=p, stats=p.stats)
+
+
+def _switch(iv=None, ratio=None, a=None, b=None):
+    out = {"from": "fp32", "to": "bf16", "ratio": iv.estimate if iv else ratio, "run_fwd_bwd_per_micro_s": 0.075,
+           "fwd_bwd_per_micro_s": 0.05, "eager_fwd_bwd_per_micro_s": 0.08}
+    if iv is not None:
+        out.update(interval=iv.as_dict(), rounds=iv.n, round_seconds={"fp32": a, "bf16": b})
+    return out
+
+
+def test_precision_real_effect_claims_the_saving_with_its_interval(profile_factory):
+    a, b, iv = _rounds(0.6)
+    (f,) = precision.precision_slow(_precision_ctx(profile_factory, _switch(iv, a=a, b=b)))
+    compute = 0.3
+    assert f.kind == "fix" and f.saving_s == pytest.approx(compute * (1 - iv.estimate))
+    ev = f.evidence
+    assert ev["saving_low_s"] <= compute * 0.4 <= ev["saving_high_s"]  # holds the injected truth
+    assert ev["saving_low_s"] > 0 and ev["rounds"] == 12 and ev["interval_level"] == iv.level
+    assert f.confidence == confidence(iv) and "autocast" in f.fix
+    assert "12 paired rounds" in f.note and f.claims["forward"] + f.claims["backward"] == pytest.approx(f.saving_s)
+
+
+def test_precision_no_effect_is_within_noise_and_claims_nothing(profile_factory):
+    a, b, iv = _rounds(1.0)
+    (f,) = precision.precision_slow(_precision_ctx(profile_factory, _switch(iv, a=a, b=b)))
+    assert f.kind == "info" and f.saving_s is None and f.confidence == "low"
+    assert f.evidence["within_noise"] and f.evidence["saving_low_s"] < 0 < f.evidence["saving_high_s"]
+    assert "within this machine's noise" in f.note and f.config_overrides == {} and f.claims == {}
+
+
+def test_precision_old_profile_falls_back_to_the_point_figure(profile_factory):
+    (f,) = precision.precision_slow(_precision_ctx(profile_factory, _switch(ratio=0.7)))
+    assert f.kind == "fix" and f.saving_s == pytest.approx(0.3 * 0.3) and f.confidence == "low"
+    assert f.evidence["interval_measured"] is False and "saving_low_s" not in f.evidence
+    assert "interval not measured" in f.note
+
+
+def test_precision_too_few_rounds_give_the_point_figure_at_low_confidence(profile_factory):
+    a, b, iv = _rounds(0.6, n=3)
+    assert not iv.enough
+    (f,) = precision.precision_slow(_precision_ctx(profile_factory, _switch(iv, a=a, b=b)))
+    assert f.saving_s == pytest.approx(0.3 * (1 - iv.estimate)) and f.confidence == "low"
+    assert "3 paired rounds, too few for a 90% interval" in f.note
+
+
+# ------------------------------------------------------------------ micro-batch-too-small
+def _curve_ctx(profile_factory, pair=None):
+    curve = {"fixed_s": 0.010, "per_sample_s": 0.002,
+             "points": [{"batch_size": b, "seconds": 0.010 + 0.002 * b} for b in (1, 2, 4)]}
+    if pair is not None:
+        curve["pair"] = pair
+    p = profile_factory({"forward": 0.13, "backward": 0.26, "data": 0.01}, micro_steps=32,
+                        config={"batch_size": 1, "block_size": 32}, measurements={"microbatch": curve})
+    return Context(profile=p, stats=p.stats)
+
+
+def _pair(iv, b2=8):
+    return {"batch_size": 1, "new_batch_size": b2, "micro_steps_each": b2, "ratio": iv.estimate,
+            "interval": iv.as_dict(), "rounds": iv.n}
+
+
+def test_micro_batch_real_effect_recommends_the_timed_size(profile_factory):
+    a, b, iv = _rounds(0.5)
+    (f,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, _pair(iv)))
+    assert f.kind == "fix" and f.config_overrides == {"batch_size": 8, "gradient_accumulation_steps": 4}
+    fwd_bwd = 0.39
+    assert f.saving_s == pytest.approx(fwd_bwd * (1 - iv.estimate)) and f.confidence == confidence(iv)
+    assert f.evidence["saving_low_s"] <= fwd_bwd * 0.5 <= f.evidence["saving_high_s"]
+    assert "larger ones may save more, not timed" in f.note  # the curve would go to 32
+
+
+def test_micro_batch_no_effect_is_within_noise(profile_factory):
+    a, b, iv = _rounds(1.0)
+    (f,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, _pair(iv)))
+    assert f.kind == "info" and f.saving_s is None and f.config_overrides == {} and f.confidence == "low"
+    assert "within this machine's noise" in f.note and f.evidence["within_noise"]
+
+
+def test_micro_batch_old_profile_keeps_the_curve_figure_at_low_confidence(profile_factory):
+    (f,) = batching.micro_batch_too_small(_curve_ctx(profile_factory))
+    assert f.saving_s == pytest.approx(0.39 * (1 - (0.010 + 0.002 * 32) / (32 * 0.012)))
+    assert f.confidence == "low" and f.evidence["interval_measured"] is False
+    assert "interval not measured: the profile has no paired rounds" in f.note
+    (g,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, {"not_measured": "no time left"}))
+    assert g.saving_s == f.saving_s and "interval not measured: no time left" in g.note
