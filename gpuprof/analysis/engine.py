@@ -2,15 +2,19 @@
 
 A rule is a plain function `rule(ctx: Context) -> list[Finding]`; rules never run anything and
 never print. Findings are ranked by the seconds they expect to save per step; findings that
-cannot estimate a saving come after those that can, and informational ones last.
+cannot estimate a saving come after those that can, and informational ones last. Where the top
+fix's saving and another's both carry an interval (timed in paired rounds) and the intervals
+overlap, both are marked `tied_with` each other: the order between them is not measured.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 from gpuprof.analysis.findings import Context, Finding, Rule  # noqa: F401 - re-exported
 from gpuprof.analysis.rules import RULES
+from gpuprof.measure.paired import tied
 from gpuprof.units import join_notes, seconds
 
 # The order kinds are listed in: fixes by saving, then corrections of wrong figures, verdicts,
@@ -53,11 +57,47 @@ def rank(findings: list[Finding], stats=None) -> list[Finding]:
             why = (f"it shares time with {', '.join(overlaps)}" if overlaps
                    else "the phases it comes out of take less than that per step")
             f = with_share(replace(f, note=join_notes(f.note, f"saving capped from {seconds(f.saving_s)}: {why}"),
-                                   saving_s=new, overlaps=overlaps), step_s)
+                                   saving_s=new, overlaps=overlaps, evidence=_capped_interval(f.evidence, new)),
+                           step_s)
         elif overlaps != f.overlaps:
             f = replace(f, overlaps=overlaps)
         out.append(f)
-    return sorted(out, key=_key)
+    return mark_ties(sorted(out, key=_key))
+
+
+def _capped_interval(evidence: dict, cap: float) -> dict:
+    """A capped saving's interval, capped too (no end above what is left of its phases)."""
+    if "saving_low_s" not in evidence:
+        return evidence
+    return {**evidence, "saving_low_s": min(evidence["saving_low_s"], cap),
+            "saving_high_s": min(evidence["saving_high_s"], cap)}
+
+
+def _interval(f: Finding):
+    ev = f.evidence or {}
+    if f.kind != "fix" or f.saving_s is None or "saving_low_s" not in ev:
+        return None
+    return SimpleNamespace(low=ev["saving_low_s"], high=ev["saving_high_s"])
+
+
+def mark_ties(ranked: list[Finding]) -> list[Finding]:
+    """The top fix and every other fix whose saving's interval overlaps its own (paired.tied):
+    each marked `tied_with` the other, in rank order. A saving without an interval is never tied."""
+    ranked = [replace(f, tied_with=[]) if f.tied_with else f for f in ranked]  # ranked again: anew
+    fixes = [i for i, f in enumerate(ranked) if f.kind == "fix" and f.saving_s is not None]
+    top = _interval(ranked[fixes[0]]) if fixes else None
+    if top is None:
+        return ranked
+    out = list(ranked)
+    tied_ids = []
+    for i in fixes[1:]:
+        other = _interval(ranked[i])
+        if other is not None and tied(top, other):
+            tied_ids.append(ranked[i].id)
+            out[i] = replace(ranked[i], tied_with=[ranked[fixes[0]].id])
+    if tied_ids:
+        out[fixes[0]] = replace(ranked[fixes[0]], tied_with=tied_ids)
+    return out
 
 
 def with_share(f: Finding, step_s: float | None) -> Finding:

@@ -38,6 +38,9 @@ class Finding:
     # overlapping claims so that two findings never save the same interval twice.
     claims: dict = field(default_factory=dict)
     overlaps: list = field(default_factory=list)  # ids of higher-ranked findings sharing an interval
+    # ids of fixes whose saving's interval overlaps this one's, set by the engine for the top fix
+    # and those tied with it: the measurements do not order them (issue #29)
+    tied_with: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
