@@ -117,11 +117,12 @@ class MicroBatchProbe:
         if b2 is None:
             skipped.append("the paired rounds of a larger micro-batch")
             return {"not_measured": f"the paired rounds do not fit the {max(seconds, 0):.1f} s left"}
-        if rounds < ADVISED_ROUNDS:
-            skipped.append(f"rounds {ADVISED_ROUNDS} of micro-batch {b2} (fewer fit)")
         try:
-            return time_pair(ctx.model, args, kwargs, ctx.device, ctx.autocast_dtype, b2, seconds,
-                             min_rounds=min(rounds, ADVISED_ROUNDS))
+            out = time_pair(ctx.model, args, kwargs, ctx.device, ctx.autocast_dtype, b2, seconds,
+                            min_rounds=min(rounds, ADVISED_ROUNDS))
+            if out["rounds"] < ADVISED_ROUNDS:
+                skipped.append(f"paired rounds of micro-batch {b2}: {out['rounds']} of {ADVISED_ROUNDS} fit")
+            return out
         except Exception as exc:  # noqa: BLE001 - out of memory, or a model that refuses the size
             if on_cuda_oom(exc):
                 torch.cuda.empty_cache()

@@ -210,14 +210,15 @@ class CeilingProbe:
                                    if t_run else "the run's forward+backward time is unknown")
             return out
         enough = (1 + ADVISED_ROUNDS) * one_round <= seconds
-        if not enough:
-            skipped.append(f"rounds {ADVISED_ROUNDS} of the model in {current} and {best} (fewer fit)")
         try:
             paired = time_steps_paired(ctx.model, ctx.example_args, ctx.device, current, best, seconds,
                                        ctx.example_kwargs, min_rounds=ADVISED_ROUNDS if enough else 2)
         except Exception as exc:  # noqa: BLE001 - a model that will not run in that dtype
             out["not_measured"] = f"{exc.__class__.__name__}: {exc}"
             return out
+        if paired["rounds"] < ADVISED_ROUNDS:
+            skipped.append(f"paired rounds of the model in {current} and {best}: {paired['rounds']} of "
+                           f"{ADVISED_ROUNDS} fit")
         out.update(fwd_bwd_per_micro_s=paired["median_s"][best], eager_fwd_bwd_per_micro_s=paired["median_s"][current],
                    ratio=paired["ratio"], interval=paired["interval"], rounds=paired["rounds"],
                    round_seconds=paired["round_seconds"],

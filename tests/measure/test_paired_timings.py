@@ -98,14 +98,18 @@ def _ctx(model, t_run, micro_steps=1, **kw):
 
 @pytest.fixture
 def fake_clock(monkeypatch):
-    """pairs.Clock replaced by a FakeClock per timing (its seconds set by the test)."""
+    """pairs.Clock replaced by a FakeClock per timing (its seconds set by the test), whose time is
+    also the rounds' deadline clock."""
     made = []
+    rounds = pairs.alternate_rounds
 
     def install(seconds):
         def make(device):
             made.append(FakeClock(seconds))
             return made[-1]
         monkeypatch.setattr(pairs, "Clock", make)
+        monkeypatch.setattr(pairs, "alternate_rounds",
+                            lambda clock, variants, s, now=None, **kw: rounds(clock, variants, s, clock.now, **kw))
         return made
     return install
 
@@ -123,14 +127,15 @@ def test_the_probe_times_the_switch_in_paired_rounds(fake_clock):
 
 
 def test_the_probe_says_when_the_rounds_do_not_fit(fake_clock):
-    fake_clock({"fwd_bwd_fp32": 0.010, "fwd_bwd_bf16": 0.006})
-    ctx = _ctx(Tiny(), 1.0, precision={"compute_dtype": "fp32"})  # a round ~1.9 s planned
+    fake_clock({"fwd_bwd_fp32": 1.0, "fwd_bwd_bf16": 0.6})
+    ctx = _ctx(Tiny(), 1.0, precision={"compute_dtype": "fp32"})  # a round ~1.9 s planned, 1.6 s taken
     skipped = []
     out = CeilingProbe._switch(ctx, {"tflops": {"fp32": 1.0, "bf16": 2.0}}, 5.0, skipped)
     assert "interval" not in out and "needed" in out["not_measured"] and skipped
     skipped = []
     out = CeilingProbe._switch(ctx, {"tflops": {"fp32": 1.0, "bf16": 2.0}}, 8.0, skipped)
-    assert out["rounds"] >= 2 and "fewer fit" in skipped[0]  # timed, fewer than 8 rounds
+    assert 2 <= out["rounds"] < ADVISED_ROUNDS and skipped == [f"paired rounds of the model in fp32 and bf16: "
+                                                                f"{out['rounds']} of 8 fit"]
 
 
 def test_the_curve_probe_times_the_pair_only_where_the_rule_could_fire(fake_clock):
