@@ -122,18 +122,6 @@ class MfuResult:
             kw["expected_step_s"] = dict(kw["expected_step_s"])
         return cls(**kw)
 
-    # Transitional: the dict's reads, for the readers not yet converted that are owned elsewhere
-    # (analysis/rules/precision.py's `(ctx.mfu or {}).get("flops_per_step")`, the compute-dtype
-    # tests' `compute_mfu(p)["dtype"]`). New code reads the attributes; remove these with the last.
-    def get(self, key: str, default=None):
-        """The field named `key`, else `default`, as dict.get."""
-        return getattr(self, key) if key in self.__dataclass_fields__ else default
-
-    def __getitem__(self, key: str):
-        if key not in self.__dataclass_fields__:
-            raise KeyError(key)
-        return getattr(self, key)
-
 
 @dataclass(frozen=True)
 class LogVerdict:

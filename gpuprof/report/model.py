@@ -171,7 +171,7 @@ def build_report(profile: Profile, analysis: Analysis) -> Report:
         phase_rows=rows, phase_total=(seconds(stats.step_s), pct(1.0)),
         phase_caption=("GPU idle: time the GPU sat idle while the host ran a host-only phase"
                        if stats.timeline == "gpu" else None),
-        on_gpu=stats.timeline == "gpu", mfu=words.mfu_text(analysis.mfu.to_dict() if analysis.mfu is not None else None), timeline=build_timeline(profile),
+        on_gpu=stats.timeline == "gpu", mfu=words.mfu_text(analysis.mfu), timeline=build_timeline(profile),
         attribution=words.attribution_lines(profile), **common)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from gpuprof.analysis.distributed_results import MergedView
 from gpuprof.analysis.findings import Finding
+from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.profile import Profile
 from gpuprof.report.attach import attach_rows
 from gpuprof.sections import PrecisionSection, Sections
@@ -196,24 +197,25 @@ def view_text(view: MergedView) -> str:
 
 
 # ------------------------------------------------------------------------------------ MFU
-def mfu_text(mfu: dict | None) -> str:
+def mfu_text(m: MfuResult | None) -> str:
     """MFU in one line: against the datasheet peak and/or the measured ceiling, and the rate."""
-    m = mfu or {}
-    dtype = m.get("dtype") or ""
-    device = m.get("gpu_name") or m.get("device_name") or "this device"
+    if m is None:
+        return NM
+    dtype = m.dtype or ""
+    device = m.device_label or "this device"
     parts = []
-    if m.get("mfu") is not None:
-        parts.append(f"{pct(m['mfu'])} of the {dtype} datasheet peak of {device} ({flops_rate(m.get('peak_tflops'))})")
-    if m.get("mfu_vs_ceiling") is not None:
-        parts.append(f"{pct(m['mfu_vs_ceiling'])} of the {m.get('ceiling_dtype') or dtype} matmul ceiling measured "
-                     f"here ({flops_rate(m.get('ceiling_tflops'))})")
+    if m.mfu is not None:
+        parts.append(f"{pct(m.mfu)} of the {dtype} datasheet peak of {device} ({flops_rate(m.peak_tflops)})")
+    if m.mfu_vs_ceiling is not None:
+        parts.append(f"{pct(m.mfu_vs_ceiling)} of the {m.ceiling_dtype or dtype} matmul ceiling measured "
+                     f"here ({flops_rate(m.ceiling_tflops)})")
     if not parts:
-        why = "; ".join(m.get("warnings") or [])
+        why = "; ".join(m.warnings)
         parts.append(NM + (f" ({why})" if why else ""))
-    elif m.get("mfu") is None and not m.get("peak_tflops"):
+    elif m.mfu is None and not m.peak_tflops:
         parts.append(f"no datasheet peak for {device}")
-    if m.get("achieved_tflops") is not None:
-        parts.append(f"achieved {flops_rate(m['achieved_tflops'])}")
+    if m.achieved_tflops is not None:
+        parts.append(f"achieved {flops_rate(m.achieved_tflops)}")
     return "; ".join(parts)
 
 

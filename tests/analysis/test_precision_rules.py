@@ -4,6 +4,7 @@ precision-slow ranked first on a real bf16-on-this-CPU run of the built-in loop.
 import pytest
 
 from gpuprof.analysis.findings import Context
+from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.analysis.rules import precision
 
 
@@ -14,7 +15,7 @@ def _ctx(profile_factory, rates, current, switch=None, flops=None, phases=None, 
                             "tflops": rates, **({"switch": switch} if switch else {})}}
     p = profile_factory(phases, device=device, measurements={"probe": probe},
                         config={"precision": {"compute_dtype": current, "param_dtype": param}})
-    return Context(profile=p, stats=p.stats, mfu={"flops_per_step": flops} if flops else {})
+    return Context(profile=p, stats=p.stats, mfu=MfuResult(flops_per_step=flops) if flops else None)
 
 
 def test_measured_switch_gives_the_saving(profile_factory):

@@ -78,7 +78,7 @@ def precision_slow(ctx: Context) -> list[Finding]:
     if not compute:
         return []
     switch = prec.switch
-    flops = (ctx.mfu or {}).get("flops_per_step")
+    flops = ctx.mfu.flops_per_step if ctx.mfu is not None else None
     matmul_s = None
     timed_model = switch.to == best and bool(switch.ratio)
     if timed_model:
