@@ -22,7 +22,8 @@ SCRIPTS = REPO / "benchmarks" / "gpu_scripts"
 
 # The smoke run's built-in loop: the tiny preset made smaller still (seconds on 2 cores).
 SMOKE_BUILTIN = ["--device", "cpu", "--model", "tiny", "--n-layer", "1", "--n-head", "2", "--n-embd", "32",
-                 "--batch-size", "2", "--block-size", "32", "--grad-accum", "2", "--steps", "3", "--warmup", "1"]
+                 "--batch-size", "2", "--block-size", "32", "--grad-accum", "2", "--steps", "3", "--warmup", "1",
+                 "--post-budget", "3"]  # the plumbing, not the post-run timings (the suite tests those)
 # The fixture's model for the data-delay check (as tests/script/test_script_run.py): the sleep is
 # large against each micro-step's own work, and the GPU forward is too short to hide any of it.
 FIXTURE_MODEL = ["--n_layer=4", "--n_head=4", "--n_embd=96", "--block_size=64"]
@@ -72,7 +73,7 @@ def _fixture_args(ctx: Ctx, *extra: str) -> list[str]:
 def check_nanogpt_data_delay(ctx: Ctx) -> Check:
     c = Check("nanogpt-data-delay")
     if ctx.smoke:
-        opts, dev = ["--steps", "3", "--warmup", "1", "--no-samplers"], ["--device=cpu", "--threads=1"]
+        opts, dev = ["--steps", "3", "--warmup", "1", "--no-samplers", "--post-budget", "3"], ["--device=cpu", "--threads=1"]
     else:
         opts, dev = ["--steps", "6", "--warmup", "1"], ["--device=cuda", "--dtype=bfloat16"]
     script = _fixture_args(ctx, *dev, "--data_delay=0.02", *FIXTURE_MODEL)
