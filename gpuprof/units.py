@@ -162,7 +162,7 @@ def join_notes(*parts: str) -> str:
     for p in parts:
         p = (p or "").strip()
         if p:
-            out.append(p if p[-1] in ".!?)" else p + ".")
+            out.append(p if p[-1] in ".!?" or p.endswith((".)", "!)", "?)")) else p + ".")
     return " ".join(out)
 
 

@@ -97,3 +97,11 @@ def test_preflight_writes_rates_and_durations_as_the_report_does():
     assert preflight._rate(7.7e8) == units.flops_rate(7.7e-4) == "0.8 GFLOP/s"
     assert preflight._rate(3.958e14) == "395.8 TFLOP/s"
     assert preflight.duration is units.duration
+
+
+def test_join_notes_ends_each_sentence_once():
+    from gpuprof.units import join_notes
+
+    # a sentence that ends in a parenthesis still gets its full stop; one that ended inside it does not
+    assert join_notes("saving = f+b × (1 − ratio)", "b2 fits") == "saving = f+b × (1 − ratio). b2 fits."
+    assert join_notes("as measured (see above.)", "", None, "done!") == "as measured (see above.) done!"
