@@ -20,23 +20,33 @@ in those phases, BEFORE − AFTER (mean seconds per step, on the basis above): t
 those phases, and their drop is measured with far less noise than the whole step's. The change
 in the other phases is reported beside it (`other_phases_change_s`), so a fix that moved time
 elsewhere (a background loader slowing the compute on a CPU) is visible. Without claims (or a
-saving partly outside them), achieved = the drop of the typical step, BEFORE − AFTER.
+saving partly outside them), achieved = the drop of the typical step, BEFORE − AFTER. A saving
+timed in paired rounds (evidence saving_low_s/high_s, issue #29) is judged against its interval,
+one without on ±15% of its point figure (`judged_by`). The step change's interval: the runs'
+typical steps are independent samples, so AFTER ÷ BEFORE is the Hodges–Lehmann shift of the log
+step times with its exact Mann–Whitney interval (docs/compare.md says why).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
+
+import numpy as np
 
 from gpuprof.analysis.findings import Finding
 from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.errors import GpuprofError
 from gpuprof.profile import Profile
-from gpuprof.stats import PHASES, StepStats
+from gpuprof.stats import PHASES, StepStats, step_times
+from gpuprof.units import finite
 
 PER_TOKENS = 1_000_000  # per-token figures are seconds per this many tokens
 REALISED_TOL = 0.15  # achieved within ±15% of predicted is "realised" (issue #13's bar)
 NOT_REALISED_BELOW = 0.15  # achieved under 15% of predicted: the saving did not happen
 CLAIMS_COVER = 0.99  # claims summing to ≥ 99% of the saving cover it (rounding)
+LEVEL = 0.90  # the step change's interval, at the savings' level (measure/paired.py)
+MAX_STEPS = 200  # per run: more steps are thinned evenly in time (the exact null grows as m²·n)
 
 
 @dataclass
@@ -48,16 +58,12 @@ class Figure:
 
     @property
     def change(self) -> float | None:
-        if self.before is None or self.after is None:
-            return None
-        return self.after - self.before
+        return None if self.before is None or self.after is None else self.after - self.before
 
     @property
     def change_pct(self) -> float | None:
         """Relative change as a fraction of BEFORE (0.12 = 12% more)."""
-        if self.change is None or not self.before:
-            return None
-        return self.change / self.before
+        return None if self.change is None or not self.before else self.change / self.before
 
     def to_dict(self) -> dict:
         return {"before": self.before, "after": self.after, "change": self.change,
@@ -93,9 +99,43 @@ class Outcome:
     in_after: bool  # AFTER still has a finding with this id
     after_saving_s: float | None  # its saving there
     overlaps: list[str] = field(default_factory=list)
+    judged_by: str | None = None  # "interval" (the promised interval) or "tolerance" (±15%)
+    promised_low_s: float | None = None  # the saving's interval, when it was timed in rounds
+    promised_high_s: float | None = None
+    interval_level: float | None = None
+    rounds: int | None = None
+    within_noise: bool | None = None  # BEFORE's timing held no change: no saving was promised
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class StepChange:
+    """AFTER's typical step ÷ BEFORE's on the basis (per step, or per token): the Hodges–Lehmann
+    estimate and interval (ratios), the coverage achieved (`level`), the steps of each run."""
+
+    estimate: float
+    low: float
+    high: float
+    level: float
+    requested: float
+    n_before: int
+    n_after: int
+    statistic: str = "hodges-lehmann/mann-whitney"
+
+    @property
+    def enough(self) -> bool:  # the steps were enough for the requested level
+        return self.level >= self.requested - 1e-12
+
+    @property
+    def within_noise(self) -> bool:  # the interval holds no change, or too few steps for the level
+        return not self.enough or self.low <= 1.0 <= self.high
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update({f"{k}_pct": (d[k] - 1.0) * 100.0 for k in ("estimate", "low", "high")})
+        return {**d, "enough": self.enough, "within_noise": self.within_noise}
 
 
 @dataclass
@@ -120,6 +160,7 @@ class Comparison:
     config_changes: list[dict]
     notes: list[str]
     not_measured: dict  # figure -> why, for the figures a profile lacks
+    step_change: StepChange | None = None  # None: a run had no step time above zero
 
     @property
     def slower_pct(self) -> float | None:
@@ -128,16 +169,13 @@ class Comparison:
         return None if c is None else c * 100.0
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k not in (
-            "tokens_per_step", "step_s", "time", "tokens_per_s", "mfu", "mfu_vs_ceiling", "spread",
-            "world_size", "phases", "outcomes")}
-        for key in ("tokens_per_step", "step_s", "time", "tokens_per_s", "mfu", "mfu_vs_ceiling",
-                    "spread", "world_size"):
-            d[key] = getattr(self, key).to_dict()
-        d["timeline"] = list(self.timeline)
-        d["phases"] = [p.to_dict() for p in self.phases]
-        d["findings"] = [o.to_dict() for o in self.outcomes]
-        d["slower_pct"] = self.slower_pct
+        figures = ("tokens_per_step", "step_s", "time", "tokens_per_s", "mfu", "mfu_vs_ceiling", "spread",
+                   "world_size")
+        d = {k: v for k, v in asdict(self).items() if k not in figures + ("phases", "outcomes", "step_change")}
+        d.update({key: getattr(self, key).to_dict() for key in figures})
+        d.update(timeline=list(self.timeline), phases=[p.to_dict() for p in self.phases],
+                 findings=[o.to_dict() for o in self.outcomes], slower_pct=self.slower_pct,
+                 step_change=None if self.step_change is None else self.step_change.to_dict())
         return d
 
 
@@ -191,9 +229,9 @@ def compare(before: Profile, before_analysis, after: Profile, after_analysis, *,
     dev_b, dev_a = before.environment.get("device_name"), after.environment.get("device_name")
     if dev_b and dev_a and dev_b != dev_a:
         notes.append(f"different devices: {dev_b} → {dev_a}")
-    spread = Figure(sb.spread, sa.spread)
+    spread, change = Figure(sb.spread, sa.spread), step_change(typical_times(before), typical_times(after), to_before)
     noise = max((x for x in (spread.before, spread.after) if x is not None), default=None)
-    if noise and time.change_pct is not None and abs(time.change_pct) < noise:
+    if noise and time.change_pct is not None and abs(time.change_pct) < noise and not (change and change.enough):
         notes.append(f"the {'time per token' if per_token else 'step time'} changed by "
                      f"{time.change_pct:+.1%}, less than the runs' own step-time spread "
                      f"(p10–p90 {noise:.0%} of the median): within run-to-run noise")
@@ -207,8 +245,7 @@ def compare(before: Profile, before_analysis, after: Profile, after_analysis, *,
         outcomes=outcomes(before_analysis.findings, after_analysis.findings, sb, sa, to_before),
         new_findings=new_findings(before_analysis.findings, after_analysis.findings),
         config_changes=config_changes(before.config, after.config),
-        notes=notes, not_measured=not_measured,
-    )
+        notes=notes, not_measured=not_measured, step_change=change)
 
 
 def world_size(profile: Profile) -> int:
@@ -278,17 +315,23 @@ def achieved(finding: Finding, sb: StepStats, sa: StepStats, to_before: float = 
     return sb.step_s - sa.step_s * to_before, "step", [], other_change
 
 
-def verdict(predicted: float | None, ratio: float | None, achieved_s: float | None) -> str:
-    """A word for achieved vs predicted: realised (within ±15%), exceeded, partly, not realised,
-    worse (the claimed time grew); no prediction (the rule estimated none), none predicted (0 s)."""
+def verdict(predicted: float | None, ratio: float | None, achieved_s: float | None,
+            promised: tuple[float, float] | None = None) -> str:
+    """A word for achieved vs predicted: realised (inside the `promised` interval (low, high) when
+    the saving has one, else within ±15%), exceeded (above it), partly, not realised, worse (the
+    claimed time grew); no prediction (the rule estimated none), none predicted (0 s)."""
     if predicted is None:
         return "no prediction"
     if not predicted:
         return "none predicted"  # a saving capped to 0 by higher-ranked findings
     if ratio is None:
         return "not measured"
-    if achieved_s is not None and achieved_s < 0:
+    if achieved_s is not None and achieved_s < 0 and (promised is None or achieved_s < promised[0]):
         return "worse"
+    if promised is not None and achieved_s is not None and achieved_s >= promised[0] - 1e-9:  # 1 ns: rounding
+        return "realised" if achieved_s <= promised[1] + 1e-9 else "exceeded"
+    if promised is not None and achieved_s is not None:
+        return "partly" if ratio >= NOT_REALISED_BELOW else "not realised"
     if ratio > 1 + REALISED_TOL:
         return "exceeded"
     if ratio >= 1 - REALISED_TOL:
@@ -310,13 +353,64 @@ def outcomes(before: tuple[Finding, ...], after: tuple[Finding, ...], sb: StepSt
             ach, source, phases, other = None, None, [], None
         ratio = ach / predicted if predicted and ach is not None else None
         twin = after_by_id.get(f.id)
+        ev = f.evidence or {}
+        low, high = finite(ev.get("saving_low_s")), finite(ev.get("saving_high_s"))
+        iv = (min(low, high), max(low, high)) if low is not None and high is not None else None
         out.append(Outcome(
             id=f.id, title=f.title, kind=f.kind, predicted_s=predicted, achieved_s=ach, ratio=ratio,
             measured_from=source, phases=phases, other_phases_change_s=other,
-            verdict=verdict(predicted, ratio, ach), in_after=twin is not None,
+            verdict=verdict(predicted, ratio, ach, iv), in_after=twin is not None,
             after_saving_s=twin.saving_s if twin is not None else None, overlaps=list(f.overlaps or []),
-        ))
+            judged_by=None if not predicted else "interval" if iv else "tolerance",
+            promised_low_s=iv and iv[0], promised_high_s=iv and iv[1], interval_level=finite(ev.get("interval_level")),
+            rounds=ev.get("rounds") if isinstance(ev.get("rounds"), int) else None,
+            within_noise=ev["within_noise"] if isinstance(ev.get("within_noise"), bool) else None))
     return out
+
+
+def typical_times(profile: Profile) -> list[float]:
+    """The seconds of the steps the typical step is the mean of, on its timeline."""
+    st = profile.stats
+    return step_times([s for s in profile.steps if int(s.index) in st.typical], st.timeline == "gpu")
+
+
+def mann_whitney_counts(m: int, n: int) -> np.ndarray:
+    """counts[u] / C(m+n, m) = P(U = u), the Mann–Whitney U of m and n steps with no shift: the
+    Gaussian binomial [m+n choose m]_q as ∏ (1 − q^(n+i)) / (1 − q^i), i = 1..m; each factor
+    reads only lower coefficients, so the low tail (the interval's) is exact to float rounding."""
+    m, n = sorted((m, n))
+    poly = np.zeros(m * n + 1)
+    poly[0] = 1.0
+    for i in range(1, m + 1):
+        poly[n + i:] = poly[n + i:] - poly[:-(n + i)].copy()
+        for r in range(i):
+            poly[r::i] = np.cumsum(poly[r::i])
+    return poly
+
+
+def critical_u(m: int, n: int, level: float) -> tuple[int, float]:
+    """(k, coverage): [D(k), D(mn+1−k)] of the sorted differences covers the shift with probability
+    `coverage` ≥ `level`, k the largest such; k = 0 when even the full range (its coverage) falls short."""
+    tail = np.cumsum(mann_whitney_counts(m, n)[: m * n // 2 + 1]) / float(math.comb(m + n, m))
+    ok = np.nonzero(2 * tail <= (1 - level) * (1 + 1e-12))[0]
+    k = int(ok[-1]) + 1 if ok.size else 0
+    return k, 1 - 2 * float(tail[max(k - 1, 0)])
+
+
+def step_change(before_s: list[float], after_s: list[float], scale: float = 1.0,
+                level: float = LEVEL) -> StepChange | None:
+    """AFTER ÷ BEFORE (× `scale`, BEFORE's tokens per AFTER's on a per-token basis): the
+    Hodges–Lehmann shift of the log step times and its Mann–Whitney interval; None without a
+    positive step time on either side."""
+    xs = [np.log(np.asarray([t for t in ts if t > 0], dtype=float)) for ts in (before_s, after_s)]
+    xs = [x[np.linspace(0, x.size - 1, MAX_STEPS).round().astype(int)] if x.size > MAX_STEPS else x for x in xs]
+    b, a = xs
+    if not b.size or not a.size:
+        return None
+    d = np.sort((a[:, None] - b[None, :]).ravel())
+    k, coverage = critical_u(b.size, a.size, level)
+    est, lo, hi = (float(np.exp(x)) * scale for x in (np.median(d), d[max(k, 1) - 1], d[d.size - max(k, 1)]))
+    return StepChange(est, lo, hi, coverage, level, int(b.size), int(a.size))
 
 
 def new_findings(before: tuple[Finding, ...], after: tuple[Finding, ...]) -> list[dict]:

@@ -53,6 +53,8 @@ def render_comparison(c: Comparison, console: Console) -> None:
     console.print(table(v.summary))
     for text in v.not_measured:
         line(text, "dim")
+    if v.step_change:
+        line(v.step_change, "dim")
     line(v.phases_heading, "bold")
     console.print(table(v.phases))
     if v.outcomes is not None:

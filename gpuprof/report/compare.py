@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuprof.analysis.compare import Comparison, Figure, Outcome
-from gpuprof.units import NM, pct, seconds, signed_seconds
+from gpuprof.analysis.compare import REALISED_TOL, Comparison, Figure, Outcome
+from gpuprof.units import NM, pct, seconds, seconds_range, signed_seconds
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class CompareView:
     basis_note: str
     per_token: bool
     summary: Rows
+    step_change: str | None  # the interval of the change of the typical step (or time per token)
     not_measured: tuple[str, ...]
     phases_heading: str
     phases: Rows
@@ -105,8 +106,42 @@ def outcome_rows(outcomes: list[Outcome]) -> Rows:
     return Rows(("finding (BEFORE)", "predicted", "achieved", "ratio", "verdict"), rows, last_is_text=True)
 
 
+def signed_pct(ratio: float) -> str:
+    """A ratio AFTER ÷ BEFORE as a signed change: 1.105 -> +10.5%."""
+    return f"{(ratio - 1) * 100:+.1f}%"
+
+
+def step_change_line(c: Comparison) -> str | None:
+    """The interval of the change of the typical step (per token on that basis) and what it says."""
+    sc = c.step_change
+    if sc is None:
+        return None
+    per = "per token" if c.basis == "token" else "per step"
+    steps = f"{sc.n_before} and {sc.n_after} steps"
+    if not sc.enough:
+        return f"change interval: {steps} are too few for a {sc.requested:.0%} interval"
+    says = ("holds no change: within run-to-run noise" if sc.within_noise else
+            f"{'slower' if sc.low > 1 else 'faster'} beyond run-to-run noise")
+    return (f"change interval: {signed_pct(sc.low)} to {signed_pct(sc.high)} {per} ({sc.level:.0%}, "
+            f"Mann–Whitney, {steps}): {says}")
+
+
+def judgement(o: Outcome) -> str | None:
+    """Achieved against the promise, and which rule judged it: the saving's interval, or ±15%."""
+    if o.judged_by == "interval":
+        lo, hi = o.promised_low_s, o.promised_high_s
+        where = {"realised": "inside", "exceeded": "above"}.get(o.verdict, "below")
+        level = "" if o.interval_level is None else f"{o.interval_level:.0%}"
+        extra = ", ".join(x for x in (level, f"{o.rounds} rounds" if o.rounds else "") if x)
+        return f"achieved {seconds(o.achieved_s)}, {where} the promised {seconds_range(lo, hi)}" + (
+            f" ({extra})" if extra else "")
+    if o.judged_by == "tolerance":
+        return f"no interval: judged on ±{REALISED_TOL:.0%} of the prediction"
+    return None
+
+
 def outcome_line(o: Outcome) -> str:
-    """How one finding's achieved saving was measured, and what else moved."""
+    """How one finding's achieved saving was judged and measured, and what else moved."""
     if o.measured_from == "phases":
         how = f"achieved = drop of {' + '.join(o.phases)}"
         if o.other_phases_change_s is not None:
@@ -120,7 +155,17 @@ def outcome_line(o: Outcome) -> str:
         how += "; gone in AFTER"
     if o.overlaps:
         how += f"; shares its phases with {', '.join(o.overlaps)}: the drop counts both"
-    return f"  {o.id}: {how}"
+    said = judgement(o)
+    return f"  {o.id}: {said + '; ' if said else ''}{how}"
+
+
+def unpredicted(o: Outcome) -> str:
+    """A finding of BEFORE without a predicted saving: whether AFTER still has it, and, when its
+    timing held no change, the interval it was within."""
+    found = "still found" if o.in_after else "gone"
+    if o.within_noise and o.promised_low_s is not None:
+        return f"{o.id} ({found}; within noise when timed: {seconds_range(o.promised_low_s, o.promised_high_s)})"
+    return f"{o.id} ({found})"
 
 
 def _value(v) -> str:
@@ -139,7 +184,7 @@ def compare_view(c: Comparison) -> CompareView:
         title="gpuprof compare",
         names=f"BEFORE {c.before_name}  →  AFTER {c.after_name}",
         basis_note=c.basis_note, per_token=per_token,
-        summary=summary_rows(c),
+        summary=summary_rows(c), step_change=step_change_line(c),
         not_measured=tuple(f"  {'MFU vs ceiling' if key == 'mfu_vs_ceiling' else 'MFU'} not measured: {why}"
                            for key, why in c.not_measured.items()),
         phases_heading=f"Phases (per typical step{', per 1M tokens' if per_token else ''}, {timeline} timeline)",
@@ -149,7 +194,7 @@ def compare_view(c: Comparison) -> CompareView:
         outcomes=outcome_rows(fixes) if fixes else None,
         outcome_lines=tuple(outcome_line(o) for o in fixes),
         unpredicted=("BEFORE's findings without a predicted saving: "
-                     + ", ".join(f"{o.id} ({'still found' if o.in_after else 'gone'})" for o in others)
+                     + ", ".join(unpredicted(o) for o in others)
                      if others else None),
         no_findings=None if c.outcomes else "BEFORE has no findings",
         new_heading="New in AFTER:" if c.new_findings else None,

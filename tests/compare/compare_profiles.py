@@ -18,10 +18,10 @@ BASE_PHASES = {"data": 0.30, "h2d": 0.0, "forward": 0.20, "backward": 0.40, "opt
 
 
 def finding(fid: str, saving: float | None, claims: dict | None = None, kind: str = "fix",
-            step: float = 1.0, overlaps: list | None = None) -> Finding:
+            step: float = 1.0, overlaps: list | None = None, evidence: dict | None = None) -> Finding:
     """A finding as an analysis holds them."""
     return Finding(id=fid, title=f"{fid} title words", kind=kind, saving_s=saving,
-                   saving_share=None if saving is None else saving / step, evidence={},
+                   saving_share=None if saving is None else saving / step, evidence=dict(evidence or {}),
                    confidence="high", fix="", config_overrides={}, note="",
                    claims=dict(claims or {}), overlaps=list(overlaps or []))
 
@@ -47,3 +47,14 @@ def hand(steps: list[dict], *, findings: list | None = None, mfu: MfuResult | No
     """(Profile, Analysis): hand_profile(steps, **kw) and its hand-made analysis."""
     prof = hand_profile(steps, **kw)
     return prof, hand_analysis(prof, findings, mfu)
+
+
+def noise(n: int, start: int = 0, spread: float = 0.08) -> list[float]:
+    """n deterministic step-time multipliers spread evenly over 1 ± spread, in a scrambled order
+    (the golden-ratio sequence: no random generator, so the tests never depend on one)."""
+    return [1 + spread * (2 * ((k * 0.6180339887498949) % 1) - 1) for k in range(start, start + n)]
+
+
+def scaled_steps(mults: list[float]) -> list[dict]:
+    """Steps of BASE_PHASES (1.0 s) each scaled whole by its multiplier."""
+    return [{k: v * m for k, v in BASE_PHASES.items()} for m in mults]

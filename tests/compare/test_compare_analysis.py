@@ -6,6 +6,7 @@ from compare_profiles import BASE_PHASES, finding, hand, hand_analysis, hand_pro
 from gpuprof.analysis.compare import compare, config_changes, mfu_reason, verdict
 from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.errors import GpuprofError
+from gpuprof.report.compare import compare_view
 
 
 def by_id(c):
@@ -140,11 +141,17 @@ def test_data_parallel_job_twice_as_fast_is_seen():
     assert c.tokens_per_s.after == pytest.approx(2 * c.tokens_per_s.before)
 
 
-def test_change_within_the_spread_is_called_noise():
+def test_change_within_the_noise_is_called_noise():
+    """+1% on steps spread over 30%: the change's interval (4 and 4 steps, 94%) holds no change, and
+    says so in place of the spread note (which remains for runs too short for an interval)."""
     b = hand([dict(BASE_PHASES, forward=f) for f in (0.1, 0.2, 0.3, 0.4)])
     a = hand([dict(BASE_PHASES, forward=f + 0.01) for f in (0.1, 0.2, 0.3, 0.4)])
     c = compare(*b, *a)
-    assert any("within run-to-run noise" in n for n in c.notes)
+    assert c.step_change.enough and c.step_change.within_noise
+    assert c.step_change.low < 1.0 < c.step_change.high
+    assert not any("within run-to-run noise" in n for n in c.notes)
+    assert compare_view(c).step_change.endswith("per step (94%, Mann–Whitney, 4 and 4 steps): holds no change: "
+                                                "within run-to-run noise")
 
 
 def test_no_steps_is_an_error():

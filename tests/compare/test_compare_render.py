@@ -10,7 +10,7 @@ from compare_profiles import BASE_PHASES, finding, hand
 from gpuprof.analysis.compare import compare
 from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.render.compare import comparison_json, outcome_table, phase_table, render_comparison, summary_table
-from gpuprof.report.compare import outcome_line
+from gpuprof.report.compare import compare_view, outcome_line
 
 
 def per_token_pair():
@@ -50,7 +50,7 @@ def test_no_wrapped_cell_and_no_broken_word(hand_pair, width, which):
         for row in table_rows(table):  # every row's cells on one line: nothing wrapped
             assert any(all(cell in line for cell in row) for line in lines), (row, text)
     words = set(text.split())
-    prose = [c.basis_note, *c.notes, *(outcome_line(o) for o in c.outcomes if o.predicted_s is not None),
+    prose = [c.basis_note, *c.notes, compare_view(c).step_change, *(outcome_line(o) for o in c.outcomes if o.predicted_s is not None),
              *(f["title"] for f in c.new_findings), *(ch["key"] + ":" for ch in c.config_changes)]
     for sentence in prose:
         for word in sentence.split():
@@ -64,12 +64,17 @@ def test_report_says_what_changed(hand_pair):
     assert "step (typical)" in text and "1.05 s" in text and "750 ms" in text and "-300 ms (-28.6%)" in text
     assert "data-loading-exposed" in text and "0.83" in text and "partly" in text
     assert "storage-too-slow" in text and "3.00" in text and "exceeded" in text
-    assert "achieved = drop of data" in text and "achieved = drop of the typical step" in text
+    assert "achieved = drop of data" in prose and "achieved = drop of the typical step" in prose
+    assert "no interval: judged on ±15% of the prediction" in prose  # hand findings carry no interval
     assert "New in AFTER" in text and "cpu-saturated" in text
     assert "batch_size: 8 → 16" in text and "grad_accum: 4 → 2" in text
     assert "MFU vs ceiling not measured: AFTER: no matmul ceiling measured in the step's dtype" in prose
-    # -28.6% vs BEFORE's own spread over all its steps, the irregular one included: (1.72 - 0.94) / 1.00 = 78%
-    assert "within run-to-run noise" in prose
+    # -28.6% is less than BEFORE's own spread over all its steps, (1.72 - 0.94) / 1.00 = 78%, but the
+    # interval of the change (4 and 4 typical steps: every AFTER step faster than every BEFORE one)
+    # says faster; the spread note is only for runs too short for an interval
+    assert ("change interval: -42.3% to -16.7% per step (94%, Mann–Whitney, 4 and 4 steps): faster beyond "
+            "run-to-run noise") in prose
+    assert "within run-to-run noise" not in prose
     assert "BEFORE had 1 irregular step(s), left out of its typical step (the mean step with them: 1.24 s)" in prose
 
 
