@@ -77,8 +77,8 @@ def test_precision_too_few_rounds_give_the_point_figure_at_low_confidence(profil
 
 
 # ------------------------------------------------------------------ micro-batch-too-small
-def _curve_ctx(profile_factory, pair=None):
-    curve = {"fixed_s": 0.010, "per_sample_s": 0.002,
+def _curve_ctx(profile_factory, pair=None, fixed=0.010):
+    curve = {"fixed_s": fixed, "per_sample_s": 0.002,
              "points": [{"batch_size": b, "seconds": 0.010 + 0.002 * b} for b in (1, 2, 4)]}
     if pair is not None:
         curve["pair"] = pair
@@ -116,3 +116,28 @@ def test_micro_batch_old_profile_keeps_the_curve_figure_at_low_confidence(profil
     assert "interval not measured: the profile has no paired rounds" in f.note
     (g,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, {"not_measured": "no time left"}))
     assert g.saving_s == f.saving_s and "interval not measured: no time left" in g.note
+
+
+def test_micro_batch_the_paired_rounds_decide_not_the_curves_threshold(profile_factory):
+    # The unpaired curve alone is a threshold on one noisy figure: the same run's fix came and went
+    # between reruns. With paired rounds their interval decides: a small fixed cost on the curve
+    # (0.5 ms of a 12 ms micro-step: 4% of it, ~3% of the step, under FIXED_SHARE_MIN) no longer
+    # silences a saving the rounds support, nor a within-noise result the user should see.
+    a, b, iv = _rounds(0.5)
+    assert batching.micro_batch_too_small(_curve_ctx(profile_factory, fixed=0.0005)) == []  # no rounds: as before
+    (f,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, _pair(iv), fixed=0.0005))
+    assert f.kind == "fix" and f.saving_s == pytest.approx(0.39 * (1 - iv.estimate))
+    assert f.evidence["share"] < batching.FIXED_SHARE_MIN
+    _, _, flat = _rounds(1.0)
+    (g,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, _pair(flat), fixed=0.0005))
+    assert g.kind == "info" and g.saving_s is None and "within this machine's noise" in g.note
+
+
+def test_micro_batch_a_noisy_curve_does_not_hide_the_paired_rounds(profile_factory):
+    # a fixed cost above a whole micro-step (12 ms) is not a reading of the run: the curve is not quoted
+    a, b, iv = _rounds(0.5)
+    assert batching.micro_batch_too_small(_curve_ctx(profile_factory, fixed=0.020)) == []
+    (f,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, _pair(iv), fixed=0.020))
+    assert f.title == "micro-batch too small: 32 micro-steps of batch_size 1 per step"
+    assert "too noisy to read a fixed cost" in f.because and f.evidence["share"] is None
+    assert f.evidence["fixed_per_micro_s"] is None and f.saving_s == pytest.approx(0.39 * (1 - iv.estimate))
