@@ -25,6 +25,7 @@ def run_verify(before, before_analysis, options: AnalysisOptions, err: Console,
     with the same options, and print the comparison on `console` (stdout when not given)."""
     from gpuprof.analysis.compare import compare
     from gpuprof.render.compare import render_comparison
+    from gpuprof.report.compare import verify_line
 
     fix = top_config_fix(before_analysis)
     if fix is None:
@@ -48,6 +49,4 @@ def run_verify(before, before_analysis, options: AnalysisOptions, err: Console,
     render_comparison(result, console)
     outcome = next((o for o in result.outcomes if o.id == fix.id), None)
     if outcome is not None and outcome.achieved_s is not None:
-        ratio = f" (achieved / predicted {outcome.ratio:.2f})" if outcome.ratio is not None else ""
-        console.print(f"--verify: `{fix.id}` predicted {seconds(outcome.predicted_s)}, achieved "
-                      f"{seconds(outcome.achieved_s)} per step{ratio}", highlight=False, markup=False)
+        console.print(verify_line(outcome), highlight=False, markup=False)

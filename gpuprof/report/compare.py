@@ -126,6 +126,15 @@ def step_change_line(c: Comparison) -> str | None:
             f"Mann–Whitney, {steps}): {says}")
 
 
+def verify_line(o: Outcome) -> str:
+    """`diagnose --verify`'s last line: the top fix's promise, what the re-run achieved, the verdict
+    and which rule judged it (the saving's interval, or ±15%)."""
+    ratio = f" (achieved / predicted {o.ratio:.2f})" if o.ratio is not None else ""
+    j = judgement(o)
+    return (f"--verify: `{o.id}` predicted {seconds(o.predicted_s)}, achieved {seconds(o.achieved_s)} per step"
+            f"{ratio}: {o.verdict}" + (f"; {j}" if j else ""))
+
+
 def judgement(o: Outcome) -> str | None:
     """Achieved against the promise, and which rule judged it: the saving's interval, or ±15%."""
     if o.judged_by == "interval":

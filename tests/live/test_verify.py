@@ -67,12 +67,12 @@ def test_verify_prints_the_fix_predicted_vs_achieved():
     asked = []
     out, err = io.StringIO(), io.StringIO()
     run_verify(before, _analysis([fix], before), AnalysisOptions(), Console(file=err, width=200),
-               lambda o: asked.append(o) or after, "the built-in loop", console=Console(file=out, width=120))
+               lambda o: asked.append(o) or after, "the built-in loop", console=Console(file=out, width=300))
     assert asked == [{"batch_size": 8, "gradient_accumulation_steps": 1}]
     assert "running the built-in loop again with batch_size=8, gradient_accumulation_steps=1" in err.getvalue()
     line = next(ln for ln in out.getvalue().splitlines() if ln.startswith("--verify: "))
     assert line == ("--verify: `micro-batch-too-small` predicted 200 ms, achieved 200 ms per step "
-                    "(achieved / predicted 1.00)")
+                    "(achieved / predicted 1.00): realised; no interval: judged on ±15% of the prediction")
 
 
 def test_verify_says_when_there_is_nothing_or_the_rerun_is_refused():
