@@ -15,17 +15,25 @@ def rank_entry(p, rank: int = 0) -> dict | None:
     return next((e for e in (p.get("ranks") or []) if isinstance(e, dict) and e.get("rank") == rank), None)
 
 
+def ok_rank0(p, problems: list[str]) -> tuple[dict | None, dict]:
+    """(rank 0's entry, its own profile ({} when it wrote none)), a problem noted unless it ended
+    "ok"; (None, {}) when the merged profile has no entry for rank 0."""
+    e = rank_entry(p)
+    if e is None:
+        return None, {}
+    if e.get("status") != "ok":
+        problems.append(f"rank 0 ended {e.get('status')!r}: {(e.get('error') or {}).get('message')}")
+    return e, e.get("profile") or {}
+
+
 def judge_fsdp(p) -> tuple[bool, str]:
     """One FSDP2 rank on NCCL, cuda:0: it finished, the sharding was read, every measured step is
     on the GPU timeline, and no post-run part ran the sharded model (each says why). With one
     rank FSDP2 runs no collective: there is no `comm` to judge."""
     problems: list[str] = []
-    e = rank_entry(p)
+    e, rp = ok_rank0(p, problems)
     if e is None:
         return False, "no entry for rank 0 in the profile's ranks"
-    if e.get("status") != "ok":
-        problems.append(f"rank 0 ended {e.get('status')!r}: {(e.get('error') or {}).get('message')}")
-    rp = e.get("profile") or {}
     kind = lookup(rp, "measurements.sharding.kind")
     if kind != "fsdp2":
         problems.append(f"sharding.kind is {kind!r}, expected 'fsdp2'")
@@ -46,12 +54,9 @@ def judge_nccl(p) -> tuple[bool, str]:
     in flight and exposed measured, no mark failed, busbw not given for one rank, and the rank ran
     with the NCCL settings that keep its entry on a timeout."""
     problems: list[str] = []
-    e = rank_entry(p)
+    e, rp = ok_rank0(p, problems)
     if e is None:
         return False, "no entry for rank 0 in the profile's ranks"
-    if e.get("status") != "ok":
-        problems.append(f"rank 0 ended {e.get('status')!r}: {(e.get('error') or {}).get('message')}")
-    rp = e.get("profile") or {}
     comm = lookup(rp, "measurements.comm")
     if isinstance(comm, Missing):
         return False, comm.why
