@@ -25,9 +25,12 @@ def _check_cold_and_warm(r):
     for label, e in r["random"].items():
         cold, warm = e["qd1"], e["warm_qd1"]
         if cold["device_bytes_per_read"] is not None:
-            # a cold read fetched its own bytes from the device; a warm one nothing
+            # a cold read fetched its own bytes from the device; a warm one nothing of its own.
+            # The counters are the whole device's: another process's reads during a warm run
+            # land there too (CI saw 0.94 bytes per warm 128-byte read), so a warm read is
+            # held to a small fraction of what a cold one fetched, not to exactly zero.
             assert cold["device_bytes_per_read"] >= cold["read_bytes"] * share, label
-            assert warm["device_bytes_per_read"] == 0, label
+            assert warm["device_bytes_per_read"] <= cold["device_bytes_per_read"] * 0.05, label
         assert warm["iops"] > cold["iops"], label
     ld = r["loader"]
     # below 1 when an eviction races the readahead the previous sample left in flight
