@@ -280,6 +280,26 @@ BEST_ACHIEVABLE_MFU = 0.8  # the best dense matmul reaches ~80% of the datasheet
 MARKED_FASTER = 1.5  # another precision at least this much faster is worth switching to
 
 
+# On a CPU, a half-precision run whose matmuls are not markedly slower than fp32's may still run
+# its step slower: autocast's casts and the half-precision norms and softmax can cost more than the
+# matmuls save (Zen 4 with avx512_bf16: bf16 matmuls at the model's shapes ~2x fp32, whole bf16
+# steps ~1.5x slower). fp32 is then timed too when its matmuls run within this factor of the run's.
+# On CUDA the non-matmul ops are memory-bound and half precision halves their bytes: not timed.
+RUNNER_UP_WITHIN = 4.0
+FULL_PRECISIONS = ("tf32", "fp32")
+
+
+def runner_up(rates: dict, current: str, within: float = RUNNER_UP_WITHIN) -> str | None:
+    """The full precision to time beside a half-precision `current` when no dtype multiplies
+    markedly faster (pick_faster is None): the faster of tf32/fp32 whose measured rate is within
+    `within` of the run's. None for a full-precision run or when none is that close."""
+    now = rates.get(current)
+    if not now or current in FULL_PRECISIONS:
+        return None
+    close = {d: rates[d] for d in FULL_PRECISIONS if rates.get(d) and rates[d] * within >= now}
+    return max(close, key=close.get) if close else None
+
+
 def pick_faster(rates: dict, current: str, marked: float = MARKED_FASTER) -> str | None:
     """The dtype to switch to from `current`, given measured rates (TFLOP/s by dtype): the fastest
     one at least `marked` times faster, except that bf16 wins over fp16 within 10% of it (same

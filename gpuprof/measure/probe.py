@@ -179,12 +179,14 @@ class CeilingProbe:
 
     @staticmethod
     def _switch(ctx, prec: dict, seconds: float, skipped: list[str]) -> dict | None:
-        """When another dtype multiplies markedly faster at the model's shapes, time the model
-        itself in both: forward+backward at the run's micro-batch, eagerly, in the run's dtype and
+        """When another dtype multiplies markedly faster at the model's shapes (or, on a CPU, when
+        none does and a half-precision run's full-precision runner-up multiplies within
+        hardware.RUNNER_UP_WITHIN of it: `chosen_by` says which), time the model itself in both:
+        forward+backward at the run's micro-batch, eagerly, in the run's dtype and
         in the faster one, in paired rounds (precisions.time_steps_paired: ABBA, at least
         ADVISED_ROUNDS when they fit). This measures what the switch saves, norms, softmax and
         casts included, not only the matmuls, with an interval for the ratio (measure/paired.py)."""
-        from gpuprof.hardware import pick_faster
+        from gpuprof.hardware import pick_faster, runner_up
         from gpuprof.measure.budget import per_micro_s
         from gpuprof.measure.paired import ADVISED_ROUNDS
         from gpuprof.measure.precisions import time_steps_paired
@@ -194,11 +196,14 @@ class CeilingProbe:
         rates = prec["tflops"]
         if current not in rates:
             return None
-        best = pick_faster(rates, current)
+        best, chosen_by = pick_faster(rates, current), "matmul rate"
+        if best is None and str(ctx.device).startswith("cpu"):
+            # the matmuls do not decide a step: time the full precision too (hardware.RUNNER_UP_WITHIN)
+            best, chosen_by = runner_up(rates, current), "runner-up"
         if best is None:
             return None
         t_run = per_micro_s(ctx)
-        out = {"from": current, "to": best, "run_fwd_bwd_per_micro_s": t_run}
+        out = {"from": current, "to": best, "chosen_by": chosen_by, "run_fwd_bwd_per_micro_s": t_run}
         if best in ("fp32", "tf32") and precision.get("param_dtype") in ("bfloat16", "float16"):
             out["not_measured"] = "the weights are half precision: running fp32 needs a cast model copy"
             return out

@@ -16,6 +16,9 @@ class Switch(Section):
 
     from_: str | None = key("from")
     to: str | None = None
+    # "matmul rate": `to` multiplies markedly faster; "runner-up": no dtype does and `to` is the
+    # full precision timed beside a half-precision CPU run (hardware.runner_up); None: older profile
+    chosen_by: str | None = None
     ratio: float | None = None  # the faster dtype's forward+backward time ÷ the run's
     fwd_bwd_per_micro_s: float | None = None
     run_fwd_bwd_per_micro_s: float | None = None

@@ -76,6 +76,47 @@ def test_precision_too_few_rounds_give_the_point_figure_at_low_confidence(profil
     assert "3 paired rounds, too few for a 90% interval" in f.note
 
 
+# ------------------------------------------------------------------ the runner-up (a CPU with fast bf16 matmuls)
+def _runner_up_ctx(profile_factory, iv, a, b):
+    """A bf16 CPU run whose bf16 matmuls run 2x fp32's, the model timed in fp32 beside it."""
+    switch = {"from": "bf16", "to": "fp32", "chosen_by": "runner-up", "ratio": iv.estimate,
+              "run_fwd_bwd_per_micro_s": 0.075, "fwd_bwd_per_micro_s": 0.05, "eager_fwd_bwd_per_micro_s": 0.08,
+              "interval": iv.as_dict(), "rounds": iv.n, "round_seconds": {"bf16": a, "fp32": b}}
+    probe = {"precisions": {"m": 512, "shapes": [{"k": 256, "n": 256, "count": 4, "flops_share": 1.0}],
+                            "tflops": {"fp32": 0.1, "bf16": 0.2}, "switch": switch}}
+    p = profile_factory({"forward": 0.1, "backward": 0.2, "optimizer": 0.02}, measurements={"probe": probe},
+                        config={"precision": {"compute_dtype": "bf16", "param_dtype": "float32"}})
+    return Context(profile=p, stats=p.stats)
+
+
+def test_a_faster_full_precision_step_is_found_though_its_matmuls_are_slower(profile_factory):
+    a, b, iv = _rounds(0.7)
+    (f,) = precision.precision_slow(_runner_up_ctx(profile_factory, iv, a, b))
+    assert f.kind == "fix" and f.saving_s == pytest.approx(0.3 * (1 - iv.estimate))
+    assert f.evidence["chosen_by"] == "runner-up" and f.evidence["faster_dtype"] == "fp32"
+    assert f.evidence["saving_low_s"] <= 0.3 * 0.3 <= f.evidence["saving_high_s"]
+    assert f"took {iv.estimate:.2f}x" in f.title and "matmuls run 2.0x faster" in f.title
+    assert "the whole step does not" in f.because and f.config_overrides == {"dtype": "float32"}
+
+
+def test_a_runner_up_within_noise_is_information_and_a_slower_one_nothing(profile_factory):
+    a, b, iv = _rounds(1.0)
+    (f,) = precision.precision_slow(_runner_up_ctx(profile_factory, iv, a, b))
+    assert f.kind == "info" and f.saving_s is None and f.config_overrides == {}
+    assert "whole step does not" not in f.because
+    a, b, iv = _rounds(1.4)
+    assert precision.precision_slow(_runner_up_ctx(profile_factory, iv, a, b)) == []
+
+
+def test_the_runner_up_is_a_close_full_precision_beside_a_half_precision_run():
+    from gpuprof.hardware import runner_up
+
+    assert runner_up({"fp32": 1.0, "bf16": 2.0}, "bf16") == "fp32"
+    assert runner_up({"fp32": 0.4, "bf16": 2.0}, "bf16") is None  # 5x slower matmuls: not timed
+    assert runner_up({"fp32": 1.0, "bf16": 2.0}, "fp32") is None  # a full-precision run
+    assert runner_up({"fp32": 0.5, "tf32": 1.0, "bf16": 2.0}, "bf16") == "tf32"
+
+
 # ------------------------------------------------------------------ micro-batch-too-small
 def _curve_ctx(profile_factory, pair=None, fixed=0.010):
     curve = {"fixed_s": fixed, "per_sample_s": 0.002,

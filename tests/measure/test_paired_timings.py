@@ -126,6 +126,16 @@ def test_the_probe_times_the_switch_in_paired_rounds(fake_clock):
     assert "paired rounds" in out["method"] and set(out["round_seconds"]) == {"fp32", "bf16"}
 
 
+def test_on_a_cpu_the_probe_times_fp32_beside_bf16_whose_matmuls_are_faster(fake_clock):
+    made = fake_clock({"fwd_bwd_bf16": 0.010, "fwd_bwd_fp32": 0.007})
+    ctx = _ctx(Tiny(), 0.010, precision={"compute_dtype": "bf16"})
+    out = CeilingProbe._switch(ctx, {"tflops": {"fp32": 1.0, "bf16": 2.0}}, 5.0, [])
+    assert made and out["to"] == "fp32" and out["chosen_by"] == "runner-up"
+    assert Interval.from_dict(out["interval"]).high < 1
+    ctx.device = "cuda:0"  # on CUDA the half-precision step's other ops are cheaper too: not timed
+    assert CeilingProbe._switch(ctx, {"tflops": {"fp32": 1.0, "bf16": 2.0}}, 5.0, []) is None
+
+
 def test_the_probe_says_when_the_rounds_do_not_fit(fake_clock):
     fake_clock({"fwd_bwd_fp32": 1.0, "fwd_bwd_bf16": 0.6})
     ctx = _ctx(Tiny(), 1.0, precision={"compute_dtype": "fp32"})  # a round ~1.9 s planned, 1.6 s taken

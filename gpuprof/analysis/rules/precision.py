@@ -61,23 +61,30 @@ def precision_slow(ctx: Context) -> list[Finding]:
     (rules/intervals.py: within noise, no saving is claimed and the finding is information); in
     an older profile, the faster dtype's best of 2 against the run's own forward+backward; when
     the model could not be timed in it, the step's matmul time (FLOPs ÷ measured rate) ×
-    (1 − current rate ÷ faster rate). Without an interval the confidence is low."""
+    (1 − current rate ÷ faster rate). Without an interval the confidence is low.
+    On a CPU where no dtype multiplies markedly faster, a half-precision run's full-precision
+    runner-up is timed too (hardware.runner_up): the finding then rests on that timing alone."""
     prec = measured_precisions(ctx)
     current = compute_dtype(ctx)
     rates = prec.tflops
     if not current or current not in rates:
         return []
     r_now = rates[current]
+    switch = prec.switch
     best = pick_faster(rates, current)
-    if best is None:
-        return []
+    by_rate = best is not None
+    if not by_rate:
+        # No dtype multiplies markedly faster; on a CPU the full precision was timed beside a
+        # half-precision run (hardware.runner_up): only that timing can support a saving.
+        if not (switch.chosen_by == "runner-up" and switch.to in rates and switch.ratio):
+            return []
+        best = switch.to
     faster = {d: r for d, r in rates.items() if d != current and r >= MARKED * r_now}
     fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
     compute = fwd + bwd
     total = step_s(ctx)
     if not compute:
         return []
-    switch = prec.switch
     flops = ctx.mfu.flops_per_step if ctx.mfu is not None else None
     matmul_s = None
     timed_model = switch.to == best and bool(switch.ratio)
@@ -111,6 +118,9 @@ def precision_slow(ctx: Context) -> list[Finding]:
     if timed_model:
         because += (f"; the model itself, timed after the run, ran forward+backward in {best} in "
                     f"{times(switch.ratio)} the time")
+        if not by_rate and not timed.within_noise and switch.ratio < 1:
+            because += (f": the matmuls favour {current}, the whole step does not (the casts autocast "
+                        f"inserts and the {current} norms and softmax cost more than the matmuls save)")
     elif matmul_s is not None:
         because += f", of which {seconds(matmul_s)} is matmul time at the measured rate"
     own = ctx.config.get("script_globals")
@@ -123,15 +133,22 @@ def precision_slow(ctx: Context) -> list[Finding]:
     if best in ("bf16", "fp16") and current in ("fp32", "tf32"):
         note += "; lower precision changes the numerics: check the loss curve"
     note = join_notes(timed.note, note)
+    if by_rate:
+        title = (f"{current} runs {rates[best] / r_now:.1f}x slower than {best} on this device "
+                 f"(measured at the model's matmul shapes)")
+    else:
+        title = (f"the model's forward+backward in {best} took {switch.ratio:.2f}x its time in {current} "
+                 f"on this device (timed after the run), though {current} matmuls run "
+                 f"{r_now / rates[best]:.1f}x faster")
     return [Finding(
         id="precision-slow",
-        title=(f"{current} runs {rates[best] / r_now:.1f}x slower than {best} on this device "
-               f"(measured at the model's matmul shapes)"),
+        title=title,
         saving_s=saving, kind="info" if timed.within_noise else "fix",
         evidence={"compute_dtype": current, "faster_dtype": best,
                   "rates_gflop_s": {d: r * 1e3 for d, r in rates.items()},
                   "ratio": rates[best] / r_now, "compute_s": compute, "matmul_s": matmul_s,
                   "model_time_ratio": switch.ratio if switch.to == best else None,
+                  "chosen_by": "matmul rate" if by_rate else "runner-up",
                   "shapes": [f"{prec.m}x{s.k}x{s.n}" for s in prec.shapes], **timed.evidence},
         confidence=timed.confidence, fix=fix, note=note,
         config_overrides={} if timed.within_noise else overrides, because=because,
