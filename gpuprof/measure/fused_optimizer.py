@@ -1,10 +1,14 @@
 """Adam/AdamW as the run configured it and with fused=True, timed on a copy of its parameters
 (measure/kernels.py's optimizer part): how it steps (for-loop, foreach, fused), whether torch has
-a fused kernel for its parameters, whether two copies fit in memory, and the pair timed."""
+a fused kernel for its parameters, whether two copies fit in memory, and the pair timed in paired
+rounds (measure/pair_rounds.py: the medians, with the interval of fused ÷ as configured)."""
 
 from __future__ import annotations
 
-from gpuprof.measure.pairs import Clock, alternate, how
+import time
+
+from gpuprof.measure.pair_rounds import rounds_words, timed_pair
+from gpuprof.measure.pairs import Clock, how
 
 
 def optimizer_mode(opt) -> str | None:
@@ -61,11 +65,11 @@ def optimizer_memory(opt) -> tuple[int, int | None]:
     return need, free
 
 
-def time_optimizer(opt, device, seconds: float) -> dict:
-    """One step of a copy of `opt`'s parameters as configured and with fused=True."""
+def time_optimizer(opt, device, seconds: float, *, clock=None, now=time.perf_counter) -> dict:
+    """One step of a copy of `opt`'s parameters as configured and with fused=True: the medians of
+    paired rounds (pair_rounds.timed_pair), with the interval of fused ÷ current."""
     import torch
 
-    clock = Clock(device)
     cls = type(opt)
     groups = [g for g in opt.param_groups if any(p.requires_grad for p in g["params"])]
     params = [[p for p in g["params"] if p.requires_grad] for g in groups]
@@ -85,14 +89,21 @@ def time_optimizer(opt, device, seconds: float) -> dict:
             copy.append({**hyper, "params": clones})
         return cls(copy)
 
+    def stepper(o, name: str):
+        def run():
+            o.step()
+        run.__name__ = f"{name}_step"
+        return run
+
     variants = {}
     for name, fused in (("current", False), ("fused", True)):
         o = build(fused)
         o.step()  # the first step creates the state (exp_avg, exp_avg_sq): not timed
-        variants[name] = [o.step]
-    res = alternate(clock, variants, seconds)
+        variants[name] = [stepper(o, name)]
+    out = timed_pair(clock or Clock(device), variants, "current", "fused", seconds, now)
     count = sum(p.numel() for ps in params for p in ps)
-    return {"current_s": res["best"]["current"][0], "fused_s": res["best"]["fused"][0], "rounds": res["rounds"],
+    return {"current_s": out["median_parts"]["current"][0], "fused_s": out["median_parts"]["fused"][0],
+            "rounds": out["rounds"], "interval": out["interval"], "round_seconds": out["round_seconds"],
             "parameters": count}
 
 
@@ -131,8 +142,8 @@ def _optimizer_timed(ctx, opt, seconds: float, skipped: list[str]) -> dict:
     try:
         out["timing"] = time_optimizer(opt, ctx.device, seconds)
         out["timing"]["method"] = ("one step of a copy of the parameters (fresh gradients) with the run's optimizer "
-                                   "settings and with fused=True, after a state-creating step each, timed alternately, "
-                                   "best of each; " + how(ctx.device))
+                                   "settings and with fused=True, after a state-creating step each, "
+                                   + rounds_words(out["timing"], "fused ÷ as configured") + "; " + how(ctx.device))
     except TimeoutError as exc:
         skipped.append("optimizer timed fused")
         out["timing"] = {"not_measured": str(exc)}
@@ -141,11 +152,12 @@ def _optimizer_timed(ctx, opt, seconds: float, skipped: list[str]) -> dict:
     return out
 
 
-def optimizer_need(ctx) -> float:
+def optimizer_need(ctx, rounds: int = 2) -> float:
     """Seconds timing the optimizer both ways takes: 2 variants × (a state-creating step, a
-    warm-up, 2 timed rounds) of the run's own optimizer phase; 0 when it will not be timed."""
+    warm-up, `rounds` timed rounds: 2, the least, by default) of the run's own optimizer phase; 0
+    when it will not be timed."""
     opt = getattr(ctx, "optimizer", None)
     profile = getattr(ctx, "profile", None)
     if opt is None or profile is None or optimizer_mode(opt) in (None, "fused"):
         return 0.0
-    return 8 * profile.stats.seconds("optimizer")
+    return 2 * (2 + rounds) * profile.stats.seconds("optimizer")

@@ -15,12 +15,14 @@ one after the other on the same device, within the post-run budget's `kernels` p
   optimizer is configured and with fused=True, when torch has a fused kernel for the device
   (measure/fused_optimizer.py).
 
-Each pair is timed alternately (A, B, A, B, …) after a warm-up of each, and the best of each
-kept, so a drift in the machine's speed hits both (measure/pairs.py). On CUDA the times are CUDA events on the
-current stream; elsewhere wall time. Nothing here touches the user's optimizer or data, and only
+Each pair is timed in paired rounds after a warm-up of each (measure/pair_rounds.py: A B, B A, …,
+at least 8 rounds when they fit the slice, stopping once the interval is decided), so a drift in
+the machine's speed hits both; each way's seconds are the medians of the rounds, stored with the
+interval of the changed way ÷ the run's (`interval`), the rounds and each round's seconds
+(`round_seconds`). On CUDA the times are CUDA events on the current stream; elsewhere wall time. Nothing here touches the user's optimizer or data, and only
 need_weights's timing runs the user's model (its gradients dropped, as the micro-batch curve's);
-the other tensors are new ones of the same shapes. `rules/compute.py` turns the figures into findings;
-a difference under 5% of the step is reported without a saving.
+the other tensors are new ones of the same shapes. `rules/compute.py` turns the figures into findings
+through their interval (rules/intervals.py); a difference under 5% of the step is reported without a saving.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import math
 import time
 
 from gpuprof.measure.fused_optimizer import optimizer_need, optimizer_part
-from gpuprof.measure.pairs import Clock, alternate, autocast_for, how, rng_kept
+from gpuprof.measure.paired import ADVISED_ROUNDS
+from gpuprof.measure.pair_rounds import device_of, rounds_words, timed_pair
+from gpuprof.measure.pairs import Clock, autocast_for, how, rng_kept
 from gpuprof.measure.sharding import refusal
 
 PAD_MULTIPLE = 64  # GPT-2's 50257 -> 50304 (nanoGPT, build-nanogpt)
@@ -38,9 +42,10 @@ SLICES = {"attention": 0.4, "vocab": 0.3, "optimizer": 0.3}
 
 
 def time_attention(device, shape, dtype: str, *, causal: bool, masked: bool, dropout_p: float,
-                   seconds: float, layers: int = 1) -> dict:
+                   seconds: float, layers: int = 1, clock=None, now=time.perf_counter) -> dict:
     """Forward and backward seconds per attention layer by hand and through SDPA at shape
-    (B, H, T, D), in `dtype` (bf16/fp16 under autocast, as the run computes it).
+    (B, H, T, D), in `dtype` (bf16/fp16 under autocast, as the run computes it): the medians of
+    paired rounds (pair_rounds.timed_pair), with the interval of sdpa ÷ by_hand, forward+backward.
 
     `layers` layers run one after another and their backward after all of them, as in the model:
     every layer's saved (B, H, T, T) tensors are alive at once. One layer alone reuses its freed
@@ -51,14 +56,14 @@ def time_attention(device, shape, dtype: str, *, causal: bool, masked: bool, dro
 
     from gpuprof.hardware import torch_dtype
 
-    clock = Clock(device)
+    dev = device_of(device)
     b, h, t, d = (int(x) for x in shape)
     n = max(1, int(layers))
     tdtype = torch_dtype(dtype) if dtype in ("bf16", "fp16", "fp32") else torch.float32
-    qkv = [tuple(torch.randn(b, h, t, d, dtype=tdtype, device=clock.dev, requires_grad=True) for _ in range(3))
+    qkv = [tuple(torch.randn(b, h, t, d, dtype=tdtype, device=dev, requires_grad=True) for _ in range(3))
            for _ in range(n)]
-    grad = torch.randn(b, h, t, d, dtype=tdtype, device=clock.dev)
-    keep = torch.ones(t, t, dtype=torch.bool, device=clock.dev).tril().view(1, 1, t, t)
+    grad = torch.randn(b, h, t, d, dtype=tdtype, device=dev)
+    keep = torch.ones(t, t, dtype=torch.bool, device=dev).tril().view(1, 1, t, t)
     mask_out = ~keep
     scale = 1.0 / math.sqrt(d)
     ac = autocast_for(device, dtype)
@@ -83,24 +88,31 @@ def time_attention(device, shape, dtype: str, *, causal: bool, masked: bool, dro
                 q, k, v, attn_mask=keep if masked and not causal else None, dropout_p=dropout_p,
                 is_causal=bool(masked and causal)) for q, k, v in qkv]
 
-    def backward():
-        torch.autograd.backward(state.pop("y"), [grad] * n)
-        for x in (x for trio in qkv for x in trio):
-            x.grad = None
+    def backward(way: str):
+        def run():
+            torch.autograd.backward(state.pop("y"), [grad] * n)
+            for x in (x for trio in qkv for x in trio):
+                x.grad = None
+        run.__name__ = f"{way}_backward"
+        return run
 
-    res = alternate(clock, {"by_hand": [by_hand, backward], "sdpa": [sdpa, backward]}, seconds)
-    hand, fused = ([x / n for x in res["best"][k]] for k in ("by_hand", "sdpa"))
+    out = timed_pair(clock or Clock(device), {"by_hand": [by_hand, backward("by_hand")],
+                                              "sdpa": [sdpa, backward("sdpa")]}, "by_hand", "sdpa", seconds, now, per=n)
+    hand, fused = out["median_parts"]["by_hand"], out["median_parts"]["sdpa"]
     return {"by_hand_forward_s": hand[0], "by_hand_backward_s": hand[1],
-            "sdpa_forward_s": fused[0], "sdpa_backward_s": fused[1], "rounds": res["rounds"], "layers_timed": n,
+            "sdpa_forward_s": fused[0], "sdpa_backward_s": fused[1], "rounds": out["rounds"], "layers_timed": n,
+            "interval": out["interval"], "round_seconds": out["round_seconds"],
             "shape": [b, h, t, d], "dtype": dtype, "causal": bool(masked and causal), "masked": masked,
             "dropout_p": dropout_p}
 
 
-def time_need_weights(model, args: tuple, kwargs: dict, device, autocast_dtype, seconds: float) -> dict:
+def time_need_weights(model, args: tuple, kwargs: dict, device, autocast_dtype, seconds: float, *,
+                      clock=None, now=time.perf_counter) -> dict:
     """The model's forward+backward on the run's micro-batch as it runs (its nn.MultiheadAttention
     calls with need_weights=True: `by_hand_*`) and with need_weights=False forced on every one of
     them (`sdpa_*`: a forward pre-hook that rewrites the argument, on the modules only while that
-    forward runs), timed alternately. The whole model, not the attention alone: timed alone, 4
+    forward runs), in paired rounds (pair_rounds.timed_pair: the medians, and the interval of
+    sdpa ÷ by_hand, forward+backward). The whole model, not the attention alone: timed alone, 4
     nn.MultiheadAttention modules on this project's CPU differed by -0.4 to +1.1 ms, the model
     around them by 3.9 ms. Raises when the model fails without the weights (it uses them)."""
     import torch
@@ -108,8 +120,7 @@ def time_need_weights(model, args: tuple, kwargs: dict, device, autocast_dtype, 
     from gpuprof.measure.microbatch import loss_of
 
     mods = [m for m in model.modules() if isinstance(m, torch.nn.MultiheadAttention)]
-    clock = Clock(device)
-    ac = (torch.autocast(clock.dev.type, dtype=autocast_dtype) if autocast_dtype is not None
+    ac = (torch.autocast(device_of(device).type, dtype=autocast_dtype) if autocast_dtype is not None
           else contextlib.nullcontext())
     state: dict = {}
 
@@ -127,22 +138,29 @@ def time_need_weights(model, args: tuple, kwargs: dict, device, autocast_dtype, 
             finally:
                 for h in handles:
                     h.remove()
+        run.__name__ = "no_weights_forward" if force else "as_run_forward"
         return run
 
-    def backward():
-        state.pop("loss").backward()
-        model.zero_grad(set_to_none=True)
+    def backward(way: str):
+        def run():
+            state.pop("loss").backward()
+            model.zero_grad(set_to_none=True)
+        run.__name__ = f"{way}_backward"
+        return run
 
     was_training = model.training
     model.train()
     try:
-        res = alternate(clock, {"by_hand": [forward(False), backward], "sdpa": [forward(True), backward]}, seconds)
+        out = timed_pair(clock or Clock(device), {"by_hand": [forward(False), backward("by_hand")],
+                                                  "sdpa": [forward(True), backward("sdpa")]},
+                         "by_hand", "sdpa", seconds, now)
     finally:
         model.train(was_training)
         model.zero_grad(set_to_none=True)
-    hand, fused = res["best"]["by_hand"], res["best"]["sdpa"]
+    hand, fused = out["median_parts"]["by_hand"], out["median_parts"]["sdpa"]
     return {"by_hand_forward_s": hand[0], "by_hand_backward_s": hand[1], "sdpa_forward_s": fused[0],
-            "sdpa_backward_s": fused[1], "rounds": res["rounds"], "modules": len(mods), "per": "model"}
+            "sdpa_backward_s": fused[1], "rounds": out["rounds"], "interval": out["interval"],
+            "round_seconds": out["round_seconds"], "modules": len(mods), "per": "model"}
 
 
 def _attention(ctx, trace: dict | None, seconds: float, skipped: list[str]) -> dict:
@@ -169,8 +187,8 @@ def _attention(ctx, trace: dict | None, seconds: float, skipped: list[str]) -> d
             timing = time_need_weights(ctx.model, tuple(ctx.example_args or ()), dict(ctx.example_kwargs or {}),
                                        ctx.device, ctx.autocast_dtype, seconds)
             timing["method"] = ("the model's forward+backward on the run's micro-batch as it runs and with "
-                                "need_weights=False on every nn.MultiheadAttention, timed alternately, best of each; "
-                                + how(ctx.device))
+                                "need_weights=False on every nn.MultiheadAttention, "
+                                + rounds_words(timing, "without ÷ with the weights") + "; " + how(ctx.device))
             out["mha_timing"] = timing
         except TimeoutError as exc:
             skipped.append("nn.MultiheadAttention timed with need_weights=False")
@@ -201,8 +219,8 @@ def _time_group(ctx, first: dict, layers: int, seconds: float, skipped: list[str
             timing["layers_not_timed_together"] = f"{exc.__class__.__name__}: {exc}"
         timing["method"] = ("the model's attention layers of one (B, H, T, head dim), dtype, mask and dropout, run "
                             "together (forward through every layer, then backward), by hand and through "
-                            "F.scaled_dot_product_attention, timed alternately, best of each, per layer; "
-                            + how(ctx.device))
+                            "F.scaled_dot_product_attention, per layer, " + rounds_words(timing, "SDPA ÷ by hand")
+                            + "; " + how(ctx.device))
         return timing
     except TimeoutError as exc:
         skipped.append("attention timed both ways")
@@ -233,16 +251,17 @@ def padded(vocab: int, multiple: int = PAD_MULTIPLE) -> int:
 
 
 def time_vocab(device, tokens: int, width: int, vocab: int, vocab_to: int, dtype: str, param_dtype,
-               seconds: float) -> dict:
-    """Forward+backward seconds of the output projection and cross-entropy at V and V padded."""
+               seconds: float, *, clock=None, now=time.perf_counter) -> dict:
+    """Forward+backward seconds of the output projection and cross-entropy at V and V padded: the
+    medians of paired rounds (pair_rounds.timed_pair), with the interval of padded ÷ V."""
     import torch
     import torch.nn.functional as F
 
-    clock = Clock(device)
-    x = torch.randn(tokens, width, dtype=param_dtype, device=clock.dev, requires_grad=True)
-    targets = torch.randint(0, vocab, (tokens,), device=clock.dev)
+    dev = device_of(device)
+    x = torch.randn(tokens, width, dtype=param_dtype, device=dev, requires_grad=True)
+    targets = torch.randint(0, vocab, (tokens,), device=dev)
     ac = autocast_for(device, dtype)
-    weights = {v: (torch.randn(v, width, dtype=param_dtype, device=clock.dev) * 0.02).requires_grad_(True)
+    weights = {v: (torch.randn(v, width, dtype=param_dtype, device=dev) * 0.02).requires_grad_(True)
                for v in (vocab, vocab_to)}
 
     def step(v):
@@ -253,10 +272,13 @@ def time_vocab(device, tokens: int, width: int, vocab: int, vocab_to: int, dtype
             loss.backward()
             x.grad = None
             weights[v].grad = None
+        run.__name__ = f"vocab_{v}"
         return run
 
-    res = alternate(clock, {"vocab": [step(vocab)], "padded": [step(vocab_to)]}, seconds)
-    return {"vocab_s": res["best"]["vocab"][0], "padded_s": res["best"]["padded"][0], "rounds": res["rounds"]}
+    out = timed_pair(clock or Clock(device), {"vocab": [step(vocab)], "padded": [step(vocab_to)]},
+                     "vocab", "padded", seconds, now)
+    return {"vocab_s": out["median_parts"]["vocab"][0], "padded_s": out["median_parts"]["padded"][0],
+            "rounds": out["rounds"], "interval": out["interval"], "round_seconds": out["round_seconds"]}
 
 
 def _vocab(ctx, seconds: float, skipped: list[str]) -> dict | None:
@@ -291,8 +313,8 @@ def _vocab_timed(ctx, seconds: float, skipped: list[str]) -> dict | None:
                                    dtype, param.dtype, seconds)
         out["timing"]["tokens"] = ids.numel()
         out["timing"]["method"] = ("the output projection (F.linear to V logits) and cross-entropy, forward+backward, "
-                                   "at the micro-batch's tokens, at V and padded V, timed alternately, best of each; "
-                                   + how(ctx.device))
+                                   "at the micro-batch's tokens, at V and padded V, "
+                                   + rounds_words(out["timing"], "padded ÷ V") + "; " + how(ctx.device))
     except TimeoutError as exc:
         skipped.append("vocabulary timed padded")
         out["timing"] = {"not_measured": str(exc)}
@@ -362,10 +384,11 @@ class ComputeFixesProbe:
                 trace = {"not_measured": f"one forward (~{est / 2:.1f} s) does not fit the post-run budget"}
         out["attention"] = _attention(ctx, trace, left() * SLICES["attention"], skipped)
         rest = left()
-        # The vocabulary gets what the optimizer's timing will not need (8 of the run's optimizer
-        # phases when it is timed at all), and at least its share of what is left.
+        # The vocabulary gets what the optimizer's timing will not need (its ADVISED_ROUNDS paired
+        # rounds: 20 of the run's optimizer phases when it is timed at all), and at least its
+        # share of what is left.
         vocab = _vocab(ctx, max(rest * SLICES["vocab"] / (SLICES["vocab"] + SLICES["optimizer"]),
-                                rest - optimizer_need(ctx)), skipped)
+                                rest - optimizer_need(ctx, ADVISED_ROUNDS)), skipped)
         if vocab is not None:
             out["vocab"] = vocab
         optimizer = optimizer_part(ctx, left(), skipped) if not sharded else None

@@ -211,6 +211,11 @@ class AttentionTiming(Section):
     dtype: str | None = None
     method: str | None = None
     per: str | None = None  # "model": the whole model's forward+backward (need_weights); else one layer
+    # Paired rounds (measure/pair_rounds.py): the interval of sdpa ÷ by_hand, forward+backward
+    # (Interval.as_dict), and each round's seconds per way (per layer, or per model); the
+    # seconds above are then the rounds' medians. None in profiles written before them (best of each).
+    interval: dict | None = None
+    round_seconds: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -247,6 +252,11 @@ class PairTiming(Section):
     parameters: int | None = None
     rounds: int | None = None
     method: str | None = None
+    # Paired rounds (measure/pair_rounds.py): the interval of the changed way ÷ the run's
+    # (padded ÷ vocab, fused ÷ current; Interval.as_dict) and each round's seconds per way; the
+    # seconds above are then the rounds' medians. None in profiles written before them (best of each).
+    interval: dict | None = None
+    round_seconds: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -307,3 +317,8 @@ class CompileSection(Section):
     rounds: int | None = None
     backend: str | None = None
     method: str | None = None
+    # Paired rounds (measure/pair_rounds.py): the interval of compiled ÷ eager (Interval.as_dict)
+    # and each round's seconds per way; eager_s/compiled_s are then the rounds' medians. None in
+    # profiles written before them (best of each).
+    interval: dict | None = None
+    round_seconds: dict | None = None

@@ -1,0 +1,137 @@
+"""The compute fixes' timings in paired rounds (issue #29): attention by hand vs SDPA, the model
+with need_weights=False, the padded vocabulary, the fused optimizer and the compiled model. Each
+really runs both ways on tiny tensors, but the seconds come from an injected clock (a set figure
+per part, seeded noise), so nothing depends on which way is faster on this CPU."""
+
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+
+from gpuprof.measure import fused_optimizer, kernels, pair_rounds
+from gpuprof.measure.compiled import time_compiled
+from gpuprof.measure.paired import ADVISED_ROUNDS, Interval
+
+
+class FakeClock:
+    """pairs.Clock's contract: runs each part and returns the seconds set for its function's name
+    (× seeded ±5% noise); its own time (`now`) moves by them."""
+
+    def __init__(self, seconds: dict, noise: float = 0.05, seed: int = 1):
+        self.seconds, self.noise, self.rng, self.t, self.calls = seconds, noise, random.Random(seed), 0.0, []
+
+    def now(self):
+        return self.t
+
+    def sync(self):
+        pass
+
+    def spans(self, *fns):
+        out = []
+        for fn in fns:
+            fn()
+            self.calls.append(fn.__name__)
+            s = self.seconds[fn.__name__] * (1 + self.rng.uniform(-self.noise, self.noise))
+            self.t += s
+            out.append(s)
+        return out
+
+
+def _paired(out, run: str, changed: str, truth: float, rounds_at_least: int = ADVISED_ROUNDS):
+    iv = Interval.from_dict(out["interval"])
+    assert iv.low <= truth <= iv.high and iv.enough and iv.statistic == "sign"
+    assert out["rounds"] >= rounds_at_least and iv.n == out["rounds"]
+    assert set(out["round_seconds"]) == {run, changed}
+    assert all(len(v) == out["rounds"] for v in out["round_seconds"].values())
+    return iv
+
+
+def test_attention_runs_paired_rounds_and_stores_the_interval_per_layer():
+    clock = FakeClock({"by_hand": 0.004, "by_hand_backward": 0.006, "sdpa": 0.002, "sdpa_backward": 0.004})
+    out = kernels.time_attention("cpu", [1, 2, 8, 4], "fp32", causal=True, masked=True, dropout_p=0.0,
+                                 seconds=10.0, layers=2, clock=clock, now=clock.now)
+    iv = _paired(out, "by_hand", "sdpa", 0.6)
+    assert iv.high < 1
+    # medians per layer (2 layers timed together), forward and backward apart
+    assert out["by_hand_forward_s"] == pytest.approx(0.002, rel=0.06)
+    assert out["sdpa_backward_s"] == pytest.approx(0.002, rel=0.06)
+    assert out["round_seconds"]["by_hand"][0] == pytest.approx(0.005, rel=0.06)  # per layer too
+    assert out["layers_timed"] == 2
+    # ABBA: every other round starts with SDPA
+    assert clock.calls[4:8] == ["by_hand", "by_hand_backward", "sdpa", "sdpa_backward"]
+    assert clock.calls[8:12] == ["sdpa", "sdpa_backward", "by_hand", "by_hand_backward"]
+
+
+def test_a_decided_interval_stops_at_the_advised_rounds_and_a_short_slice_takes_what_fits():
+    clock = FakeClock({"vocab_100": 0.010, "vocab_128": 0.005}, noise=0.01)
+    out = kernels.time_vocab("cpu", 8, 4, 100, 128, "fp32", torch.float32, 10.0, clock=clock, now=clock.now)
+    assert out["rounds"] == ADVISED_ROUNDS  # "high" at once: no 16 rounds of a clear effect
+    clock = FakeClock({"vocab_100": 0.010, "vocab_128": 0.005}, noise=0.01)
+    out = kernels.time_vocab("cpu", 8, 4, 100, 128, "fp32", torch.float32, 0.1, clock=clock, now=clock.now)
+    assert 2 <= out["rounds"] < ADVISED_ROUNDS and not Interval.from_dict(out["interval"]).enough
+    clock = FakeClock({"vocab_100": 0.010, "vocab_128": 0.010})
+    out = kernels.time_vocab("cpu", 8, 4, 100, 128, "fp32", torch.float32, 10.0, clock=clock, now=clock.now)
+    assert out["rounds"] == 16  # no effect: never decided, the rounds run to their most
+
+
+def test_vocab_runs_paired_rounds_and_keeps_its_keys():
+    clock = FakeClock({"vocab_100": 0.010, "vocab_128": 0.008})
+    out = kernels.time_vocab("cpu", 8, 4, 100, 128, "fp32", torch.float32, 10.0, clock=clock, now=clock.now)
+    _paired(out, "vocab", "padded", 0.8)
+    assert out["vocab_s"] == pytest.approx(0.010, rel=0.06) and out["padded_s"] == pytest.approx(0.008, rel=0.06)
+
+
+class MHA(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x)[0].pow(2).mean()
+
+
+def test_need_weights_runs_the_model_both_ways_in_paired_rounds():
+    model = MHA()
+    clock = FakeClock({"as_run_forward": 0.010, "by_hand_backward": 0.020,
+                       "no_weights_forward": 0.008, "sdpa_backward": 0.016})
+    out = kernels.time_need_weights(model, (torch.randn(2, 4, 8),), {}, "cpu", None, 10.0, clock=clock, now=clock.now)
+    _paired(out, "by_hand", "sdpa", 0.8)
+    assert out["per"] == "model" and out["modules"] == 1
+    assert out["by_hand_backward_s"] == pytest.approx(0.020, rel=0.06)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_optimizer_runs_paired_rounds_on_a_copy():
+    lin = nn.Linear(4, 4)
+    opt = torch.optim.AdamW(lin.parameters(), foreach=False)
+    before = [p.detach().clone() for p in lin.parameters()]
+    clock = FakeClock({"current_step": 0.010, "fused_step": 0.004})
+    out = fused_optimizer.time_optimizer(opt, "cpu", 10.0, clock=clock, now=clock.now)
+    _paired(out, "current", "fused", 0.4)
+    assert out["current_s"] == pytest.approx(0.010, rel=0.06) and out["parameters"] == 20
+    assert all(torch.equal(a, p) for a, p in zip(before, lin.parameters())) and not opt.state
+
+
+def test_the_compiled_model_runs_paired_rounds():
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    clock = FakeClock({"eager": 0.010, "compiled": 0.007})
+    out = time_compiled(model, (torch.randn(2, 4),), {}, "cpu", None, backend="eager", seconds=10.0,
+                        clock=clock, now=clock.now)
+    _paired(out, "eager", "compiled", 0.7)
+    assert out["eager_s"] == pytest.approx(0.010, rel=0.06) and out["compile_s"] > 0
+    torch._dynamo.reset()
+
+
+def test_too_short_a_slice_refuses_as_before():
+    def a():
+        pass
+
+    def b():
+        pass
+
+    clock = FakeClock({"a": 1.0, "b": 1.0})
+    with pytest.raises(TimeoutError):
+        pair_rounds.timed_pair(clock, {"a": [a], "b": [b]}, "a", "b", 5.0, clock.now)
+    assert clock.calls == ["a", "b"]  # the warm-up only
