@@ -129,6 +129,8 @@ def _headline(r: Report) -> str:
            f"<b>{_e(r.throughput)}</b>{micro}</p>")
     if r.script_log:
         out += f'<p class="dim">{_e(r.script_log)}</p>'
+    if r.noise:
+        out += f'<p class="dim"><b>{_e(r.headings.noise)}</b> {_e(r.noise)}</p>'
     return out
 
 

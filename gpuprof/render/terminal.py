@@ -34,6 +34,8 @@ def render_diagnosis(profile, analysis, console: Console, *, details: bool = Fal
     console.print(step_line(report))
     if report.script_log:
         console.print(Text(report.script_log))
+    if report.noise:
+        console.print(Text.assemble((f"{h.noise} ", "bold"), (report.noise, "dim")), highlight=False)
     console.print()
     console.print(findings_view(report))
     if report.corrected is not None:

@@ -81,6 +81,7 @@ class Report:
     micro: str | None = None
     typical_note: str | None = None
     script_log: str | None = None
+    noise: str = ""  # the run's own noise: step spread, other processes' CPU (words.noise_line)
     verdict: FindingView | None = None
     verdict_text: str = ""  # when no finding is the verdict: the sentence that stands for it
     irregular: list[FindingView] = field(default_factory=list)
@@ -163,7 +164,7 @@ def build_report(profile: Profile, analysis: Analysis) -> Report:
         has_steps=True, step=seconds(stats.step_s), step_statistic=words.step_statistic(stats),
         throughput=words.throughput_text(profile, stats), micro=words.micro_text(stats),
         typical_note=words.TYPICAL_NOTE if stats.irregular else None,
-        script_log=words.script_log_line(profile, stats),
+        script_log=words.script_log_line(profile, stats), noise=words.noise_line(profile, stats),
         verdict=g.verdict, verdict_text=g.verdict_text, irregular=g.irregular, fixes=g.fixes,
         corrections=g.corrections, infos=g.infos,
         corrected=_corrected(analysis),

@@ -43,6 +43,7 @@ class Headings:
     no_steps: str = "no complete measured step: nothing to report"
     no_correction: str = "no finding of this run is a config fix: nothing to correct"
     step: str = "step"
+    noise: str = "noise:"
     mfu: str = "MFU"
     finding_fields: tuple = ("saves", "change", "because", "note")
     phase_columns: tuple = ("phase", "per step", "share")
@@ -120,6 +121,24 @@ def step_statistic(stats: StepStats) -> str:
         return (f"typical: the mean of {len(stats.typical)} of {n} measured steps, {timeline_name(stats)}; "
                 f"{k} irregular step{'s' if k != 1 else ''} left out; all steps: {spread}")
     return f"mean of {n} measured step{'s' if n != 1 else ''}, {timeline_name(stats)}; {spread}"
+
+
+def noise_line(profile: Profile, stats: StepStats) -> str:
+    """The run's own noise (issue #29): how much its steps varied, and what else used the machine
+    while they ran, so a reader knows how small a difference this run can tell from noise."""
+    n = stats.n_steps
+    text = (f"this run's steps varied {pct(stats.spread, 0)} ((p90 − p10) ÷ median of {n} step"
+            f"{'s' if n != 1 else ''}): a step-time difference of that order between two runs is noise "
+            f"unless `gpuprof compare` gives it an interval that excludes it")
+    host = profile.sections.host
+    others, cores = host.mean("others_cpu_cores"), host.cpu_count
+    if others is not None and cores:
+        text += f"; other processes used {others:.2f} of {cores} cores meanwhile"
+    else:
+        text += f"; other processes' CPU {NM} (no host samples)"
+    if stats.timeline == "gpu":
+        text += f"; other work on the GPU {NM} (NVML's utilisation is the device's, not per process)"
+    return text
 
 
 def throughput_text(profile: Profile, stats: StepStats) -> str:

@@ -240,3 +240,21 @@ def test_cli_analyze_shows_details_only_with_the_flag(tmp_path):
     assert "Model FLOPs utilization" in full.stdout and "What the machine did" in full.stdout
     for res in (short, full):
         assert max(len(line) for line in res.stdout.splitlines()) <= 80 and "…" not in res.stdout
+
+
+def test_the_noise_line_gives_the_step_spread_and_the_other_processes_cpu():
+    """Issue #29: the run's own noise is shown, measured: the steps' (p90 − p10) ÷ median and, from
+    the host sampler, what other processes used; on a GPU timeline, the GPU's other work is said
+    to be not measured (NVML's utilisation is the device's)."""
+    from gpuprof.report.model import build_report
+
+    p = cpu_profile([{"forward": 0.3, "backward": 0.6}, {"forward": 0.35, "backward": 0.65},
+                     {"forward": 0.3, "backward": 0.7}])
+    r = build_report(p, analyze(p))
+    assert r.noise.startswith(f"this run's steps varied {pct(p.stats.spread, 0)}")
+    assert "other processes' CPU not measured (no host samples)" in r.noise
+    g = gpu_profile()
+    r = build_report(g, analyze(g))
+    assert "other processes used 0.20 of 16 cores meanwhile" in r.noise
+    assert "other work on the GPU not measured" in r.noise
+    assert "noise: " + r.noise.split(";")[0] in flat(render(g, analyze(g), 200, False))
