@@ -4,16 +4,22 @@ torch's nn.MultiheadAttention called with need_weights=True), the SDPA kernel to
 on a GPU (attention-backend), the vocabulary padded to a multiple of 64 (vocab-not-padded), and
 Adam/AdamW with fused=True (optimizer-not-fused).
 
-A saving is the measured difference scaled to the step (layers × micro-steps for attention,
-micro-steps for the vocabulary, once for the optimizer) and capped by the phase it comes out of.
-Under CLAIM_SHARE of the step it is reported as information, without a saving: at that size the
-timing of a pair on a busy machine cannot promise it."""
+Each pair was timed in paired rounds with the interval of its ratio (changed way ÷ run's way,
+measure/pair_rounds.py); a saving is that ratio applied to the part of the step the change scales
+(the by-hand attention time: layers × micro-steps, each part capped by its phase; the output layer
+× micro-steps; the optimizer step, at most its phase), and claimed as the interval supports
+(rules/intervals.py `timed_saving`, as precision-slow): an interval that excludes no change gives
+the saving with the interval in the evidence and a confidence from it; one that holds no change
+gives information, no saving and no config change ("within this machine's noise"); a profile
+written before paired rounds (best of each way) gives the point figure at confidence low. Under
+CLAIM_SHARE of the step it is reported as information, without a saving."""
 
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
-from gpuprof.units import count, pct, seconds, times
+from gpuprof.analysis.rules.intervals import TimedSaving, interval_of, timed_saving
+from gpuprof.units import count, join_notes, pct, seconds, times
 
 CLAIM_SHARE = 0.05  # a measured saving under 5% of the step is not claimed (issue #21's bar)
 OPTIMIZER_SLOW_SHARE = 0.10  # optimizer-slow's own threshold (rules/gpu.py): it carries the fused timing
@@ -32,11 +38,34 @@ def _small(saving: float, total: float) -> str:
             f"{CLAIM_SHARE:.0%}, so no saving is claimed on this device")
 
 
+def outcome(timed: TimedSaving, total: float, share: float = CLAIM_SHARE) -> str:
+    """What a timed saving supports: "noise" (its interval holds no change), "slower" (the changed
+    way is not faster: a supported loss, or a point figure ≤ 0), "small" (under `share` of the
+    step) or "claim"."""
+    if timed.within_noise:
+        return "noise"
+    if timed.estimate <= 0:
+        return "slower"
+    return "small" if not total or timed.estimate / total < share else "claim"
+
+
+def ratio_of(timing, point: float) -> float:
+    """The changed way ÷ the run's way: the paired rounds' estimate, else the point figure."""
+    iv = interval_of(timing.interval)
+    return iv.estimate if iv is not None else point
+
+
+def medians(timing) -> str:
+    """", the medians of n paired rounds" when the timing has them, else ""."""
+    return f", the medians of {timing.rounds} paired rounds" if timing.interval is not None and timing.rounds else ""
+
+
 def attention_by_hand(ctx: Context) -> list[Finding]:
     """Attention computed by hand (q·kᵀ, mask, softmax, dropout, ·v) in the user's own code, where
     F.scaled_dot_product_attention would run a fused kernel. Saving: the layers timed both ways
-    at the run's shapes, (by hand − SDPA) × the layers of that shape × micro-steps, net of forward
-    and backward, each part capped by the run's own phase. torch's own modules are
+    at the run's shapes in paired rounds; the by-hand time × the layers of that shape ×
+    micro-steps (each part capped by the run's own phase) × (1 − SDPA ÷ by hand, forward and
+    backward net), claimed as its interval supports. torch's own modules are
     attention_need_weights."""
     calls = [c for c in ctx.sections.kernels.attention.by_hand if not c.torch_module]
     if not calls:
@@ -120,36 +149,46 @@ def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, 
     layers = len(timed)
     micro = micro_steps(ctx)
     times_each = micro * (1 if per_model else layers)
-    # The net difference, forward and backward together: a part that got slower takes from the
-    # other's saving; each part's claim is capped by its own phase.
-    raw_f = (timing.by_hand_forward_s - timing.sdpa_forward_s) * times_each
-    raw_b = (timing.by_hand_backward_s - timing.sdpa_backward_s) * times_each
-    net = max(0.0, raw_f + raw_b)
-    gains = max(0.0, raw_f) + max(0.0, raw_b)
-    save_f = min(net * max(0.0, raw_f) / gains, ctx.seconds("forward")) if gains else 0.0
-    save_b = min(net * max(0.0, raw_b) / gains, ctx.seconds("backward")) if gains else 0.0
-    saving = save_f + save_b
+    fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
     hand = timing.by_hand_forward_s + timing.by_hand_backward_s
     fused = timing.sdpa_forward_s + timing.sdpa_backward_s
+    # The part of the step the change scales: the run's by-hand time, each part capped by its phase.
+    part_f = min(timing.by_hand_forward_s * times_each, fwd)
+    part_b = min(timing.by_hand_backward_s * times_each, bwd)
+    ratio = ratio_of(timing, fused / hand if hand else 1.0)
+    ts = timed_saving(timing.interval, part_f + part_b, ratio)
     ev.update(by_hand_layer_s=hand, sdpa_layer_s=fused, timed_layers=layers, micro_steps=micro,
-              measured_saving_s=saving)
+              attention_s=part_f + part_b, ratio=ratio, measured_saving_s=ts.estimate, **ts.evidence)
     unit, way_a, way_b = ways
     scale = "" if per_model else f" × {layers} layer{'s' if layers > 1 else ''}"
-    because = (f"{seen}; {unit}, took {seconds(hand)} {way_a} and {seconds(fused)} "
-               f"{way_b} ({times(fused / hand) if hand else 'n/a'} the time);{scale} × {micro} micro-step"
-               f"{'s' if micro > 1 else ''} = {seconds(saving)} per step")
-    if saving <= 0 or saving / total < CLAIM_SHARE:
-        note = (_small(saving, total) if saving > 0 else
-                f"measured: {way_b} was not faster here, so no saving is claimed on this device")
-        return [Finding(id=fid, title=title, saving_s=None, evidence=ev, confidence="medium",
-                        kind="info", fix=fix, note=note + memory, because=because)]
+    capped = " (capped by the run's phases)" if part_f + part_b < hand * times_each else ""
+    because = (f"{seen}; {unit}, took {seconds(hand)} {way_a} and {seconds(fused)} {way_b} "
+               f"({times(ratio)} the time{medians(timing)});{scale} × {micro} micro-step{'s' if micro > 1 else ''} = "
+               f"{seconds(part_f + part_b)} per step {way_a}{capped}, so {seconds(ts.estimate)} per step")
+    verdict = outcome(ts, total)
+    if verdict != "claim":
+        note = {"noise": ts.note, "small": _small(ts.estimate, total),
+                "slower": f"measured: {way_b} was not faster here, so no saving is claimed on this device"}[verdict]
+        return [Finding(id=fid, title=title, saving_s=None, evidence=ev, confidence=ts.confidence,
+                        kind="info", fix=fix, because=because,
+                        note=join_notes(note, ts.note if verdict != "noise" else "", memory.removeprefix("; ")))]
+    saving = ts.saving_s
+    # Split over forward and backward where the gain was (a part that got slower gains nothing),
+    # each part at most its phase.
+    gain_f = max(0.0, timing.by_hand_forward_s - timing.sdpa_forward_s)
+    gain_b = max(0.0, timing.by_hand_backward_s - timing.sdpa_backward_s)
+    share_f = gain_f / (gain_f + gain_b) if gain_f + gain_b else part_f / (part_f + part_b)
+    save_b = min(saving * (1 - share_f), bwd)
+    save_f = min(saving - save_b, fwd)
+    save_b = min(saving - save_f, bwd)
     return [Finding(
-        id=fid, title=f"{title}: {way_b.removeprefix('through ')} ran it in {times(fused / hand)} the time",
-        saving_s=saving, evidence=ev, confidence="medium", fix=fix,
-        note=("estimate: " + ("the model timed after the run both ways on the run's micro-batch, × micro-steps"
-                              if per_model else "the layers timed after the run both ways at the run's shapes, "
-                              "scaled by layers and micro-steps") + memory), because=because,
-        claims={k: v for k, v in (("forward", save_f), ("backward", save_b)) if v > 0},
+        id=fid, title=f"{title}: {way_b.removeprefix('through ')} ran it in {times(ratio)} the time",
+        saving_s=saving, evidence=ev, confidence=ts.confidence, fix=fix,
+        note=join_notes(ts.note, "estimate: " + (
+            "the model timed after the run both ways on the run's micro-batch, × micro-steps" if per_model else
+            "the layers timed after the run both ways at the run's shapes, scaled by layers and micro-steps"),
+            memory.removeprefix("; ")),
+        because=because, claims={k: v for k, v in (("forward", save_f), ("backward", save_b)) if v > 0},
     )]
 
 
@@ -180,9 +219,10 @@ def attention_backend(ctx: Context) -> list[Finding]:
 
 def vocab_not_padded(ctx: Context) -> list[Finding]:
     """A vocabulary that is not a multiple of 64 (GPT-2's 50257), where the output projection
-    and loss run measurably faster at the padded size on this device. Saving: (time at V − time
-    at padded V) × micro-steps, split over forward and backward as the run's. No finding where
-    padding does not help."""
+    and loss run measurably faster at the padded size on this device. Saving: the output layer's
+    time at V × micro-steps (at most forward+backward) × (1 − padded ÷ V, the paired rounds'
+    ratio), split over forward and backward as the run's; within noise, information without a
+    saving. No finding where padding is not faster."""
     v = ctx.sections.kernels.vocab
     if not v.vocab or not v.multiple or v.vocab % v.multiple == 0:
         return []
@@ -194,58 +234,64 @@ def vocab_not_padded(ctx: Context) -> list[Finding]:
     ev = {"vocab": v.vocab, "padded_vocab": to, "module": v.module}
     timing = v.timing
     total = step_s(ctx)
+    title = f"vocabulary of {v.vocab} is not a multiple of {v.multiple}"
     if timing.vocab_s is None or timing.padded_s is None or not total:
-        return [Finding(id="vocab-not-padded", title=f"vocabulary of {v.vocab} is not a multiple of {v.multiple}",
+        return [Finding(id="vocab-not-padded", title=title,
                         saving_s=None, evidence=ev, fix=fix, config_overrides=overrides,
                         confidence="low", because=f"{v.module or 'the output projection'} produces {v.vocab} logits",
                         note=f"not estimated: {timing.not_measured or 'not timed'}")]
     micro = micro_steps(ctx)
-    per = timing.vocab_s - timing.padded_s
-    if per <= 0:
+    ratio = ratio_of(timing, timing.padded_s / timing.vocab_s if timing.vocab_s else 1.0)
+    part = min(timing.vocab_s * micro, ctx.seconds("forward") + ctx.seconds("backward"))
+    ts = timed_saving(timing.interval, part, ratio)
+    verdict = outcome(ts, total)
+    if verdict == "slower":
         return []  # padding does not help on this device
-    saving = min(per * micro, ctx.seconds("forward") + ctx.seconds("backward"))
     ev.update(vocab_s=timing.vocab_s, padded_s=timing.padded_s, tokens=timing.tokens, micro_steps=micro,
-              measured_saving_s=saving)
+              output_layer_s=part, ratio=ratio, measured_saving_s=ts.estimate, **ts.evidence)
     because = (f"the output projection and loss, forward+backward at {count(timing.tokens)} tokens, took "
                f"{seconds(timing.vocab_s)} with {v.vocab} logits and {seconds(timing.padded_s)} with {to} "
-               f"({times(timing.padded_s / timing.vocab_s)} the time, for {extra} more logits); × {micro} "
-               f"micro-step{'s' if micro > 1 else ''} = {seconds(saving)} per step")
-    if saving / total < CLAIM_SHARE:
-        return [Finding(id="vocab-not-padded", title=f"vocabulary of {v.vocab} is not a multiple of {v.multiple}",
-                        saving_s=None, evidence=ev, fix=fix, config_overrides=overrides,
-                        kind="info", confidence="medium", because=because, note=_small(saving, total))]
+               f"({times(ratio)} the time{medians(timing)}, for {extra} more logits); × {micro} "
+               f"micro-step{'s' if micro > 1 else ''} = {seconds(part)} per step, so {seconds(ts.estimate)} per step")
+    if verdict != "claim":
+        noise = verdict == "noise"
+        return [Finding(id="vocab-not-padded", title=title, saving_s=None, evidence=ev, fix=fix,
+                        config_overrides={} if noise else overrides, kind="info", confidence=ts.confidence,
+                        because=because, note=ts.note if noise else join_notes(_small(ts.estimate, total), ts.note))]
     return [Finding(
         id="vocab-not-padded",
-        title=f"vocabulary of {v.vocab} is not a multiple of {v.multiple}: {to} runs the output layer in "
-              f"{times(timing.padded_s / timing.vocab_s)} the time",
-        saving_s=saving, evidence=ev, confidence="medium", fix=fix,
+        title=f"{title}: {to} runs the output layer in {times(ratio)} the time",
+        saving_s=ts.saving_s, evidence=ev, confidence=ts.confidence, fix=fix,
         config_overrides=overrides, because=because,
-        note="estimate: the output projection and loss timed after the run at both sizes", claims=_split(saving, ctx),
+        note=join_notes(ts.note, "estimate: the output projection and loss timed after the run at both sizes"),
+        claims=_split(ts.saving_s, ctx),
     )]
 
 
-def fused_optimizer_saving(ctx: Context) -> tuple[float, str, dict] | None:
-    """(seconds saved per step, the words, evidence) from the fused-optimizer timing, or None
-    when it was not measured: the copy's difference (as configured − fused), at most the run's
-    optimizer phase.
+def fused_optimizer_saving(ctx: Context) -> tuple[TimedSaving, str, dict] | None:
+    """(the timed saving per step, the words, evidence) from the fused-optimizer timing, or None
+    when it was not measured: the copy's step as configured, at most the run's optimizer phase,
+    × (1 − fused ÷ as configured, the paired rounds' ratio with its interval; a profile before
+    them: the best of each), through rules/intervals.timed_saving.
 
     Not the ratio applied to the run's phase: on the benchmark's script (benchmarks/compute_fixes.py)
     the run's for-loop phase was 25 ms where the plain script's is ~21 ms (by subtraction), likely
     gpuprof's samplers taking the GIL from a Python-bound loop; the ratio then over-predicted
     (1.29×). The copy is timed after the run with the samplers stopped, as the script runs
-    without gpuprof."""
+    without gpuprof; the phase only caps it."""
     o = ctx.sections.kernels.optimizer
     t = o.timing
     if o.mode in (None, "fused") or not t.current_s or t.fused_s is None:
         return None
     phase = ctx.seconds("optimizer")
-    ratio = t.fused_s / t.current_s
-    saving = min(max(0.0, t.current_s - t.fused_s), phase)
+    ratio = ratio_of(t, t.fused_s / t.current_s)
+    part = min(t.current_s, phase)
+    ts = timed_saving(t.interval, part, ratio)
     words = (f"one {o.class_} step on a copy of the {count(t.parameters)} parameters took {seconds(t.current_s)} "
-             f"as configured ({o.mode}) and {seconds(t.fused_s)} with fused=True ({times(ratio)} the time); "
-             f"the run's optimizer phase is {seconds(phase)} per step")
-    return saving, words, {"optimizer_mode": o.mode, "current_step_s": t.current_s, "fused_step_s": t.fused_s,
-                           "measured_saving_s": saving}
+             f"as configured ({o.mode}) and {seconds(t.fused_s)} with fused=True ({times(ratio)} the "
+             f"time{medians(t)}); the run's optimizer phase is {seconds(phase)} per step")
+    return ts, words, {"optimizer_mode": o.mode, "current_step_s": t.current_s, "fused_step_s": t.fused_s,
+                       "ratio": ratio, "measured_saving_s": ts.estimate, **ts.evidence}
 
 
 def optimizer_not_fused(ctx: Context) -> list[Finding]:
@@ -258,22 +304,22 @@ def optimizer_not_fused(ctx: Context) -> list[Finding]:
         return []
     if on_cuda(ctx) and ctx.seconds("optimizer") / total >= OPTIMIZER_SLOW_SHARE:
         return []  # optimizer-slow's finding
-    saving, words, ev = measured
+    ts, words, ev = measured
     o = ctx.sections.kernels.optimizer
-    if saving <= 0:
+    verdict = outcome(ts, total)
+    if verdict == "slower":
         return []
     fix = f"torch.optim.{o.class_}(..., fused=True)"
-    because = words
-    if saving / total < CLAIM_SHARE:
-        return [Finding(id="optimizer-not-fused", title=f"{o.class_} is not fused ({o.mode})",
-                        saving_s=None, evidence=ev, fix=fix, kind="info",
-                        confidence="medium", because=because, note=_small(saving, total))]
+    title = f"{o.class_} is not fused ({o.mode})"
+    if verdict != "claim":
+        return [Finding(id="optimizer-not-fused", title=title, saving_s=None, evidence=ev, fix=fix, kind="info",
+                        confidence=ts.confidence, because=words,
+                        note=ts.note if verdict == "noise" else join_notes(_small(ts.estimate, total), ts.note))]
     return [Finding(
-        id="optimizer-not-fused", title=f"{o.class_} is not fused ({o.mode}): fused=True steps in "
-                                       f"{times(ev['fused_step_s'] / ev['current_step_s'])} the time",
-        saving_s=saving, evidence=ev, confidence="medium", fix=fix,
-        because=because, note="estimate: one step of a copy of the parameters timed both ways after the run",
-        claims={"optimizer": saving},
+        id="optimizer-not-fused", title=f"{title}: fused=True steps in {times(ev['ratio'])} the time",
+        saving_s=ts.saving_s, evidence=ev, confidence=ts.confidence, fix=fix, because=words,
+        note=join_notes(ts.note, "estimate: one step of a copy of the parameters timed both ways after the run"),
+        claims={"optimizer": ts.saving_s},
     )]
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
-from gpuprof.analysis.rules.compute import fused_optimizer_saving
+from gpuprof.analysis.rules.compute import fused_optimizer_saving, medians, outcome, ratio_of
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, on_gpu_timeline, step_s
+from gpuprof.analysis.rules.intervals import timed_saving
 from gpuprof.dims import ADAMW_BYTES_PER_PARAM
 from gpuprof.hardware import normalize_dtype
-from gpuprof.units import bytes_per_s, count, flops_rate, nbytes, pct, seconds, times
+from gpuprof.units import bytes_per_s, count, flops_rate, join_notes, nbytes, pct, seconds, times
 
 OPTIMIZER_MIN_SHARE = 0.10
 
@@ -106,27 +107,33 @@ def optimizer_slow(ctx: Context) -> list[Finding]:
         note = (f"saving = optimizer time - the memory-bandwidth floor of AdamW "
                 f"({ADAMW_BYTES_PER_PARAM} B/param at {ctx.gpu.hbm_tb_s} TB/s): an upper bound")
     measured = fused_optimizer_saving(ctx)
+    confidence, within = "medium", False
     if measured is not None:
         # Measured on a copy of the parameters: replaces the bandwidth floor's upper bound, even
-        # when it says fused=True is not faster here.
-        saving, words, more = measured
+        # when it says fused=True is not faster here, or its interval holds no change.
+        ts, words, more = measured
         ev.update(more)
         because += f"; {words}"
-        note = ("estimate: one step of a copy of the parameters timed as configured and with fused=True after the run"
-                if saving > 0 else "measured: fused=True was not faster here, so no saving is claimed")
-        saving = saving if saving > 0 else None
+        verdict = outcome(ts, total, share=0.0)
+        within = verdict == "noise"
+        saving, confidence = (ts.saving_s, ts.confidence) if verdict == "claim" else (None, ts.confidence)
+        note = {"claim": join_notes(ts.note, "estimate: one step of a copy of the parameters timed as configured "
+                                             "and with fused=True after the run"),
+                "noise": ts.note,
+                "slower": join_notes("measured: fused=True was not faster here, so no saving is claimed", ts.note),
+                }[verdict]
     if fused:
         fix = ("the optimizer is already fused: its time is the step's gradient clipping and "
                "parameter traffic; fewer optimizer steps (a larger step in tokens) amortise it")
-    elif measured is not None and saving is None:
+    elif measured is not None and saving is None and not within:
         fix = ("fused=True measured no faster here: the step's time is parameter traffic; fewer optimizer "
                "steps (a larger step in tokens) amortise it")
     else:
         fix = "torch.optim.AdamW(..., fused=True) (one kernel for all parameters)"
     return [Finding(
         id="optimizer-slow", title=f"the optimizer step takes {opt / total:.0%} of the step",
-        saving_s=saving,
-        evidence=ev, confidence="medium", fix=fix, note=note, because=because,
+        saving_s=saving, kind="info" if within else "fix",
+        evidence=ev, confidence=confidence, fix=fix, note=note, because=because,
         claims={"optimizer": saving} if saving else {},
     )]
 
@@ -234,38 +241,45 @@ COMPILE_CLAIM_SHARE = 0.05  # as the compute fixes (rules/compute.py): under 5% 
 
 def _compile_measured(ctx: Context) -> list[Finding] | None:
     """compile-missing from `--measure-compile`'s timing (measurements.compile, measure/compiled.py):
-    forward+backward × (1 − compiled ÷ eager), the ratio applied to the run's own forward+backward;
-    the compile time it cost is said. None when it was not measured."""
+    forward+backward × (1 − compiled ÷ eager), the ratio of paired rounds applied to the run's own
+    forward+backward and claimed as its interval supports (rules/intervals.timed_saving: within
+    noise, information without a saving or a config change; a profile before paired rounds, the
+    best of each way at confidence low); the compile time it cost is said. None when it was not
+    measured."""
     c = ctx.sections.compile
     if not c.eager_s or not c.compiled_s:
         return None
     eager, comp, cost = c.eager_s, c.compiled_s, c.compile_s
     fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
     total = step_s(ctx)
-    ratio = comp / eager
-    saving = (fwd + bwd) * max(0.0, 1 - ratio)
+    ratio = ratio_of(c, comp / eager)
+    ts = timed_saving(c.interval, fwd + bwd, ratio)
     ev = {"compile": False, "eager_fwd_bwd_s": eager, "compiled_fwd_bwd_s": comp, "compile_s": cost,
-          "ratio": ratio, "measured_saving_s": saving}
+          "ratio": ratio, "measured_saving_s": ts.estimate, **ts.evidence}
     because = (f"the model's forward+backward at the run's micro-batch, timed after the run: {seconds(eager)} eager, "
-               f"{seconds(comp)} compiled ({times(ratio)} the time)")
-    if saving > 0:
-        because += f"; × the run's forward+backward ({seconds(fwd + bwd)} per step) = {seconds(saving)} per step"
+               f"{seconds(comp)} compiled ({times(ratio)} the time{medians(c)})")
+    if ts.estimate > 0:
+        because += f"; × the run's forward+backward ({seconds(fwd + bwd)} per step) = {seconds(ts.estimate)} per step"
     cost_words = f"compiling took {seconds(cost)} once (a cost at the start of every run)" if cost else ""
     fix = "compile = True (torch.compile(model)); exclude the first steps from timing"
     overrides = {"compile": True} if mode(ctx) == "builtin" else {}
-    if not total or saving <= 0 or saving / total < COMPILE_CLAIM_SHARE:
-        note = ("measured: compiled was not faster here" if saving <= 0 else
-                f"measured {seconds(saving)} per step, {pct(saving / total)} of the step: under "
-                f"{COMPILE_CLAIM_SHARE:.0%}, so no saving is claimed on this device")
+    verdict = outcome(ts, total, COMPILE_CLAIM_SHARE)
+    if verdict != "claim":
+        note = {"noise": ts.note,
+                "slower": join_notes("measured: compiled was not faster here", ts.note),
+                "small": join_notes(f"measured {seconds(ts.estimate)} per step, {pct(ts.estimate / total)} of the "
+                                    f"step: under {COMPILE_CLAIM_SHARE:.0%}, so no saving is claimed on this device"
+                                    if total else "", ts.note)}[verdict]
         return [Finding(id="compile-missing", title="the model runs eagerly (compile=False)", saving_s=None,
-                        evidence=ev, confidence="medium", kind="info", fix=fix,
-                        config_overrides=overrides, because=because,
-                        note=note + (f"; {cost_words}" if cost_words else ""))]
+                        evidence=ev, confidence=ts.confidence, kind="info", fix=fix,
+                        config_overrides={} if verdict == "noise" else overrides, because=because,
+                        note=join_notes(note, cost_words))]
+    saving = ts.saving_s
     return [Finding(
         id="compile-missing", title=f"the model runs eagerly: compiled, forward+backward ran in {times(ratio)} the time",
-        saving_s=saving, evidence=ev, confidence="medium", fix=fix,
+        saving_s=saving, evidence=ev, confidence=ts.confidence, fix=fix,
         config_overrides=overrides, because=because,
-        note="estimate: measured with --measure-compile after the run" + (f"; {cost_words}" if cost_words else ""),
+        note=join_notes(ts.note, "estimate: measured with --measure-compile after the run", cost_words),
         claims={"forward": saving * fwd / (fwd + bwd), "backward": saving * bwd / (fwd + bwd)} if fwd + bwd else {},
     )]
 
