@@ -2,9 +2,9 @@
 
 A rule is a plain function `rule(ctx: Context) -> list[Finding]`; rules never run anything and
 never print. Findings are ranked by the seconds they expect to save per step; findings that
-cannot estimate a saving come after those that can, and informational ones last. Where the top
-fix's saving and another's both carry an interval (timed in paired rounds) and the intervals
-overlap, both are marked `tied_with` each other: the order between them is not measured.
+cannot estimate a saving come after those that can, and informational ones last. Where two
+fixes' savings both carry an interval (timed in paired rounds) and the intervals overlap, both
+are marked `tied_with` each other: the order between them is not measured.
 """
 
 from __future__ import annotations
@@ -81,23 +81,18 @@ def _interval(f: Finding):
 
 
 def mark_ties(ranked: list[Finding]) -> list[Finding]:
-    """The top fix and every other fix whose saving's interval overlaps its own (paired.tied):
-    each marked `tied_with` the other, in rank order. A saving without an interval is never tied."""
+    """Every two fixes whose savings' intervals overlap (paired.tied): each marked `tied_with` the
+    other, in rank order, so no order between them is printed as if measured. A saving without an
+    interval is never tied."""
     ranked = [replace(f, tied_with=[]) if f.tied_with else f for f in ranked]  # ranked again: anew
-    fixes = [i for i, f in enumerate(ranked) if f.kind == "fix" and f.saving_s is not None]
-    top = _interval(ranked[fixes[0]]) if fixes else None
-    if top is None:
-        return ranked
-    out = list(ranked)
-    tied_ids = []
-    for i in fixes[1:]:
-        other = _interval(ranked[i])
-        if other is not None and tied(top, other):
-            tied_ids.append(ranked[i].id)
-            out[i] = replace(ranked[i], tied_with=[ranked[fixes[0]].id])
-    if tied_ids:
-        out[fixes[0]] = replace(ranked[fixes[0]], tied_with=tied_ids)
-    return out
+    fixes = [(i, iv) for i, f in enumerate(ranked) if (iv := _interval(f)) is not None]
+    ties: dict[int, list[str]] = {}
+    for a, (i, iv_i) in enumerate(fixes):
+        for j, iv_j in fixes[a + 1:]:
+            if tied(iv_i, iv_j):
+                ties.setdefault(i, []).append(ranked[j].id)
+                ties.setdefault(j, []).append(ranked[i].id)
+    return [replace(f, tied_with=ties[i]) if i in ties else f for i, f in enumerate(ranked)]
 
 
 def with_share(f: Finding, step_s: float | None) -> Finding:

@@ -63,6 +63,15 @@ def test_the_top_two_fixes_tied_within_noise_are_marked():
     assert all(f.tied_with == [] for f in ranked)
 
 
+def test_ties_below_the_top_fix_are_marked_too():
+    a = _timed("precision-slow", 0.060, 0.050, 0.070)  # apart from both others
+    b = _timed("micro-batch-too-small", 0.025, 0.015, 0.035)
+    c = _timed("attention-by-hand", 0.012, 0.008, 0.018)  # overlaps b only
+    top, second, third = rank([c, a, b])
+    assert top.tied_with == [] and second.tied_with == ["attention-by-hand"]
+    assert third.tied_with == ["micro-batch-too-small"]
+
+
 def test_a_capped_saving_caps_its_interval():
     a = _timed("precision-slow", 0.030, 0.018, 0.041, claims={"forward": 0.030})
     b = _timed("micro-batch-too-small", 0.025, 0.010, 0.035, claims={"forward": 0.025})
