@@ -135,3 +135,72 @@ def test_too_short_a_slice_refuses_as_before():
     with pytest.raises(TimeoutError):
         pair_rounds.timed_pair(clock, {"a": [a], "b": [b]}, "a", "b", 5.0, clock.now)
     assert clock.calls == ["a", "b"]  # the warm-up only
+
+
+class HandGPT(nn.Module):
+    """An embedding, one attention layer by hand (q·kᵀ, causal mask, softmax, ·v) and a head to a
+    vocabulary of 100 (not a multiple of 64)."""
+
+    def __init__(self, vocab=100, c=16, h=2, t=8):
+        super().__init__()
+        self.wte, self.qkv, self.h = nn.Embedding(vocab, c), nn.Linear(c, 3 * c), h
+        self.register_buffer("bias", torch.tril(torch.ones(t, t)).view(1, 1, t, t))
+        self.lm_head = nn.Linear(c, vocab, bias=False)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx)
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in self.qkv(x).split(c, dim=2))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (c // self.h) ** 0.5)
+        att = torch.softmax(att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf")), dim=-1)
+        x = x + (att @ v).transpose(1, 2).reshape(b, t, c)
+        logits = self.lm_head(x)
+        return logits, nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def test_the_probe_stores_each_pairs_interval_and_the_sections_read_it(monkeypatch):
+    import types
+
+    from gpuprof.measure import pairs
+    from gpuprof.sections.compute import KernelsSection
+
+    seconds = {"by_hand": 0.004, "by_hand_backward": 0.008, "sdpa": 0.002, "sdpa_backward": 0.004,
+               "vocab_100": 0.010, "vocab_128": 0.009, "current_step": 0.010, "fused_step": 0.003}
+    made = []
+
+    def make(device):
+        made.append(FakeClock(seconds))
+        return made[-1]
+
+    rounds = pairs.alternate_rounds
+    monkeypatch.setattr(kernels, "Clock", make)
+    monkeypatch.setattr(fused_optimizer, "Clock", make)
+    monkeypatch.setattr(pairs, "alternate_rounds",  # the deadline on the fake clock's time too
+                        lambda clock, variants, s, now=None, **kw: rounds(clock, variants, s, clock.now, **kw))
+    model = HandGPT()
+    opt = torch.optim.AdamW(model.parameters(), foreach=False)
+    ids = (torch.randint(0, 100, (2, 8)), torch.randint(0, 100, (2, 8)))
+    stats = types.SimpleNamespace(seconds=lambda phase: 0.01, micro_steps=1)
+    ctx = types.SimpleNamespace(model=model, optimizer=opt, example_args=ids, example_kwargs={}, device="cpu",
+                                autocast_dtype=None, precision={"compute_dtype": "fp32"},
+                                profile=types.SimpleNamespace(stats=stats), op_trace=None, budget=None)
+    out = kernels.ComputeFixesProbe(seconds=3.0).stop(ctx)
+    assert len(made) == 3  # attention, vocabulary, optimizer: each timed on an injected clock
+    k = KernelsSection.from_dict(out)
+    for timing, truth in ((k.attention.timing, 0.5), (k.vocab.timing, 0.9), (k.optimizer.timing, 0.3)):
+        iv = Interval.from_dict(timing.interval)
+        assert iv.low <= truth <= iv.high and timing.rounds == iv.n >= ADVISED_ROUNDS
+        assert len(next(iter(timing.round_seconds.values()))) == timing.rounds
+        assert "paired rounds (ABBA)" in timing.method and "medians" in timing.method
+    assert k.vocab.timing.vocab_s == pytest.approx(0.010, rel=0.06)
+
+
+def test_old_kernels_and_compile_sections_load_without_the_rounds():
+    from gpuprof.sections.compute import CompileSection, KernelsSection
+
+    k = KernelsSection.from_dict({"vocab": {"vocab": 100, "timing": {"vocab_s": 0.01, "padded_s": 0.009, "rounds": 4}},
+                                  "attention": {"timing": {"by_hand_forward_s": 0.001, "sdpa_forward_s": 0.001}}})
+    assert k.vocab.timing.rounds == 4 and k.vocab.timing.interval is None and k.vocab.timing.round_seconds is None
+    assert k.attention.timing.interval is None and k.optimizer.timing.interval is None
+    c = CompileSection.from_dict({"eager_s": 0.2, "compiled_s": 0.1, "rounds": 3})
+    assert c.interval is None and c.round_seconds is None and c.eager_s == 0.2
