@@ -36,7 +36,6 @@ def time_compiled(model, args: tuple, kwargs: dict, device: str, autocast_dtype,
     model eager and compiled, the medians of paired rounds and the interval of compiled ÷ eager.
     The rounds get at least what a warm-up and ADVISED_ROUNDS rounds take (one eager call sizes
     them): never waste the compile on a slice too short for an interval."""
-
     import torch
 
     from gpuprof.measure.cuda import is_cuda
