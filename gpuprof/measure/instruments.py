@@ -154,5 +154,26 @@ def _stop_each(instruments: list, ctx, budget) -> dict:
         if section is not None:
             sections[name] = section
     if budget is not None:
+        _settle(sections, ctx, budget)
         sections["post_run"] = budget.report()
     return sections
+
+
+def _settle(sections: dict, ctx, budget) -> None:
+    """What is left of the budget, on the rounds that would order two tied fixes (measure/settle.py)."""
+    from gpuprof.measure.settle import NAME, settle
+
+    _stop_noted(budget)
+    if budget.interrupted:
+        return
+    try:
+        with interrupts.interruptible():
+            out = settle(sections, ctx, budget)
+    except KeyboardInterrupt:
+        out = {"not_measured": "interrupted (Ctrl-C or the launcher) after the run"}
+        budget.interrupt()
+    except Exception as exc:  # noqa: BLE001 - the rounds already measured stand
+        out = {"not_measured": f"{NAME} failed: {_reason(exc)}"}
+    budget.close_open(f"{NAME} stopped early")
+    if out is not None:
+        sections[NAME] = out

@@ -345,6 +345,12 @@ def not_measured_lines(profile: Profile, analysis) -> list[str]:
         lines.append(f"GPU timeline not measured for {scope} (host wall time used): {'; '.join(timer.reasons)}")
     for name, reason in sections.unmeasured():
         lines.append(f"{name}: not measured: {reason}")
+    st = sections.settle
+    if st.settled is False and len(st.between) == 2:
+        added = " and ".join(f"{n} more for {f}" for n, f in zip(st.rounds_added, st.between)) or "no more"
+        lines.append(f"ranking not settled: {st.between[0]} and {st.between[1]} stay tied within noise ({added} "
+                     f"paired rounds; {st.why or 'the post-run budget ran out'}); --post-budget gives the "
+                     f"rounds more time")
     return lines
 
 

@@ -10,7 +10,7 @@ into one typed object per section:
   script              script.py    a script's own log, hook counts, hottest user functions
   probe, flops, microbatch, memory, copies, syncs, kernels, compile
                       compute.py   the post-run measurements of the device's compute
-  precision, timer, storage, comm, post_run
+  precision, timer, storage, comm, post_run, settle
                       run.py       what the step computed in, how the run was timed and fed, the
                                    post-run budget
 
@@ -30,7 +30,7 @@ from gpuprof.sections.compute import (CompileSection, CopiesSection, FlopsSectio
                                       ProbeSection, Switch, SyncsSection)
 from gpuprof.sections.dynamo import DynamoSection
 from gpuprof.sections.run import (CommSection, CommStep, Filesystem, PostRunPart, PostRunSection,
-                                  PrecisionSection, Residency, StorageSection, TimerSection)
+                                  PrecisionSection, Residency, SettleSection, StorageSection, TimerSection)
 from gpuprof.sections.samplers import (Cost, HostSection, NvmlGpu, NvmlSection, SamplerPhase,
                                        SamplerSection, Stat)
 from gpuprof.sections.script import Reported, ScriptSection, StackSampler, StepRule, TopFunction
@@ -40,7 +40,7 @@ __all__ = ["Sections", "Record", "Section", "HostSection", "NvmlSection", "NvmlG
            "ProbeSection", "KernelsSection", "CompileSection", "Precisions", "Switch", "MatmulShape", "FlopsSection", "MicrobatchSection",
            "MicrobatchPoint", "MicrobatchPair", "MemorySection", "CopiesSection", "SyncsSection", "TimerSection",
            "StorageSection", "Filesystem", "Residency", "CommSection", "CommStep", "PostRunSection",
-           "PostRunPart", "PrecisionSection", "SECTION_TYPES"]
+           "PostRunPart", "PrecisionSection", "SettleSection", "SECTION_TYPES"]
 
 # measurements.<name> -> its typed view
 SECTION_TYPES = {"host": HostSection, "nvml": NvmlSection, "script": ScriptSection, "probe": ProbeSection,
@@ -48,7 +48,7 @@ SECTION_TYPES = {"host": HostSection, "nvml": NvmlSection, "script": ScriptSecti
                  "syncs": SyncsSection, "copies": CopiesSection, "storage": StorageSection,
                  "timer": TimerSection, "comm": CommSection, "post_run": PostRunSection,
                  "dynamo": DynamoSection, "kernels": KernelsSection, "compile": CompileSection,
-                 "precision": PrecisionSection}
+                 "precision": PrecisionSection, "settle": SettleSection}
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class Sections:
     kernels: KernelsSection = field(default_factory=KernelsSection)
     compile: CompileSection = field(default_factory=CompileSection)
     precision: PrecisionSection = field(default_factory=PrecisionSection)
+    settle: SettleSection = field(default_factory=SettleSection)
 
     @classmethod
     def from_measurements(cls, measurements, config=None) -> "Sections":

@@ -143,3 +143,15 @@ class PostRunSection(Section):
     @classmethod
     def _nested(cls, d: dict) -> dict:
         return {"parts": {k: PostRunPart.from_dict(v) for k, v in mapping(d.get("parts")).items()}}
+
+
+@dataclass(frozen=True)
+class SettleSection(Section):
+    """measurements.settle (measure/settle.py): two fixes whose savings' intervals overlapped, the
+    paired rounds added to order them, and whether that settled the ranking (`why` when not)."""
+
+    between: list = field(default_factory=list)
+    rounds_before: list = field(default_factory=list)
+    rounds_added: list = field(default_factory=list)
+    settled: bool | None = None
+    why: str | None = None

@@ -157,7 +157,7 @@ def test_the_curve_probe_times_the_pair_only_where_the_rule_could_fire(fake_cloc
     out = MicroBatchProbe()._pair(ctx, args, {}, curve, 4, 0.010, 0.6, skipped)
     assert out["new_batch_size"] == 8 and out["rounds"] >= ADVISED_ROUNDS and skipped == []  # 16 needs 0.9 s
     assert Interval.from_dict(out["interval"]).high < 1 and len(made) == 1
-    small = MicroBatchProbe()._pair(ctx, args, {}, dict(curve, fixed_share_at_batch=0.05), 4, 0.010, 9.0, [])
+    small = MicroBatchProbe()._pair(ctx, args, {}, dict(curve, fixed_share_at_batch=0.03), 4, 0.010, 9.0, [])
     assert "too small a share" in small["not_measured"] and len(made) == 1
     assert "keeps the tokens" in MicroBatchProbe()._pair(ctx, args, {}, curve, 1, 0.010, 9.0, [])["not_measured"]
 
