@@ -10,40 +10,42 @@ from typing import Iterator
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpuprof.report.details import BAD, GOOD, WARN
-from gpuprof.report.disk import REQUIREMENT, WARNING, DiskTable, DiskView, disk_view
+from gpuprof.report.disk import PROGRESS_START, REQUIREMENT, WARNING, DiskTable, DiskView, disk_view
 
 LABEL = 11  # the header's and the requirement's labels, aligned
 _COLOUR = {GOOD: "green", WARN: "yellow", BAD: "red"}
 
 
 def _table(d: DiskTable) -> Table:
-    t = Table(title=d.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+    t = Table(title=escape(d.title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
               title_style="bold", collapse_padding=True, caption_justify="left")
     for i, col in enumerate(d.columns):
-        t.add_column(col, justify="left" if i == 0 else "right", no_wrap=True)
+        t.add_column(escape(col), justify="left" if i == 0 else "right", no_wrap=True)
     for row in d.rows:
-        t.add_row(*row)
-    t.caption = d.caption
+        t.add_row(*(escape(c) for c in row))
+    t.caption = escape(d.caption) if d.caption else d.caption
     return t
 
 
 def print_view(v: DiskView, console: Console) -> None:
-    console.print(f"[bold]{v.title}[/bold] {v.subject}", highlight=False)
+    """Every text from the view is escaped: a path or a filesystem's name is never read as markup."""
+    console.print(f"[bold]{escape(v.title)}[/bold] {escape(v.subject)}", highlight=False)
     for fact in v.facts:
-        console.print(f"{fact.label:<{LABEL}} {fact.text}", highlight=False)
+        console.print(escape(f"{fact.label:<{LABEL}} {fact.text}"), highlight=False)
     for w in v.warnings:
-        console.print(f"[yellow]{WARNING}[/yellow] {w}", highlight=False)
+        console.print(f"[yellow]{escape(WARNING)}[/yellow] {escape(w)}", highlight=False)
     for t in v.tables:
         console.print(_table(t))
     for i, verdict in enumerate(v.requirement):
-        label = f"[bold]{REQUIREMENT:<{LABEL}}[/bold] " if i == 0 else " " * (LABEL + 1)
+        label = f"[bold]{escape(REQUIREMENT):<{LABEL}}[/bold] " if i == 0 else " " * (LABEL + 1)
         colour = _COLOUR.get(verdict.tone, "red")
-        console.print(f"{label}{verdict.lead}[{colour}]{verdict.text}[/{colour}]", highlight=False)
-    console.print(v.took, style="dim", highlight=False)
+        console.print(f"{label}{escape(verdict.lead)}[{colour}]{escape(verdict.text)}[/{colour}]", highlight=False)
+    console.print(escape(v.took), style="dim", highlight=False)
 
 
 def print_report(r: dict, console: Console | None = None) -> None:
@@ -78,7 +80,7 @@ def progress_bar(enabled: bool | None = None) -> Iterator:
     prog = Progress(TextColumn("{task.description:<28}"), BarColumn(),
                     TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                     console=Console(stderr=True), transient=True)
-    task = prog.add_task("bench-disk", total=1)
+    task = prog.add_task(escape(PROGRESS_START), total=1)
     with prog:
-        yield lambda what, done, total: prog.update(task, description=what, completed=done,
+        yield lambda what, done, total: prog.update(task, description=escape(what), completed=done,
                                                     total=total)

@@ -16,6 +16,7 @@ from gpuprof.units import EMPTY, gib
 TITLE = "bench-disk"
 WARNING = "warning:"
 REQUIREMENT = "requirement"
+PROGRESS_START = "bench-disk"  # the progress bar's first line, before the first part reports
 _TONE = {"ok": GOOD, "tight": WARN}  # a requirement's status; any other is BAD
 
 

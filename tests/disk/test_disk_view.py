@@ -94,3 +94,13 @@ def test_the_terminal_lays_out_the_view():
     assert f"{REQUIREMENT:<11} {v.requirement[0].lead}{v.requirement[0].text}" in lines
     assert " " * 12 + v.requirement[1].text in lines
     assert lines[-1] == v.took == "took 12.3 s"
+
+
+def test_a_path_that_looks_like_markup_is_printed_as_it_is():
+    r = copy.deepcopy(RESULT)
+    r["path"] = "/data/[bold]run[/bold]/train.bin"
+    r["warnings"] = ["a warning about /data/[red]x[/red]"]
+    buf = io.StringIO()
+    print_report(r, Console(file=buf, width=400))
+    out = buf.getvalue()
+    assert "/data/[bold]run[/bold]/train.bin" in out and "/data/[red]x[/red]" in out
