@@ -1,0 +1,204 @@
+"""Issue #29's Done-when: does the same script get the same advice on a rerun, and does each
+promised interval cover what the fix achieves when applied?
+
+tests/fixtures/argparse_train.py (an llm.c-style argparse script: its own GPT, AdamW, a headered
+token file, a `(N ms |` line per step), compute-bound, in bf16 autocast with a small micro-batch
+(batch 2 × 8 accumulation, sequence 128). On this project's CPUs two fixes carry timed savings: the
+precision one (the step runs faster in fp32 on a CPU where bf16 is emulated, and also where
+bf16 matmuls are faster but the whole step is not) and the micro-batch one (one micro-step of 16 in
+place of 8 of 2).
+
+Each of R runs (default 5), in a row:
+  1. `gpuprof diagnose` the script as it is (BEFORE); every profile passes the bounds checker;
+     record every fix: id, kind, saving_s, its interval (saving_low_s-saving_high_s), tied_with.
+  2. For each of precision-slow and micro-batch-too-small that claims a saving with an interval,
+     apply it (precision: `--dtype float32`; micro-batch: the finding's batch_size and
+     gradient_accumulation_steps) and time the script plain, without gpuprof, in alternating
+     pairs BEFORE, AFTER, AFTER, BEFORE (`--pairs` such rounds): each plain run's median step line
+     after its first 2; achieved = mean(BEFORE) − mean(AFTER) over the rounds.
+The bars (issue #29): the top fix is the same in every run, or a run says the top two are tied
+(`tied_with`); no fix is claimed in one run and absent from another without an interval saying
+so (shown as "within noise" information); the promised interval holds the achieved saving in at
+least 4 of 5 runs, for each of the two fixes.
+
+    python benchmarks/advice_repeat.py [--runs 5] [--pairs 2] [--post-budget 20]
+
+Children run with OMP_NUM_THREADS=1 (benchmarks/precision_fix.py says why). Prints a table per
+run, the verdicts, and exits 1 when a bar is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "tests" / "fixtures" / "argparse_train.py"
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+
+STEPS, WARMUP, PLAIN_STEPS = 6, 2, 14
+BEFORE = ["--batch_size", "2", "--grad_accumulation_steps", "8", "--sequence_length", "128", "--dtype", "bfloat16"]
+TIMED = ("precision-slow", "micro-batch-too-small")
+COVER_BAR = 4 / 5
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+
+
+def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return r
+
+
+def diagnose(tokens: Path, out: Path, post_budget: float) -> dict:
+    from gpuprof.analysis.bounds import violations
+    from gpuprof.analysis.pipeline import Analysis
+    from gpuprof.profile import from_data
+
+    _run([sys.executable, "-m", "gpuprof", "diagnose", "--steps", str(STEPS), "--warmup", str(WARMUP),
+          "--out", str(out), "--post-budget", str(post_budget), str(SCRIPT), "--input_bin", str(tokens),
+          "--num_iterations", str(STEPS + WARMUP + 6), *BEFORE], out.parent)
+    prof = json.loads(out.read_text())
+    loaded = from_data(prof)
+    bad = violations(loaded, Analysis.from_dict(prof["analysis"], loaded))
+    if bad:
+        raise SystemExit(f"{out.name}: impossible figures: {bad}")
+    return prof
+
+
+def plain(tokens: Path, args: list[str]) -> float:
+    """The script without gpuprof: the median of its step lines after the first 2 (seconds)."""
+    r = _run([sys.executable, str(SCRIPT), "--input_bin", str(tokens), "--num_iterations", str(PLAIN_STEPS), *args],
+             tokens.parent)
+    times = [float(m) / 1e3 for m in re.findall(r"\(([0-9.]+) ms \|", r.stdout)]
+    return statistics.median(times[2:])
+
+
+def applied(fix: dict) -> list[str] | None:
+    """BEFORE with the finding's change applied, or None when it names none this script takes."""
+    out = dict(zip(BEFORE[::2], BEFORE[1::2]))
+    if fix["id"] == "precision-slow":
+        if fix["evidence"].get("faster_dtype") != "fp32":
+            return None
+        out["--dtype"] = "float32"
+    else:
+        ov = fix.get("config_overrides") or {}
+        if "batch_size" not in ov:
+            return None
+        out["--batch_size"] = str(ov["batch_size"])
+        out["--grad_accumulation_steps"] = str(ov.get("gradient_accumulation_steps", 1))
+    return [x for kv in out.items() for x in kv]
+
+
+def achieved(tokens: Path, after: list[str], pairs: int) -> dict:
+    """BEFORE, AFTER, AFTER, BEFORE, `pairs` times: each way's plain steps and what the fix saved."""
+    runs = {"before": [], "after": []}
+    for _ in range(pairs):
+        for which in ("before", "after", "after", "before"):
+            runs[which].append(plain(tokens, BEFORE if which == "before" else after))
+    return {"before": runs["before"], "after": runs["after"],
+            "saved_s": statistics.mean(runs["before"]) - statistics.mean(runs["after"])}
+
+
+def fixes_of(prof: dict) -> list[dict]:
+    out = []
+    for f in prof["analysis"]["findings"]:
+        ev = f.get("evidence") or {}
+        if f["kind"] != "fix" and not ev.get("within_noise"):
+            continue
+        out.append({"id": f["id"], "kind": f["kind"], "saving_s": f.get("saving_s"), "low": ev.get("saving_low_s"),
+                    "high": ev.get("saving_high_s"), "level": ev.get("interval_level"), "rounds": ev.get("rounds"),
+                    "within_noise": bool(ev.get("within_noise")), "tied_with": f.get("tied_with") or [],
+                    "confidence": f.get("confidence"), "finding": f})
+    return out
+
+
+def one_run(k: int, tokens: Path, tmp: Path, pairs: int, post_budget: float) -> dict:
+    prof = diagnose(tokens, tmp / f"run{k}.json", post_budget)
+    fixes = fixes_of(prof)
+    claimed = [f for f in fixes if f["saving_s"] is not None]
+    top = max(claimed, key=lambda f: f["saving_s"]) if claimed else None
+    cover = {}
+    for f in fixes:
+        if f["id"] not in TIMED or f["saving_s"] is None or f["low"] is None:
+            continue
+        after = applied(f["finding"])
+        if after is None:
+            continue
+        got = achieved(tokens, after, pairs)
+        cover[f["id"]] = dict(got, low=f["low"], high=f["high"], promised=f["saving_s"],
+                              covered=f["low"] <= got["saved_s"] <= f["high"], args=after)
+    return {"run": k, "step_s": prof["analysis"]["steps"]["step_s"], "fixes": fixes,
+            "top": top["id"] if top else None, "top_tied": top["tied_with"] if top else [], "cover": cover}
+
+
+def verdicts(runs: list[dict]) -> list[tuple[str, bool, str]]:
+    out = []
+    tops = {r["top"] for r in runs}
+    tied = all(r["top_tied"] for r in runs if r["top"] != runs[0]["top"])
+    out.append(("same top fix (or a tie said)", len(tops) == 1 or tied,
+                f"top fix per run: {[r['top'] for r in runs]}; tied_with: {[r['top_tied'] for r in runs]}"))
+    seen = {f["id"] for r in runs for f in r["fixes"] if f["saving_s"] is not None}
+    flips = [(fid, r["run"]) for fid in seen for r in runs if fid not in {f["id"] for f in r["fixes"]}]
+    out.append(("no claimed fix vanishes without its interval saying so", not flips,
+                f"claimed in some run, absent (not even within noise) in: {flips or 'none'}"))
+    for fid in TIMED:
+        cov = [r["cover"][fid]["covered"] for r in runs if fid in r["cover"]]
+        ok = len(cov) == len(runs) and sum(cov) >= COVER_BAR * len(runs)
+        out.append((f"{fid}: interval holds the achieved saving", ok,
+                    f"{sum(cov)} of {len(cov)} timed runs covered ({len(runs)} runs)"))
+    return out
+
+
+def ms(x) -> str:
+    return "-" if x is None else f"{x * 1e3:.1f}"
+
+
+def main(argv=None) -> int:
+    from argparse_train import write_tokens
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--pairs", type=int, default=2, help="ABBA rounds of the plain script per fix and run")
+    ap.add_argument("--post-budget", type=float, default=20.0, help="each diagnose's --post-budget")
+    ap.add_argument("--json", help="write every run's figures here")
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        tokens = tmp / "tokens.bin"
+        write_tokens(tokens, np.random.default_rng(0).integers(0, 512, 200_000))
+        runs = []
+        for k in range(1, a.runs + 1):
+            runs.append(one_run(k, tokens, tmp, a.pairs, a.post_budget))
+            r = runs[-1]
+            print(f"run {k}: step {ms(r['step_s'])} ms; top {r['top']} (tied with {r['top_tied'] or 'none'})")
+            for f in r["fixes"]:
+                c = r["cover"].get(f["id"])
+                got = (f"; achieved {ms(c['saved_s'])} ms (before {ms(statistics.mean(c['before']))}, after "
+                       f"{ms(statistics.mean(c['after']))}): {'inside' if c['covered'] else 'OUTSIDE'}") if c else ""
+                print(f"  {f['id']:24} {f['kind']:4} saves {ms(f['saving_s']):>6} ms ({ms(f['low'])}-{ms(f['high'])}, "
+                      f"{f['rounds']} rounds, {f['confidence']}){' within noise' if f['within_noise'] else ''}{got}",
+                      flush=True)
+    if a.json:
+        for r in runs:
+            for f in r["fixes"]:
+                f.pop("finding")
+        Path(a.json).write_text(json.dumps(runs, indent=1))
+    results = verdicts(runs)
+    for name, ok, why in results:
+        print(f"{'PASS' if ok else 'FAIL'}  {name}: {why}")
+    return 0 if all(ok for _, ok, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
