@@ -3,8 +3,6 @@ with need_weights=False, the padded vocabulary, the fused optimizer and the comp
 really runs both ways on tiny tensors, but the seconds come from an injected clock (a set figure
 per part, seeded noise), so nothing depends on which way is faster on this CPU."""
 
-import random
-
 import pytest
 import torch
 import torch.nn as nn
@@ -12,30 +10,7 @@ import torch.nn as nn
 from gpuprof.measure import fused_optimizer, kernels, pair_rounds
 from gpuprof.measure.compiled import time_compiled
 from gpuprof.measure.paired import ADVISED_ROUNDS, Interval
-
-
-class FakeClock:
-    """pairs.Clock's contract: runs each part and returns the seconds set for its function's name
-    (× seeded ±5% noise); its own time (`now`) moves by them."""
-
-    def __init__(self, seconds: dict, noise: float = 0.05, seed: int = 1):
-        self.seconds, self.noise, self.rng, self.t, self.calls = seconds, noise, random.Random(seed), 0.0, []
-
-    def now(self):
-        return self.t
-
-    def sync(self):
-        pass
-
-    def spans(self, *fns):
-        out = []
-        for fn in fns:
-            fn()
-            self.calls.append(fn.__name__)
-            s = self.seconds[fn.__name__] * (1 + self.rng.uniform(-self.noise, self.noise))
-            self.t += s
-            out.append(s)
-        return out
+from measure.test_paired_timings import FakeClock  # the one fake of pairs.Clock's contract
 
 
 def _paired(out, run: str, changed: str, truth: float, rounds_at_least: int = ADVISED_ROUNDS):
