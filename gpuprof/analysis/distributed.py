@@ -23,7 +23,11 @@ from gpuprof.stats import PHASES, median
 
 METHOD = ("busy = step − exposed communication (DDP: the time after the rank's own backward compute spent "
           "waiting for the all-reduce; FSDP2: the `comm` phase, its collectives); the slowest rank is the busiest")
-COLLECTIVE_FIELDS = ("calls", "bytes", "seconds", "backward_calls", "backward_seconds")
+# kind -> nccl-tests' bus-bandwidth factor over (n−1)/n
+BUS_FACTOR = {"all_gather": 1, "reduce_scatter": 1, "funcol_all_gather": 1, "funcol_reduce_scatter": 1,
+              "funcol_all_reduce": 2}
+COLLECTIVE_FIELDS = ("calls", "bytes", "seconds", "backward_calls", "backward_seconds", "wait_seconds",
+                     "in_flight_seconds")
 
 
 def _comm(prof: Profile) -> dict | None:
@@ -171,10 +175,12 @@ def _job_collectives(rows: list[dict]) -> dict:
     kinds = {}
     for kind, k in c["by_kind"].items():
         entry = dict(k)
-        if kind in ("all_gather", "reduce_scatter") and k["seconds"] and k["bytes"] and world > 1:
-            # nccl-tests' convention for both: busbw = algbw × (n−1)/n
+        factor = BUS_FACTOR.get(kind)
+        if factor is not None and k["seconds"] and k["bytes"] and world > 1:
+            # nccl-tests' convention: busbw = algbw × (n−1)/n (all-gather, reduce-scatter), × 2(n−1)/n
+            # (all-reduce); a functional collective's time is its host-blocked time (issue + wait)
             entry["algbw_Bps"] = k["bytes"] / k["seconds"]
-            entry["busbw_Bps"] = entry["algbw_Bps"] * (world - 1) / world
+            entry["busbw_Bps"] = entry["algbw_Bps"] * factor * (world - 1) / world
         kinds[kind] = entry
     return {"rank": least["rank"], "exposed_s": c["exposed_s"], "step_s": least["step_s"],
             "micro_steps": least.get("micro_steps"), "by_kind": kinds, "world": world,

@@ -30,6 +30,7 @@ import functools
 import threading
 import time
 
+from gpuprof.measure.funcol_hooks import FunctionalCollectiveHooks
 from gpuprof.measure.hook_calls import _is_compiling
 
 _get_ident = threading.get_ident
@@ -76,10 +77,12 @@ def _group_of(kind: str, args, kwargs):
     return args[i] if len(args) > i else kwargs.get(name)
 
 
-class CollectiveHooks:
-    """The FSDP2 collective wrappers of TrainingHooks (install() calls _install_collectives)."""
+class CollectiveHooks(FunctionalCollectiveHooks):
+    """The FSDP2 collective wrappers of TrainingHooks (install() calls _install_collectives), and
+    DTensor's functional collectives (FunctionalCollectiveHooks)."""
 
     def _install_collectives(self) -> None:
+        self._install_funcol()  # DTensor's functional collectives (gpuprof.measure.funcol_hooks)
         module = _fsdp_param_group_module()
         if module is None:
             return

@@ -17,7 +17,9 @@ a part of TrainingHooks kept in a module of its own:
 - data (gpuprof.measure.data_hooks): user functions the runner wraps with `wrap_attr`
   (get_batch-like functions of the script).
 - comm (gpuprof.measure.collective_hooks): FSDP2's all-gathers and reduce-scatters, wrapped in
-  torch's FSDP2 module from the first event of a torch.distributed run on.
+  torch's FSDP2 module, and DTensor's functional collectives (tensor parallelism, the norm of
+  sharded gradients; gpuprof.measure.funcol_hooks), from the first event of a torch.distributed
+  run on.
 
 This module holds what they share: the run's state and counters, install() and remove(), the
 phase switching, and the start of the run at the first event. A model compiled in place
@@ -90,7 +92,7 @@ class TrainingHooks(ForwardHooks, OptimizerHooks, StepRules, TorchWrappers, Data
         self.step_marker: str | None = None  # the call that closed the first step, in words
         self.no_step: str | None = None  # why the script was stopped with no step seen
         self.optimizers_alive: int | None = None  # counted once, when the `backward` rule is weighed
-        self.collective_kinds: list[str] = []  # FSDP2 collectives wrapped (collective_hooks)
+        self.collective_kinds: list[str] = []  # collectives wrapped (collective_hooks, funcol_hooks)
         self.collective_group: dict = {}  # size and backend of the first group seen
         self.collective_errors: list[str] = []
         self.timer: PhaseTimer | None = None

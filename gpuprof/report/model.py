@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from gpuprof.analysis.findings import Finding
 from gpuprof.analysis.pipeline import Analysis
-from gpuprof.analysis.rules.sharded import collectives_line
+from gpuprof.analysis.rules.sharded import collectives_line, collectives_owner
 from gpuprof.profile import Profile
 from gpuprof.report import words
 from gpuprof.report.timeline import TimelineView, build_timeline
@@ -188,6 +188,12 @@ def _corrected(analysis: Analysis) -> CorrectedView | None:
     return CorrectedView(lines, flags(cc.overrides), format_config(cc.overrides, cc.header()), conflicts)
 
 
+def _sharded_title(c) -> str:
+    """The ranks section's title for a sharded run: FSDP2 when its collectives ran (an FSDP2 model's
+    clip_grad_norm_ runs DTensor's too), else tensor parallel (DTensor's alone)."""
+    return "sharded (FSDP2)" if collectives_owner(c.by_kind) != "DTensor's" else "tensor parallel (DTensor)"
+
+
 def _ranks(d) -> RanksView | None:
     """The ranks of a merged multi-rank run (analysis.distributed: DistributedStats) in words."""
     if d is None:
@@ -212,7 +218,7 @@ def _ranks(d) -> RanksView | None:
     if sharded:
         caption = ("* slowest rank, ! failed. step: each rank's typical step; the others are medians over the "
                    "measured steps: fwd, bwd = the rank's own compute, without its collectives; comm = the time "
-                   "in FSDP's all-gathers and reduce-scatters (the `comm` phase); waits = comm beyond the rank "
+                   f"in {collectives_owner(sharded.by_kind)} collectives (the `comm` phase); waits = comm beyond the rank "
                    "that waited least (waiting for a slower rank); busy = step − comm")
     else:
         caption = ("* slowest rank, ! failed. step: each rank's typical step; the others are medians over the "
@@ -247,6 +253,6 @@ def _ranks(d) -> RanksView | None:
     missing = None if sharded else next((r for r in d.ranks if r.comm_not_measured), None)
     if missing is not None:
         problems.append(f"rank {missing.rank}: all-reduce not measured: {missing.comm_not_measured}")
-    return RanksView(f"{'sharded (FSDP2)' if sharded else 'data parallel'}: {d.world_size} ranks",
+    return RanksView(f"{_sharded_title(sharded) if sharded else 'data parallel'}: {d.world_size} ranks",
                      ("rank", "step", "data", "fwd", "bwd", "comm" if sharded else "all-reduce", "waits", "busy"),
                      rows, caption, lines, problems)

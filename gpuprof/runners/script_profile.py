@@ -118,7 +118,8 @@ def _observed_precision(run, cfg: dict) -> None:
 
 
 def _collectives_section(run) -> dict:
-    """How FSDP2's collectives were measured (gpuprof.measure.collective_hooks); the counts are in
+    """How FSDP2's and DTensor's collectives were measured (gpuprof.measure.collective_hooks,
+    funcol_hooks); the counts are in
     each step's `extra.collectives`."""
     hooks = run.hooks
     cuda = run.device.startswith("cuda")
@@ -126,8 +127,9 @@ def _collectives_section(run) -> dict:
         "wrapped": list(hooks.collective_kinds),
         "group": dict(hooks.collective_group) or None,
         "clock": "host (CUDA: the calls enqueue; the copy-out's wait is on the GPU timeline)" if cuda else "host",
-        "method": ("FSDP2's foreach_all_gather, foreach_all_gather_copy_out and foreach_reduce wrapped for the run: "
-                   "each call is the `comm` phase on the script's thread; calls, bytes and host seconds per step"),
+        "method": ("FSDP2's foreach_all_gather, foreach_all_gather_copy_out and foreach_reduce, and DTensor's "
+                   "functional collectives (their issue and their wait_tensor), wrapped for the run: each call is "
+                   "the `comm` phase on the script's thread; calls, bytes and host seconds per step"),
         "errors": list(hooks.collective_errors)[:5],
     }
 

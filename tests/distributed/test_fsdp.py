@@ -1,8 +1,9 @@
 """Sharded training under `gpuprof diagnose --nproc-per-node 2` (gloo on CPU, torchrun): an FSDP2
 GPT (tests/fixtures/fsdp_train.py: fully_shard per block and the root) with a slow rank, one with
-a rank that dies between two all-gathers, and a tensor-parallel MLP (tests/fixtures/tp_train.py).
-Nothing hangs; FSDP's collectives are the `comm` phase, counted exactly; the straggler is named
-through its peers' waiting; no post-run part runs the sharded model."""
+a rank that dies between two all-gathers, and a tensor-parallel MLP with a slow rank
+(tests/fixtures/tp_train.py). Nothing hangs; FSDP's and DTensor's collectives are the `comm` phase,
+counted exactly; the straggler is named through its peers' waiting; no post-run part runs the
+sharded model."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ FSDP = str(FIXTURES / "fsdp_train.py")
 SLOW_S = 0.08  # rank 1 sleeps this long per micro-step inside its blocks' forward: at 0.04 the backward re-gather (~0.03 s) outranked it while other test suites loaded the machine
 ACCUM, UNITS, BLOCKS = 2, 5, 4  # micro-steps; FSDP units (4 blocks + the root); of them resharded
 PARAMS, BLOCK_PARAMS = 234_880, 49_984  # the fixture's GPT, every parameter; one block's
+PARAM_TENSORS = 5 + 12 * BLOCKS  # wte, wpe, ln_f (2), lm_head; 12 per block
 RUN = ["--steps", "4", "--warmup", "1", "--post-budget", "2"]  # post-run parts run: they must not run the model
 
 
@@ -70,6 +72,10 @@ def test_collectives_are_counted_exactly_per_step(slow_run):
         m = e["profile"]["measurements"]
         assert m["collectives"]["group"] == {"size": 2, "backend": "gloo"}
         sh = m["sharding"]
+        for s in steps:  # clip_grad_norm_ over the DTensor gradients: one all-reduce of the 53 norms
+            assert (s["extra"]["collectives"]["funcol_all_reduce"]["calls"],
+                    s["extra"]["collectives"]["funcol_all_reduce"]["bytes"]) == (1, PARAM_TENSORS * 4)
+            assert "funcol_wait" not in s["extra"]["collectives"]
         assert sh["kind"] == "fsdp2" and len(sh["units"]) == UNITS
         assert sh["params_total"] == PARAMS and sh["params_local"] == PARAMS // 2
         # the root keeps its parameters after forward (FSDP2 decides at its first forward)
@@ -115,11 +121,37 @@ def test_a_rank_dying_between_all_gathers_ends_the_run_with_what_was_measured(tm
         assert s["extra"]["collectives"]["reduce_scatter"]["calls"] == UNITS
 
 
-def test_tensor_parallel_is_detected_and_never_run_after_the_run(tmp_path):
+TP_SLOW_S = 0.04  # rank 1 sleeps this long in each forward of the tensor-parallel MLP
+
+
+def test_tensor_parallel_collectives_are_measured_and_its_straggler_named(tmp_path):
     out = tmp_path / "merged.json"
-    r = gpuprof("diagnose", "--nproc-per-node", "2", *RUN, "--out", out, str(FIXTURES / "tp_train.py"), timeout=240)
+    r = gpuprof("diagnose", "--nproc-per-node", "2", *RUN, "--out", out, str(FIXTURES / "tp_train.py"),
+                "--slow_rank=1", f"--slow_s={TP_SLOW_S}", timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
-    for e in load(out)["ranks"]:
+    prof = load(out)
+    merged = Profile.from_dict(prof)
+    assert violations(merged, Analysis.from_dict(prof["analysis"], merged)) == []
+    # the peer waits for the slow rank in RowwiseParallel's all-reduce: the `comm` phase, not compute
+    top = prof["analysis"]["findings"][0]
+    assert top["id"] == "straggler-rank" and top["evidence"]["rank"] == 1
+    assert abs(top["saving_s"] - TP_SLOW_S) <= 0.25 * TP_SLOW_S, top["saving_s"]
+    assert "tensor parallel (DTensor): 2 ranks" in r.stdout and "DTensor all-reduce 1×" in r.stdout
+    for e in prof["ranks"]:
+        for s in e["profile"]["steps"]:
+            c = s["extra"]["collectives"]
+            # one all-reduce per forward: proj's Partial (8, 64) fp32 output made Replicate; its wait
+            # matched to its issue (none unmatched), in flight at least as long as the host was blocked
+            assert set(c) == {"funcol_all_reduce"}, c
+            ar = c["funcol_all_reduce"]
+            assert (ar["calls"], ar["bytes"], ar["backward_calls"]) == (1, 8 * 64 * 4, 0)
+            assert ar["in_flight_seconds"] >= ar["seconds"] - 1e-6 and ar["seconds"] > 0
+            # the phase holds the collective's host time (and the switches around it: a sampler
+            # thread may take the GIL between the switch and the call on this loaded host)
+            assert ar["seconds"] <= s["phases"]["comm"] * 1.02 + 1e-4
+    r0 = next(e for e in prof["ranks"] if e["rank"] == 0)["profile"]["steps"]
+    assert min(s["phases"]["comm"] for s in r0) >= 0.75 * TP_SLOW_S  # rank 0's wait for rank 1
+    for e in prof["ranks"]:
         m = e["profile"]["measurements"]
         sh = m["sharding"]
         # fc column-sharded (weight and bias), proj row-sharded; proj's 64-value bias replicated

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import on_cuda, step_evidence, step_s
+from gpuprof.analysis.rules.sharded import collectives_owner
 from gpuprof.units import bytes_per_s, pct, seconds
 
 STRAGGLER_MIN_SHARE = 0.05  # the slowest rank's extra busy time, as a share of the step
@@ -27,6 +28,11 @@ EXPOSED_MIN_SHARE = 0.05  # communication not hidden, as a share of the step
 
 def _sharded(ctx: Context) -> bool:
     return ctx.distributed is not None and ctx.distributed.collectives is not None
+
+
+def _collectives_words(ctx: Context) -> str:
+    """ "FSDP's collectives", "DTensor's collectives" or both: where a sharded rank waits."""
+    return f"{collectives_owner(ctx.distributed.collectives.by_kind)} collectives"
 
 
 def _view_is(ctx: Context, rank: int) -> bool:
@@ -72,11 +78,12 @@ def straggler_rank(ctx: Context) -> list[Finding]:
         because=(f"rank {slow.rank} computes for {seconds(slow.others_busy_s + extra)} of a "
                  f"{seconds(step)} step, the median other rank for {seconds(slow.others_busy_s)}; "
                  f"the others wait that {seconds(extra)} in their "
-                 f"{'collectives (FSDP)' if sharded else 'all-reduce'} ({pct(share)} of the step"
+                 f"{_collectives_words(ctx) if sharded else 'all-reduce'} ({pct(share)} of the step"
                  + (f"; it was the busier in {pct(consistency, 0)} of {slow.steps_compared} steps"
                     if consistency is not None else "") + f"). Its extra time is in {where}."),
         fix=fixes.get(phase, "find what makes that rank slower (host, GPU, data)"),
-        note=("a sharded step lasts as long as its slowest rank: every rank waits for it in FSDP's collectives"
+        note=(f"a sharded step lasts as long as its slowest rank: every rank waits for it in "
+              f"{_collectives_words(ctx)}"
               if sharded else "a synchronous data-parallel step lasts as long as its slowest rank"),
     )]
 

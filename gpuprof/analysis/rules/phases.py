@@ -21,7 +21,8 @@ PHASE_MEANING = {
     "h2d": "copying batches to the device",
     "forward": "the forward pass",
     "backward": "the backward pass",
-    "comm": "collectives of a sharded model (FSDP's all-gathers and reduce-scatters), waiting for peers included",
+    "comm": ("collectives of a sharded model (FSDP's all-gathers and reduce-scatters, DTensor's functional "
+             "collectives), waiting for peers included"),
     "optimizer": "clipping, the optimizer step and zero_grad",
     "other": "loop code outside the measured phases",
     "eval": "evaluation inside the training step",

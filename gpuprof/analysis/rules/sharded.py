@@ -1,4 +1,4 @@
-"""Rules for sharded training (FSDP2), from the ranks' collectives together (the `collectives`
+"""Rules for sharded training (FSDP2, and DTensor's collectives: tensor parallelism), from the ranks' collectives together (the `collectives`
 of gpuprof.analysis.distributed: the figures of the rank that waited least, i.e. what the
 collectives themselves cost, not the waiting for a slower rank) and the model's sharding
 (measurements.sharding, gpuprof.measure.sharding). The straggler is distributed.py's rule.
@@ -9,7 +9,7 @@ collectives themselves cost, not the waiting for a slower rank) and the model's 
 - fsdp-backward-regather: units resharded after forward are all-gathered again in backward.
   Saving: those backward all-gathers (and their copy-out), measured. Cost: those units' unsharded
   parameters stay allocated from forward to backward.
-- collectives-exposed: what FSDP's collectives take of the step, kind by kind, with the bus
+- collectives-exposed: what FSDP's (and DTensor's) collectives take of the step, kind by kind, with the bus
   bandwidth and, for fp32 parameters, what MixedPrecisionPolicy(param_dtype=bf16) does to the
   all-gather bytes (stated, not timed). Information.
 """
@@ -23,7 +23,20 @@ from gpuprof.analysis.rules.common import step_evidence, step_s
 from gpuprof.units import bytes_per_s, nbytes, pct, seconds
 
 COLLECTIVE_NAMES = {"all_gather": "all-gather", "all_gather_wait": "all-gather wait and copy-out",
-                    "reduce_scatter": "reduce-scatter"}
+                    "reduce_scatter": "reduce-scatter",
+                    # DTensor's functional collectives (gpuprof.measure.funcol_hooks)
+                    "funcol_all_reduce": "DTensor all-reduce", "funcol_all_gather": "DTensor all-gather",
+                    "funcol_reduce_scatter": "DTensor reduce-scatter", "funcol_all_to_all": "DTensor all-to-all",
+                    "funcol_broadcast": "DTensor broadcast", "funcol_permute": "DTensor permute",
+                    "funcol_wait": "DTensor wait (issued inside autograd)"}
+
+
+def collectives_owner(kinds) -> str:
+    """Whose collectives a run's kinds are, in words: "FSDP's", "DTensor's" or both."""
+    kinds = set(kinds)
+    fsdp = bool(kinds & {"all_gather", "all_gather_wait", "reduce_scatter"})
+    dtensor = any(k.startswith("funcol_") for k in kinds)
+    return "FSDP's and DTensor's" if fsdp and dtensor else ("DTensor's" if dtensor else "FSDP's")
 MIN_SHARE = 0.02  # a measured saving under this share of the step is not worth a fix here
 BYTES_FP32 = 4
 
@@ -36,11 +49,14 @@ def collectives_line(c) -> str:
     for kind, k in c.by_kind.items():
         text = (f"{COLLECTIVE_NAMES.get(kind, kind)} {k.calls}× ({k.backward_calls} in backward)"
                 + (f", {nbytes(k.bytes)}" if k.bytes else "") + f", {seconds(k.seconds)}")
+        if kind.startswith("funcol_") and k.in_flight_seconds:
+            text += f" blocked of {seconds(k.in_flight_seconds)} in flight"
         if k.busbw_Bps:
             text += f", bus bandwidth {bytes_per_s(k.busbw_Bps)}"
         parts.append(text)
     share = f" ({pct(c.exposed_s / c.step_s)} of the step)" if c.step_s and c.exposed_s is not None else ""
-    return (f"FSDP collectives per step on rank {c.rank} (the rank that waited least; {c.backend or '?'}, "
+    owner = collectives_owner(c.by_kind).replace("'s", "")
+    return (f"{owner} collectives per step on rank {c.rank} (the rank that waited least; {c.backend or '?'}, "
             f"{c.clock or 'host'} clock): " + "; ".join(parts)
             + f"; in all {seconds(c.exposed_s)} on the step's critical path{share}")
 
@@ -131,14 +147,20 @@ def collectives_exposed(ctx: Context) -> list[Finding]:
         ctx.sections.precision.param_dtype in (None, "float32")
     note = ("no datasheet figure for this link: gloo between processes of one host" if c.backend == "gloo"
             else "compare the bus bandwidth with the link's per-direction figure")
-    change = ("hide the all-gathers behind compute: FSDP2 prefetches one unit ahead by default; "
-              "set_modules_to_forward_prefetch / set_modules_to_backward_prefetch fetch further ahead")
+    if ag is not None:
+        change = ("hide the all-gathers behind compute: FSDP2 prefetches one unit ahead by default; "
+                  "set_modules_to_forward_prefetch / set_modules_to_backward_prefetch fetch further ahead")
+    else:  # tensor parallelism alone: its collectives sit between the ops that need them
+        change = ("fewer or smaller tensor-parallel collectives: a larger tensor-parallel degree only where the "
+                  "layers are large enough to hide them, or sequence parallelism (SequenceParallel) in place of "
+                  "replicated activations; not timed here")
     if fp32 and ag is not None and ag.bytes:
         change += (f"; MixedPrecisionPolicy(param_dtype=torch.bfloat16) in fully_shard halves the all-gather "
                    f"bytes ({nbytes(ag.bytes)} → {nbytes(ag.bytes / 2)} per step; not timed here)")
     return [Finding(
         id="collectives-exposed",
-        title=f"FSDP's collectives take {pct(c.exposed_s / total)} of the step ({seconds(c.exposed_s)})",
+        title=(f"{collectives_owner(c.by_kind)} collectives take {pct(c.exposed_s / total)} of the step "
+               f"({seconds(c.exposed_s)})"),
         saving_s=None, kind="info", confidence="high",
         evidence={"rank": c.rank, "exposed_s": c.exposed_s, **step_evidence(ctx),
                   "by_kind": {k: asdict(v) for k, v in c.by_kind.items()}, "backend": c.backend},
