@@ -38,9 +38,37 @@ def _dtype(v) -> str | None:
     return str(v).replace("torch.", "") if v is not None else None
 
 
-def describe_sharding(model) -> dict | None:
-    """{"kind": "fsdp2" | "tensor_parallel", units, params_total, params_local, mesh_dims, …} for a
-    model that communicates in its forward and backward, None for one that does not."""
+def _local(t, dtensor):
+    return t.to_local() if dtensor is not None and isinstance(t, dtensor) else t
+
+
+def _bytes(t) -> int:
+    return int(t.numel()) * int(t.element_size())
+
+
+def rank_memory(model, optimizer, dtensor) -> dict:
+    """What this rank holds of the model's training state, in bytes, read from the tensors: the
+    parameters whole (a DTensor's numel is the full one) and its local shards; the gradients it
+    holds now (None when every gradient is unset, as after zero_grad(set_to_none=True)); the
+    optimizer's state tensors (AdamW's exp_avg, exp_avg_sq, step), local shards, and the whole."""
+    params = list(model.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
+    state = [v for st in (getattr(optimizer, "state", None) or {}).values() if isinstance(st, dict)
+             for v in st.values() if hasattr(v, "numel") and hasattr(v, "element_size")]
+    return {
+        "param_bytes_total": sum(_bytes(p) for p in params),
+        "param_bytes_local": sum(_bytes(_local(p, dtensor)) for p in params),
+        "grad_bytes_local": sum(_bytes(_local(g, dtensor)) for g in grads) if grads else None,
+        "optimizer_state_bytes_local": sum(_bytes(_local(v, dtensor)) for v in state) if state else None,
+        "optimizer_state_bytes_total": sum(_bytes(v) for v in state) if state else None,
+        "optimizer": type(optimizer).__name__ if optimizer is not None else None,
+    }
+
+
+def describe_sharding(model, optimizer=None) -> dict | None:
+    """{"kind": "fsdp2" | "tensor_parallel", units, params_total, params_local, mesh_dims, memory,
+    …} for a model that communicates in its forward and backward, None for one that does not.
+    optimizer: the run's (its state's bytes go into `memory`)."""
     fsdp_module, dtensor = _types()
     if fsdp_module is None and dtensor is None:
         return None
@@ -77,6 +105,7 @@ def describe_sharding(model) -> dict | None:
         "mesh_dims": dims,
         "mesh_shape": list(next(iter(meshes.values())).shape) if meshes else None,
         "placements": placements[:8],
+        "memory": rank_memory(model, optimizer, dtensor),
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from gpuprof.measure.budget import PostRunBudget
+from gpuprof.measure.cuda import is_cuda, memory_stats
 from gpuprof.measure.instruments import stop_instruments
 from gpuprof.measure.precision import with_observed_matmul
 from gpuprof.measure.sharding import describe_sharding
@@ -66,13 +67,22 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
         _observed_precision(run, cfg)
         if run.ctx.precision:
             profile.measurements["precision"] = run.ctx.precision
-        # Read after the run: FSDP2 settles its root's resharding at its first forward.
+        if run.ctx.optimizer is None:  # the first optimizer seen stepping
+            primary = getattr(run.hooks, "_primary_opt", None)
+            run.ctx.optimizer = primary() if primary is not None else None
+        # Read after the run: FSDP2 settles its root's resharding at its first forward, and the
+        # optimizer's state exists once it has stepped.
         try:
-            run.sharding = run.ctx.sharding = describe_sharding(run.ctx.model)
+            run.sharding = run.ctx.sharding = describe_sharding(run.ctx.model, run.ctx.optimizer)
         except Exception as exc:  # noqa: BLE001 - a reading, never the profile
             run.sharding = {"error": f"{exc.__class__.__name__}: {exc}"}
         if run.sharding:
             profile.measurements["sharding"] = run.sharding
+    if is_cuda(run.device) and not timer.gpu_unfinished:  # the process's peak (the script's own allocations, warmup included)
+        try:
+            profile.measurements["memory"] = memory_stats(run.device)
+        except Exception as exc:  # noqa: BLE001 - a reading, never the profile
+            profile.measurements["memory"] = {"not_measured": f"{exc.__class__.__name__}: {exc}"}
     # Post-run measurements are guarded and share one time budget: a failure is "not measured",
     # never a lost profile.
     # Ctrl-C (or the launcher stopping this rank) wants out now: no post-run measurements.
@@ -83,9 +93,6 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
         budget = PostRunBudget.none(DDP_FAILED, on_progress=run.on_progress)
     else:
         budget = PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress)
-    if run.ctx is not None and run.ctx.optimizer is None:
-        primary = getattr(run.hooks, "_primary_opt", None)
-        run.ctx.optimizer = primary() if primary is not None else None
     profile.measurements.update(stop_instruments(run.instruments, run.ctx, budget))
     if budget.interrupted:  # Ctrl-C during the post-run work: the steps stand, the run was stopped
         run_info["ended"], run_info["partial"] = "interrupted", True

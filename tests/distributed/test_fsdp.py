@@ -157,3 +157,21 @@ def test_tensor_parallel_collectives_are_measured_and_its_straggler_named(tmp_pa
         # fc column-sharded (weight and bias), proj row-sharded; proj's 64-value bias replicated
         assert sh["kind"] == "tensor_parallel" and sh["params_local"] == (sh["params_total"] - 64) // 2 + 64
         assert "tensor parallel (DTensor)" in m["microbatch"]["not_measured"]
+
+
+def test_each_rank_says_what_it_holds_of_the_training_state(slow_run):
+    prof, _ = slow_run
+    for e in prof["ranks"]:
+        mem = e["profile"]["measurements"]["sharding"]["memory"]
+        # read from the tensors: fp32 parameters whole and this rank's half; AdamW's exp_avg and
+        # exp_avg_sq sharded like them, and one 4-byte `step` per parameter tensor, not sharded
+        assert (mem["param_bytes_total"], mem["param_bytes_local"]) == (PARAMS * 4, PARAMS * 4 // 2)
+        assert mem["optimizer"] == "AdamW"
+        assert mem["optimizer_state_bytes_total"] == 2 * PARAMS * 4 + PARAM_TENSORS * 4
+        assert mem["optimizer_state_bytes_local"] == PARAMS * 4 + PARAM_TENSORS * 4
+    f = finding(prof, "sharded-memory")
+    assert f is not None and f["kind"] == "info"
+    ev = f["evidence"]
+    assert ev["unsharded_bytes"] == 2 * PARAMS * 4 + 2 * PARAMS * 4 + PARAM_TENSORS * 4
+    assert ev["held_bytes"] < ev["unsharded_bytes"]
+    assert "not measured" in f["note"]  # a CPU run has no device memory to judge the fit against

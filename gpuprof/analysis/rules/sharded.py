@@ -9,6 +9,9 @@ collectives themselves cost, not the waiting for a slower rank) and the model's 
 - fsdp-backward-regather: units resharded after forward are all-gathered again in backward.
   Saving: those backward all-gathers (and their copy-out), measured. Cost: those units' unsharded
   parameters stay allocated from forward to backward.
+- sharded-memory: what a rank holds of the training state (parameters, gradients, optimizer state:
+  its shards, read from the tensors), what it would hold unsharded, and on CUDA (the measured peak
+  and capacity) whether the model would fit each GPU without sharding. Information.
 - collectives-exposed: what FSDP's (and DTensor's) collectives take of the step, kind by kind, with the bus
   bandwidth and, for fp32 parameters, what MixedPrecisionPolicy(param_dtype=bf16) does to the
   all-gather bytes (stated, not timed). Information.
@@ -19,7 +22,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from gpuprof.analysis.findings import Context, Finding
-from gpuprof.analysis.rules.common import step_evidence, step_s
+from gpuprof.analysis.rules.common import on_cuda, step_evidence, step_s
+from gpuprof.recommend.memory import DEFAULT_MARGIN as MEMORY_MARGIN
 from gpuprof.units import bytes_per_s, nbytes, pct, seconds
 
 COLLECTIVE_NAMES = {"all_gather": "all-gather", "all_gather_wait": "all-gather wait and copy-out",
@@ -168,4 +172,56 @@ def collectives_exposed(ctx: Context) -> list[Finding]:
     )]
 
 
-RULES = [fsdp_reduce_every_micro_step, fsdp_backward_regather, collectives_exposed]
+def sharded_memory(ctx: Context) -> list[Finding]:
+    """What a rank holds of the training state (measurements.sharding.memory, read from the
+    tensors after the run), what it would hold unsharded, and on CUDA whether that fits the GPU."""
+    sh = _sharding(ctx)
+    mem = sh.get("memory") or {}
+    p_total, p_local = mem.get("param_bytes_total"), mem.get("param_bytes_local")
+    if not p_total or p_local is None:
+        return []
+    g_local = mem.get("grad_bytes_local")
+    o_local, o_total = mem.get("optimizer_state_bytes_local"), mem.get("optimizer_state_bytes_total")
+    # gradients take the parameters' bytes (FSDP2 and DTensor keep them in the parameters' layout)
+    held = p_local + (g_local if g_local is not None else p_local) + (o_local or 0)
+    whole = 2 * p_total + (o_total or 0)
+    optimizer = mem.get("optimizer") or "optimizer"
+    because = (f"parameters {nbytes(p_local)} of {nbytes(p_total)}; gradients "
+               + (f"{nbytes(g_local)}" if g_local is not None else "not held when read (set to None): counted as the "
+                  "parameters' shard")
+               + (f"; {optimizer} state {nbytes(o_local)} of {nbytes(o_total)}" if o_local is not None
+                  else "; no optimizer state read")
+               + f": {nbytes(held)} on this rank, {nbytes(whole)} unsharded")
+    ev = {"param_bytes_local": p_local, "param_bytes_total": p_total, "grad_bytes_local": g_local,
+          "optimizer_state_bytes_local": o_local, "optimizer_state_bytes_total": o_total,
+          "held_bytes": held, "unsharded_bytes": whole}
+    title = f"each rank holds {nbytes(held)} of the training state, {nbytes(whole)} unsharded"
+    mems = ctx.sections.memory
+    peak, cap = mems.peak_allocated_bytes, mems.capacity_bytes
+    if sh.get("kind") != "fsdp2":
+        note = ("tensor parallelism shards the activations too: whether the model fits unsharded is not "
+                "judged from these figures")
+    elif not (on_cuda(ctx) and peak and cap):
+        note = "whether it fits unsharded: not measured (no device memory peak and capacity in this run)"
+    else:
+        need = peak + whole - held  # the peak holds this rank's activations and its shards now
+        usable = cap * (1 - MEMORY_MARGIN)
+        ev.update(peak_allocated_bytes=peak, capacity_bytes=cap, unsharded_peak_bytes=need)
+        because += (f"; peak allocated {nbytes(peak)} of {nbytes(cap)}, so unsharded about {nbytes(need)} "
+                    f"({pct(need / cap)} of the GPU)")
+        if need <= usable:
+            title = f"the model would fit on each GPU without sharding ({nbytes(need)} of {nbytes(cap)})"
+            note = ("plain data parallelism (DDP) would hold it whole on every rank: no all-gathers, one "
+                    "all-reduce of the gradients per step instead of the reduce-scatters (not timed here); "
+                    f"estimate: the measured peak + the state FSDP shards away, with {pct(MEMORY_MARGIN, 0)} kept "
+                    "as margin")
+        else:
+            note = (f"it would not fit unsharded (over {pct(1 - MEMORY_MARGIN, 0)} of the GPU): sharding is "
+                    "needed here")
+    return [Finding(
+        id="sharded-memory", title=title, saving_s=None, kind="info", confidence="medium",
+        evidence={**ev, **step_evidence(ctx)}, because=because, note=note,
+    )]
+
+
+RULES = [fsdp_reduce_every_micro_step, fsdp_backward_regather, collectives_exposed, sharded_memory]
