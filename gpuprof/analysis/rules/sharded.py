@@ -12,6 +12,9 @@ collectives themselves cost, not the waiting for a slower rank) and the model's 
 - sharded-memory: what a rank holds of the training state (parameters, gradients, optimizer state:
   its shards, read from the tensors), what it would hold unsharded, and on CUDA (the measured peak
   and capacity) whether the model would fit each GPU without sharding. Information.
+- fsdp-root-unit-large, fsdp-units-tiny (fsdp_wrap_granularity): a root unit holding the
+  embeddings and head (one large all-gather before the first block, nothing to hide it behind),
+  or many tiny units (a collective's fixed latency each). From the units' sizes. Information.
 - collectives-exposed: what FSDP's (and DTensor's) collectives take of the step, kind by kind, with the bus
   bandwidth and, for fp32 parameters, what MixedPrecisionPolicy(param_dtype=bf16) does to the
   all-gather bytes (stated, not timed). Information.
@@ -24,7 +27,7 @@ from dataclasses import asdict
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import on_cuda, step_evidence, step_s
 from gpuprof.recommend.memory import DEFAULT_MARGIN as MEMORY_MARGIN
-from gpuprof.units import bytes_per_s, nbytes, pct, seconds
+from gpuprof.units import bytes_per_s, count, nbytes, pct, seconds
 
 COLLECTIVE_NAMES = {"all_gather": "all-gather", "all_gather_wait": "all-gather wait and copy-out",
                     "reduce_scatter": "reduce-scatter",
@@ -224,4 +227,61 @@ def sharded_memory(ctx: Context) -> list[Finding]:
     )]
 
 
-RULES = [fsdp_reduce_every_micro_step, fsdp_backward_regather, collectives_exposed, sharded_memory]
+ROOT_MIN_SHARE = 0.2  # a root unit holding this share of the parameters ...
+ROOT_MIN_RATIO = 2.0  # ... and this many times the median other unit is one all-gather too large
+TINY_UNIT_BYTES = 1 << 20  # units whose median all-gather is under this are latency-bound ...
+TINY_UNITS_MIN = 16  # ... when there are at least this many of them
+
+
+def fsdp_wrap_granularity(ctx: Context) -> list[Finding]:
+    """How the model was cut into FSDP2 units (measurements.sharding.units): a root unit that holds
+    the embeddings and head gathers them in one all-gather before the first block, with no compute
+    to hide behind; many tiny units pay a collective's fixed latency each. From the structure:
+    information, nothing timed per unit."""
+    sh = _sharding(ctx)
+    units = [u for u in sh.get("units") or [] if u.get("params")]
+    if sh.get("kind") != "fsdp2" or len(units) < 2:
+        return []
+    total = sum(u["params"] for u in units)
+    root = next((u for u in units if u["module"] == "(root)"), None)
+    others = sorted(u["params"] for u in units if u is not root)
+    median_other = others[len(others) // 2]
+    c = _collectives(ctx)
+    ag = c.by_kind.get("all_gather") if c is not None else None
+    found = []
+    if root is not None and root["params"] >= ROOT_MIN_SHARE * total and root["params"] >= ROOT_MIN_RATIO * median_other:
+        share = root["params"] / total
+        timed = (f"; FSDP's all-gathers took {seconds(ag.seconds)} per step on rank {c.rank}, the root's bytes "
+                 f"{pct(share)} of them" if ag is not None and ag.seconds else "")
+        found.append(Finding(
+            id="fsdp-root-unit-large",
+            title=f"the root FSDP unit holds {pct(share)} of the parameters in one all-gather",
+            saving_s=None, kind="info", confidence="medium",
+            evidence={"root_params": root["params"], "params": total, "median_unit_params": median_other,
+                      "units": len(units), **step_evidence(ctx)},
+            because=(f"the root unit (what no block's fully_shard took: the embeddings, the final norm, the head) "
+                     f"holds {count(root['params'])} of {count(total)} parameters, {root['params'] / median_other:.1f}× "
+                     f"the median other unit ({count(median_other)}); it is all-gathered before the first block's "
+                     f"forward, with no earlier compute to hide it behind, and reduce-scattered after the last "
+                     f"backward" + timed),
+            fix=("fully_shard the embeddings and the output head as units of their own before the root "
+                 "(torchtitan: fully_shard(model.tok_embeddings), fully_shard([model.norm, model.output])), so the "
+                 "first all-gather is small and the head's overlaps the blocks' compute"),
+            note="from the units' sizes; the saving is not timed here (on gloo every collective is synchronous)",
+        ))
+    if len(units) >= TINY_UNITS_MIN and median_other * BYTES_FP32 < TINY_UNIT_BYTES:
+        found.append(Finding(
+            id="fsdp-units-tiny",
+            title=f"{len(units)} FSDP units of {nbytes(median_other * BYTES_FP32)} each (median): many small collectives",
+            saving_s=None, kind="info", confidence="medium",
+            evidence={"units": len(units), "median_unit_params": median_other, **step_evidence(ctx)},
+            because=(f"{len(units)} units, median {count(median_other)} parameters: every unit pays an all-gather and a "
+                     f"reduce-scatter per micro-step, each with a fixed latency that bytes this small do not amortise"),
+            fix="wrap several blocks per fully_shard call (one unit per group of blocks), so each collective moves more",
+            note="from the units' sizes; the saving is not timed here",
+        ))
+    return found
+
+
+RULES = [fsdp_reduce_every_micro_step, fsdp_backward_regather, collectives_exposed, sharded_memory,
+         fsdp_wrap_granularity]
