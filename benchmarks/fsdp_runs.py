@@ -85,6 +85,7 @@ def main() -> None:
               f"measured steps kept {r.get('steps')}\n  {r.get('error_line')}\n", flush=True)
     variants = list(itertools.product([True, False], [1, 2], [False, True]))
     counts = {"finished": 0, "failed": 0, "hung": 0}
+    straggler = {True: [0, 0], False: [0, 0]}  # slowed? -> [runs with straggler-rank first, runs]
     print(f"{'run':>3} {'reshard':>7} {'accum':>5} {'slow':>5} {'rc':>4} {'wall s':>7}  ranks        top finding")
     for i in range(a.runs):
         reshard, accum, slow = variants[i % len(variants)]
@@ -94,10 +95,14 @@ def main() -> None:
         r = diagnose(args)
         kind = "hung" if r["hung"] else ("finished" if r["rc"] == 0 else "failed")
         counts[kind] += 1
+        straggler[slow][0] += r.get("top") == "straggler-rank"
+        straggler[slow][1] += 1
         print(f"{i + 1:>3} {str(reshard):>7} {accum:>5} {str(slow):>5} {str(r['rc']):>4} {r['wall']:>7.1f}  "
               f"{str(r.get('status')):<12} {r.get('top')}{'  ' + r.get('stderr', '') if kind == 'failed' else ''}",
               flush=True)
-    print(f"\n{a.runs} runs: {counts['finished']} finished, {counts['failed']} failed, {counts['hung']} hung\n")
+    print(f"\n{a.runs} runs: {counts['finished']} finished, {counts['failed']} failed, {counts['hung']} hung; "
+          f"straggler-rank first in {straggler[True][0]} of {straggler[True][1]} slowed runs and in "
+          f"{straggler[False][0]} of {straggler[False][1]} others\n")
     if not a.pairs:
         return
     slow_args = ["--slow_rank=1", f"--slow_s={a.slow_s}"]
