@@ -1,7 +1,7 @@
 """Sharded training under gpuprof (issue #26): does every FSDP2 run finish, and is the straggler's
 saving what the script gains when the slow rank is not slow?
 
-1. `--runs N` (default 20): `gpuprof diagnose --nproc-per-node 2 --steps 4 --warmup 1` (post-run
+1. `--runs N` (default 20): `gpuprof diagnose --nproc-per-node 2 --steps 4 --warmup 1` (`--steps`; post-run
    measurements on, 5 s budget: they must not run the sharded model) on tests/fixtures/fsdp_train.py,
    N times in a row, cycling through reshard_after_forward True/False × accumulation 1/2 × rank 1
    slowed or not; each run bounded by a 300 s timeout. Prints per run: exit code, wall seconds,
@@ -16,7 +16,7 @@ saving what the script gains when the slow rank is not slow?
    Prints the exit code, the seconds to exit, each rank's status and steps kept, and gpuprof's
    line naming what each rank was doing in the unfinished step.
 
-    python benchmarks/fsdp_runs.py [--runs 20] [--pairs 3] [--slow-s 0.04] [--hang]
+    python benchmarks/fsdp_runs.py [--runs 20] [--pairs 3] [--slow-s 0.04] [--steps 4] [--hang]
 """
 
 from __future__ import annotations
@@ -38,10 +38,13 @@ SCRIPT = ROOT / "tests" / "fixtures" / "fsdp_train.py"
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
 
 
+STEPS = 4  # measured steps per diagnose (--steps)
+
+
 def diagnose(args: list[str], timeout: float = 300.0, options: tuple = ()) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "merged.json"
-        cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "2", "--steps", "4", "--warmup", "1",
+        cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "2", "--steps", str(STEPS), "--warmup", "1",
                "--post-budget", "5", *options, "--out", str(out), str(SCRIPT), "--max_iters=40", *args]
         t0 = time.monotonic()
         try:
@@ -73,12 +76,15 @@ def plain(args: list[str]) -> float:
 
 
 def main() -> None:
+    global STEPS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--slow-s", type=float, default=0.04)
     p.add_argument("--hang", action="store_true")
+    p.add_argument("--steps", type=int, default=STEPS, help="measured steps per diagnose")
     a = p.parse_args()
+    STEPS = a.steps
     if a.hang:
         r = diagnose(["--hang_rank=1", "--hang_at=3"], options=("--rank-timeout", "10"))
         print(f"hang: exit {r['rc']} after {r['wall']:.1f} s (hung: {r['hung']}); ranks {r.get('status')}, "

@@ -107,11 +107,16 @@ class CollectiveHooks(FunctionalCollectiveHooks):
             except Exception:  # noqa: BLE001 - a count must never fail the user's step
                 moved = 0
             prev = t.switch("comm") if own else None
+            local = getattr(hooks, "_funcol_local", None)  # a functional collective inside FSDP's is FSDP's
+            if local is not None:
+                local.depth = getattr(local, "depth", 0) + 1
             t0 = clock()
             try:
                 out = fn(*args, **kwargs)
             finally:
                 t1 = clock()
+                if local is not None:
+                    local.depth -= 1
                 if prev is not None:
                     t.switch(prev)
             try:

@@ -11,7 +11,9 @@ the host blocks later, in `funcol.wait_tensor`, at the result's first use. Both 
 the funcol module for the run (restored at remove()):
 
 - the issue and the wait are the `comm` phase while they run on the script's thread: what the
-  host is blocked on a collective, the wait for a slower peer included, is never compute;
+  host is blocked on a collective, the wait for a slower peer included, is never compute; a
+  functional collective called inside one of FSDP2's wrapped collectives, or inside another
+  funcol call, is counted there, not again;
 - per step and kind (`funcol_all_reduce`, `funcol_all_gather`, `funcol_reduce_scatter`,
   `funcol_all_to_all`, `funcol_broadcast`): calls, bytes (the all-gather's output, every other
   kind's input), host `seconds` (issue + wait: exposed), `in_flight_seconds` (from the issue to the
@@ -135,7 +137,7 @@ class FunctionalCollectiveHooks:
                 out = fn(*args, **kwargs)
             finally:
                 t1 = clock()
-                local.depth = 0
+                local.depth = 0  # (it was 0: a call inside FSDP's or another issue returned above)
                 if prev is not None:
                     t.switch(prev)
             try:
