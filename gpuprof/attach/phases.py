@@ -5,7 +5,7 @@ A stack (outermost frame first) is classified by what it contains, first match w
 - backward: autograd's backward (`Tensor.backward`, `torch.autograd.backward`, the engine);
 - optimizer: a frame inside torch/optim (`Optimizer.step`, `zero_grad`, AdamW's kernels' callers);
 - data: a DataLoader's `__next__` (torch/utils/data), or a function named like data loading
-  (`get_batch`, `next_batch`, `__getitem__`, `load_*`: gpuprof.measure.data_hooks.data_like_name),
+  (`get_batch`, `next_batch`, `__getitem__`, `load_*`: gpuprof.measure.data_names.data_like_name),
   or numpy's memmap;
 - forward: an nn.Module call (torch/nn/modules/module.py `_call_impl`) not under the above;
 - other: anything else (logging, checkpoint writes, the loop's own Python).
@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import re
 
-from gpuprof.measure.data_hooks import data_like_name
+from gpuprof.measure.data_names import data_like_name
 
 PHASES = ("data", "forward", "backward", "optimizer", "eval", "other")
 UNIT_SURE = math.log(20)  # a unit 20× likelier than the next is stated without a caveat

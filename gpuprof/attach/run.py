@@ -176,7 +176,8 @@ def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_secti
     }
     from gpuprof.measure.environment import environment
 
-    env = environment("cpu")  # this machine; the device is the GPU NVML finds the process on, if any
+    # this machine (no torch: ours is not the target's); the device is the GPU NVML finds it on, if any
+    env = environment("cpu", torch_fields=False)
     env["device"] = None
     gpus = nvml_section.get("gpus") or []
     on_gpu = bool(nvml_section.get("available") and gpus)

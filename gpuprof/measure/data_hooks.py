@@ -17,19 +17,6 @@ from gpuprof.measure.hook_calls import _is_compiling
 
 _get_ident = threading.get_ident
 
-# Names of user functions taken for data loading: nanoGPT's get_batch, build-nanogpt's
-# next_batch, load_* helpers, a Dataset's __getitem__, an iterator's __next__. Names that say
-# they do something else (train_batch, load_checkpoint) are left alone.
-_DATA_NAME = re.compile(r"batch|load|__getitem__|__next__", re.I)
-_NOT_DATA = re.compile(r"train|step|loss|eval|forward|backward|model|ckpt|checkpoint|state|save|"
-                       r"weight|config|process|run|update|optim", re.I)
-
-
-def data_like_name(name: str) -> bool:
-    """True for a function name that reads like a data-loading function."""
-    return bool(_DATA_NAME.search(name)) and not _NOT_DATA.search(name)
-
-
 class DataHooks:
     """The user data-function wrappers of TrainingHooks."""
 

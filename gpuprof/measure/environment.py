@@ -8,9 +8,18 @@ from pathlib import Path
 from gpuprof.measure.cuda import is_cuda
 
 
-def environment(device: str | None = None) -> dict:
-    """What the run ran on: CPU, cores, RAM, OS, Python, torch, CUDA/driver, device name."""
+def environment(device: str | None = None, torch_fields: bool = True) -> dict:
+    """What the run ran on: CPU, cores, RAM, OS, Python, torch, CUDA/driver, device name.
+    torch_fields=False: no torch import and its fields None (`gpuprof attach`: its own torch is not
+    the target's, and importing it takes seconds of a core the target may need)."""
     import psutil
+
+    if not torch_fields:
+        return {"cpu_model": _cpu_model(), "cpu_cores_logical": psutil.cpu_count(logical=True),
+                "cpu_cores_physical": psutil.cpu_count(logical=False), "ram_bytes": psutil.virtual_memory().total,
+                "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
+                "torch": None, "cuda": None, "cuda_available": None, "driver": None, "device": device,
+                "device_name": f"CPU ({_cpu_model()})" if device else platform.processor() or platform.machine()}
     import torch
 
     env = {

@@ -47,7 +47,8 @@ from torch.nn.modules import module as nn_module
 from torch.optim import optimizer as optim_module
 
 from gpuprof.measure.collective_hooks import CollectiveHooks
-from gpuprof.measure.data_hooks import DataHooks, data_like_name
+from gpuprof.measure.data_hooks import DataHooks
+from gpuprof.measure.data_names import data_like_name
 from gpuprof.measure.forward_hooks import ForwardHooks
 from gpuprof.measure.hook_calls import accelerator_available
 from gpuprof.measure.optimizer_hooks import OptimizerHooks

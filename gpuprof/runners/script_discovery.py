@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import Dataset
 
 from gpuprof.hardware import normalize_dtype
-from gpuprof.measure.data_hooks import data_like_name
+from gpuprof.measure.data_names import data_like_name
 from gpuprof.measure.stacks import is_user_file
 
 DIMS = ("n_layer", "n_head", "n_embd", "vocab_size", "block_size")

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from gpuprof.measure.data_hooks import data_like_name
+from gpuprof.measure.data_names import data_like_name
 from gpuprof.measure.hooks import TrainingHooks
 from gpuprof.measure.instruments import start_instruments
 from gpuprof.measure.precision import MatmulDtypeWatch, read_precision

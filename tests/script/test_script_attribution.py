@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from gpuprof.measure import stacks
-from gpuprof.measure.data_hooks import data_like_name
+from gpuprof.measure.data_names import data_like_name
 from gpuprof.measure.stacks import StackSampler, file_origin
 
 TRAINER = '''\

@@ -10,7 +10,7 @@ from torch.optim import optimizer as optim_module
 from torch.utils.data import DataLoader
 from torch.utils.data import dataloader as dl
 
-from gpuprof.measure.data_hooks import data_like_name
+from gpuprof.measure.data_names import data_like_name
 from gpuprof.measure.hook_calls import _to_target_is_accelerator
 from gpuprof.measure.hooks import StopScript, TrainingHooks
 from gpuprof.measure.timer import PhaseTimer
