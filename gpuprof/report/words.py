@@ -327,8 +327,12 @@ def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]
         err = run.get("error") or {}
         rows.append(("ended", f"{run.get('ended') or 'partial'}"
                      + (f": {err.get('type', '')} {err.get('message', '')}".rstrip() if err else "")))
-    rows.append(("software", f"torch {env.get('torch') or NM}, Python {env.get('python') or NM}, "
-                             f"gpuprof {profile.tool.get('version', NM)}"))
+    if run.get("mode") == "attach":  # from outside: gpuprof's own Python, the target's versions unread
+        rows.append(("software", f"gpuprof {profile.tool.get('version', NM)} on Python {env.get('python') or NM}; "
+                                 "the target's torch and Python are not read from outside"))
+    else:
+        rows.append(("software", f"torch {env.get('torch') or NM}, Python {env.get('python') or NM}, "
+                                 f"gpuprof {profile.tool.get('version', NM)}"))
     return rows
 
 
