@@ -27,7 +27,7 @@ METHOD = ("busy = step − exposed communication (DDP: the time after the rank's
 BUS_FACTOR = {"all_gather": 1, "reduce_scatter": 1, "funcol_all_gather": 1, "funcol_reduce_scatter": 1,
               "funcol_all_reduce": 2}
 COLLECTIVE_FIELDS = ("calls", "bytes", "seconds", "backward_calls", "backward_seconds", "wait_seconds",
-                     "in_flight_seconds")
+                     "in_flight_seconds", "gpu_seconds", "gpu_backward_seconds")
 
 
 def _comm(prof: Profile) -> dict | None:
@@ -176,10 +176,14 @@ def _job_collectives(rows: list[dict]) -> dict:
     for kind, k in c["by_kind"].items():
         entry = dict(k)
         factor = BUS_FACTOR.get(kind)
-        if factor is not None and k["seconds"] and k["bytes"] and world > 1:
+        # the collective's own time: in flight on FSDP's stream on CUDA (its host seconds there
+        # are the enqueueing), the host's (synchronous gloo; a functional collective's issue + wait)
+        host_clock = not str(c.get("clock") or "host").startswith("host (CUDA")
+        secs = k.get("gpu_seconds") or (k["seconds"] if host_clock else 0.0)
+        if factor is not None and secs and k["bytes"] and world > 1:
             # nccl-tests' convention: busbw = algbw × (n−1)/n (all-gather, reduce-scatter), × 2(n−1)/n
-            # (all-reduce); a functional collective's time is its host-blocked time (issue + wait)
-            entry["algbw_Bps"] = k["bytes"] / k["seconds"]
+            # (all-reduce)
+            entry["algbw_Bps"] = k["bytes"] / secs
             entry["busbw_Bps"] = entry["algbw_Bps"] * factor * (world - 1) / world
         kinds[kind] = entry
     return {"rank": least["rank"], "exposed_s": c["exposed_s"], "step_s": least["step_s"],

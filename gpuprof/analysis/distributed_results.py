@@ -35,6 +35,8 @@ class CollectiveKind:
     backward_seconds: float = 0.0
     wait_seconds: float = 0.0  # functional collectives: the host's wait at first use of the result
     in_flight_seconds: float = 0.0  # functional collectives: from the issue to the end of its wait
+    gpu_seconds: float = 0.0  # FSDP2 on CUDA: in flight on its own stream (CUDA events)
+    gpu_backward_seconds: float = 0.0
     algbw_Bps: float | None = None  # the job's figure only: bytes / seconds
     busbw_Bps: float | None = None  # algbw × (n−1)/n (nccl-tests)
 

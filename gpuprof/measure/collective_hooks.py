@@ -18,7 +18,8 @@ remove()), and each call is:
   timeline. A call from another thread (CUDA's autograd device thread, in backward) is counted,
   not timed as a phase.
 - counted per step: calls, bytes (the all-gather's output buffer; the reduce-scatter's unsharded
-  gradients), seconds on the host.
+  gradients), seconds on the host, and on CUDA the seconds in flight on FSDP's own streams
+  (gpuprof.measure.collective_events: CUDA events, read after the run).
 
 The user's code is not changed: only torch's module attributes are, for the run. CollectiveHooks
 is a part of gpuprof.measure.hooks.TrainingHooks and works on its state.
@@ -30,6 +31,7 @@ import functools
 import threading
 import time
 
+from gpuprof.measure.collective_events import CollectiveEvents
 from gpuprof.measure.funcol_hooks import FunctionalCollectiveHooks
 from gpuprof.measure.hook_calls import _is_compiling
 
@@ -86,6 +88,12 @@ class CollectiveHooks(FunctionalCollectiveHooks):
         module = _fsdp_param_group_module()
         if module is None:
             return
+        device = getattr(getattr(self.timer, "_events", None), "device", None)
+        if device is not None:  # a CUDA timeline: FSDP's streams get events of their own
+            try:
+                self.collective_events = CollectiveEvents(device)
+            except Exception as exc:  # noqa: BLE001 - the host timing stands without them
+                self.collective_errors.append(f"CUDA events for FSDP's streams: {exc.__class__.__name__}: {exc}")
         for name, kind in FSDP_COLLECTIVES:
             fn = getattr(module, name, None)
             if callable(fn):
@@ -107,6 +115,8 @@ class CollectiveHooks(FunctionalCollectiveHooks):
             except Exception:  # noqa: BLE001 - a count must never fail the user's step
                 moved = 0
             prev = t.switch("comm") if own else None
+            gpu = hooks.collective_events
+            start = gpu.start(kind, args) if gpu is not None else None
             local = getattr(hooks, "_funcol_local", None)  # a functional collective inside FSDP's is FSDP's
             if local is not None:
                 local.depth = getattr(local, "depth", 0) + 1
@@ -120,8 +130,11 @@ class CollectiveHooks(FunctionalCollectiveHooks):
                 if prev is not None:
                     t.switch(prev)
             try:
+                backward = (prev or t.current) == "backward" or not own
                 hooks._count_collective(kind, args, kwargs, moved + _bytes_out(kind, out), (t1 - t0) / 1e9,
-                                        own, backward=(prev or t.current) == "backward" or not own)
+                                        own, backward=backward)
+                if start is not None:
+                    gpu.end(kind, args, out, t.step_index, backward, start)
             except Exception as exc:  # noqa: BLE001 - a count must never fail the user's step
                 hooks.collective_errors.append(f"{kind}: {exc.__class__.__name__}: {exc}")
             return out

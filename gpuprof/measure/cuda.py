@@ -158,16 +158,25 @@ class CudaEvents:
         """An event recorded now on the timer's stream, or None when recording failed or the
         script is capturing a CUDA graph (recording on another stream then would invalidate
         the user's capture)."""
+        return self._record(self.stream, "a CUDA graph was being captured: no event recorded during it")
+
+    def record_on(self, stream):
+        """An event recorded now on `stream` (another stream of this device: FSDP2's), or None
+        as for record(); the caller checked that the stream is on this device."""
+        return self._record(stream, None)
+
+    def _record(self, stream, capture_note: str | None):
         try:
             if self._capturing():
-                self.failed = self.failed or "a CUDA graph was being captured: no event recorded during it"
+                if capture_note:
+                    self.failed = self.failed or capture_note
                 return None
             if self._free:
                 ev = self._free.pop()
             else:
                 ev = self._new()
                 self.created_in_steps += 1
-            ev.record(self.stream)
+            ev.record(stream)
             self.recorded += 1
             return ev
         except Exception as exc:  # noqa: BLE001 - never raise inside the user's step

@@ -96,6 +96,7 @@ class TrainingHooks(ForwardHooks, OptimizerHooks, StepRules, TorchWrappers, Data
         self.collective_kinds: list[str] = []  # collectives wrapped (collective_hooks, funcol_hooks)
         self.collective_group: dict = {}  # size and backend of the first group seen
         self.collective_errors: list[str] = []
+        self.collective_events = None  # CUDA: events on FSDP2's streams (collective_events)
         self.timer: PhaseTimer | None = None
         self.steps_done = 0
         self.stopped = False

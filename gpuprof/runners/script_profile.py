@@ -26,6 +26,7 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     records = timer.steps(stopped=ended in ("failed", "interrupted"))  # a bounded wait for the GPU
     if not records:
         return None
+    gpu_collectives = run.hooks.collective_events.into_steps(records) if run.hooks.collective_events else None
     w = run.warmup if len(records) > run.warmup else len(records) - 1
     warm, measured = records[:w], records[w:]
     attribution = _attribute_data(run, measured)
@@ -58,7 +59,7 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
                       environment=environment(run.device))
     profile.measurements["script"] = _script_section(run, attribution, profile.stats.step_s)
     if run.hooks.collective_kinds:
-        profile.measurements["collectives"] = _collectives_section(run)
+        profile.measurements["collectives"] = _collectives_section(run, gpu_collectives)
     gpu_report = timer.gpu_report()
     if gpu_report:
         profile.measurements["timer"] = gpu_report
@@ -124,10 +125,10 @@ def _observed_precision(run, cfg: dict) -> None:
         cfg["autocast_dtype"] = prec["autocast_dtype"]
 
 
-def _collectives_section(run) -> dict:
+def _collectives_section(run, gpu: dict | None) -> dict:
     """How FSDP2's and DTensor's collectives were measured (gpuprof.measure.collective_hooks,
-    funcol_hooks); the counts are in
-    each step's `extra.collectives`."""
+    funcol_hooks; on CUDA collective_events: `gpu`, what was read); the counts are in each step's
+    `extra.collectives`."""
     hooks = run.hooks
     cuda = run.device.startswith("cuda")
     return {
@@ -138,6 +139,7 @@ def _collectives_section(run) -> dict:
                    "functional collectives (their issue and their wait_tensor), wrapped for the run: each call is "
                    "the `comm` phase on the script's thread; calls, bytes and host seconds per step"),
         "errors": list(hooks.collective_errors)[:5],
+        **(gpu or {}),
     }
 
 

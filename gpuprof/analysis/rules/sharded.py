@@ -58,6 +58,8 @@ def collectives_line(c) -> str:
                 + (f", {nbytes(k.bytes)}" if k.bytes else "") + f", {seconds(k.seconds)}")
         if kind.startswith("funcol_") and k.in_flight_seconds:
             text += f" blocked of {seconds(k.in_flight_seconds)} in flight"
+        if k.gpu_seconds:
+            text += f" to enqueue, {seconds(k.gpu_seconds)} in flight on FSDP's stream"
         if k.busbw_Bps:
             text += f", bus bandwidth {bytes_per_s(k.busbw_Bps)}"
         parts.append(text)
@@ -79,6 +81,20 @@ def _sharding(ctx: Context) -> dict:
     return s if isinstance(s, dict) else {}
 
 
+def _timed(k, backward: bool = False) -> tuple[float, bool]:
+    """A kind's seconds for a saving, and whether they are in flight on FSDP's stream (CUDA: its
+    host seconds are the enqueueing; in flight is an upper bound, prefetching may hide some of
+    it behind compute) rather than host time (gloo: synchronous, all of it on the step's path)."""
+    gpu = k.gpu_backward_seconds if backward else k.gpu_seconds
+    if gpu:
+        return gpu, True
+    return (k.backward_seconds if backward else k.seconds), False
+
+
+GPU_BOUND_NOTE = ("on CUDA the figure is the time in flight on FSDP's own stream (CUDA events): an upper bound, "
+                  "since prefetching hides part of it behind compute")
+
+
 def fsdp_reduce_every_micro_step(ctx: Context) -> list[Finding]:
     c = _collectives(ctx)
     rs = c.by_kind.get("reduce_scatter") if c is not None else None
@@ -87,7 +103,8 @@ def fsdp_reduce_every_micro_step(ctx: Context) -> list[Finding]:
     if rs is None or micro < 2 or not units or rs.calls <= units:
         return []  # one reduction per unit per step: already once per optimizer step
     reduced = min(micro, round(rs.calls / units))  # micro-steps that reduce-scattered
-    saving = rs.seconds * (reduced - 1) / reduced
+    rs_s, in_flight = _timed(rs)
+    saving = rs_s * (reduced - 1) / reduced
     total = step_s(ctx) or c.step_s or 0.0
     if not total or saving / total < MIN_SHARE:
         return []
@@ -96,18 +113,19 @@ def fsdp_reduce_every_micro_step(ctx: Context) -> list[Finding]:
     return [Finding(
         id="fsdp-reduce-every-micro-step",
         title=f"gradients are reduce-scattered on {reduced} of {micro} micro-steps per step",
-        saving_s=saving, kind="fix", confidence="high",
+        saving_s=saving, kind="fix", confidence="low" if in_flight else "high",
         evidence={"reduce_scatter_calls": rs.calls, "units": units, "micro_steps": micro,
-                  "reduce_scatter_s": rs.seconds, "rank": c.rank, **step_evidence(ctx)},
+                  "reduce_scatter_s": rs_s, "in_flight": in_flight, "rank": c.rank, **step_evidence(ctx)},
         claims={"comm": saving},
         because=(f"on rank {c.rank} (the rank that waited least), FSDP ran {rs.calls} reduce-scatters per "
-                 f"optimizer step for {units} units × {micro} micro-steps, {seconds(rs.seconds)} in all; the "
+                 f"optimizer step for {units} units × {micro} micro-steps, {seconds(rs_s)} in all"
+                 f"{' in flight' if in_flight else ''}; the "
                  f"{reduced - 1} of {reduced} micro-steps that are not the step's last need none"),
         fix=("reduce once per optimizer step: `model.set_requires_gradient_sync(micro_step == "
              "gradient_accumulation_steps - 1)` before each micro-step's backward (FSDP2's no_sync)"),
         note=(f"saving = the measured reduce-scatter time × {reduced - 1}/{reduced}; memory: each rank keeps the "
               f"unsharded gradients until the last micro-step, ~{nbytes(grads)} in fp32 where it keeps a "
-              f"1/{world} shard now"),
+              f"1/{world} shard now" + (f"; {GPU_BOUND_NOTE}" if in_flight else "")),
     )]
 
 
@@ -117,7 +135,9 @@ def fsdp_backward_regather(ctx: Context) -> list[Finding]:
     ag, wait = kinds.get("all_gather"), kinds.get("all_gather_wait")
     if ag is None or not ag.backward_calls:
         return []
-    saving = ag.backward_seconds + (wait.backward_seconds if wait is not None else 0.0)
+    ag_s, in_flight = _timed(ag, backward=True)
+    # on CUDA the copy-out's wait is not the collective's time (it is on the GPU timeline's comm)
+    saving = ag_s + (wait.backward_seconds if wait is not None and not in_flight else 0.0)
     total = step_s(ctx) or c.step_s or 0.0
     if not total or saving / total < MIN_SHARE:
         return []
@@ -128,18 +148,20 @@ def fsdp_backward_regather(ctx: Context) -> list[Finding]:
     return [Finding(
         id="fsdp-backward-regather",
         title=f"{ag.backward_calls} all-gathers per step run again in backward (reshard_after_forward=True)",
-        saving_s=saving, kind="fix", confidence="medium",
-        evidence={"backward_all_gathers": ag.backward_calls, "backward_all_gather_s": saving,
+        saving_s=saving, kind="fix", confidence="low" if in_flight else "medium",
+        evidence={"backward_all_gathers": ag.backward_calls, "backward_all_gather_s": saving, "in_flight": in_flight,
                   "units_resharded": len(units), "rank": c.rank, **step_evidence(ctx)},
         claims={"comm": saving},
         because=(f"on rank {c.rank} (the rank that waited least), {ag.backward_calls} of {ag.calls} "
-                 f"all-gathers per step came in backward, {seconds(saving)} with their copy-out: units resharded "
+                 f"all-gathers per step came in backward, {seconds(saving)}"
+                 f"{' in flight' if in_flight else ' with their copy-out'}: units resharded "
                  f"after forward ({names or 'not read'}) gather their parameters again for backward"),
         fix=("fully_shard(block, reshard_after_forward=False) for the last blocks (their backward follows their "
              "forward soonest), or for all of them when memory allows"),
-        note=(f"saving = those backward all-gathers, measured; memory: their parameters stay unsharded from "
-              f"forward to backward, ~{nbytes(held)} more per rank for all {len(units)} units in fp32"
-              if units else "saving = those backward all-gathers, measured; the units' sizes were not read"),
+        note=((f"saving = those backward all-gathers, measured; memory: their parameters stay unsharded from "
+               f"forward to backward, ~{nbytes(held)} more per rank for all {len(units)} units in fp32"
+               if units else "saving = those backward all-gathers, measured; the units' sizes were not read")
+              + (f"; {GPU_BOUND_NOTE}" if in_flight else "")),
     )]
 
 

@@ -1,6 +1,9 @@
-"""Sharded rules from the model's structure, on chosen numbers: sharded-memory (what a rank holds of
-the training state, what it would unsharded, and on CUDA whether it would fit each GPU without
-sharding) and the FSDP2 units' granularity (a root holding the embeddings, many tiny units)."""
+"""Sharded rules on chosen numbers: sharded-memory (what a rank holds of the training state,
+what it would unsharded, and on CUDA whether it would fit each GPU without sharding), the FSDP2
+units' granularity (a root holding the embeddings, many tiny units), and FSDP2 on CUDA (its
+collectives' time in flight on its own streams: bus bandwidth and the fixes' savings)."""
+
+import pytest
 
 from gpuprof.analysis.engine import Context
 from gpuprof.analysis.rules.sharded import sharded_memory
@@ -79,3 +82,56 @@ def test_balanced_units_say_nothing_and_many_tiny_ones_are_named(profile_factory
     tiny = [{"module": "(root)", "params": 10_000}] + [{"module": f"h.{i}", "params": 20_000} for i in range(24)]
     f = _units(profile_factory, tiny)["fsdp-units-tiny"]
     assert f.evidence["units"] == 25 and "several blocks per fully_shard" in f.fix
+
+
+# -- FSDP2 on CUDA: its collectives' time in flight on its own streams -----------------------------
+
+from gpuprof.analysis.distributed import _job_collectives  # noqa: E402
+from gpuprof.analysis.distributed_results import DistributedStats  # noqa: E402
+from gpuprof.analysis.rules.sharded import fsdp_backward_regather, fsdp_reduce_every_micro_step  # noqa: E402
+
+CUDA_CLOCK = "host (CUDA: the calls enqueue; the copy-out's wait is on the GPU timeline)"
+
+
+def _row(rank, exposed, by_kind, clock=CUDA_CLOCK):
+    return {"rank": rank, "step_s": 0.5, "micro_steps": 2,
+            "collectives": {"by_kind": by_kind, "exposed_s": exposed, "world": 2, "backend": "nccl", "clock": clock}}
+
+
+KINDS = {  # per step, medians: host seconds are the enqueueing on CUDA
+    "all_gather": {"calls": 18, "bytes": 400_000_000, "seconds": 0.002, "backward_calls": 8,
+                   "backward_seconds": 0.001, "gpu_seconds": 0.090, "gpu_backward_seconds": 0.040},
+    "all_gather_wait": {"calls": 18, "seconds": 0.030, "backward_calls": 8, "backward_seconds": 0.020},
+    "reduce_scatter": {"calls": 10, "bytes": 200_000_000, "seconds": 0.001, "backward_calls": 10,
+                       "backward_seconds": 0.001, "gpu_seconds": 0.060, "gpu_backward_seconds": 0.060},
+}
+
+
+def test_bus_bandwidth_on_cuda_comes_from_the_time_in_flight_never_from_the_enqueueing():
+    job = _job_collectives([_row(0, 0.03, KINDS)])
+    assert job["by_kind"]["all_gather"]["algbw_Bps"] == pytest.approx(400e6 / 0.090)
+    assert job["by_kind"]["all_gather"]["busbw_Bps"] == pytest.approx(400e6 / 0.090 / 2)
+    no_events = {k: {f: v for f, v in d.items() if not f.startswith("gpu_")} for k, d in KINDS.items()}
+    assert "busbw_Bps" not in _job_collectives([_row(0, 0.03, no_events)])["by_kind"]["all_gather"]
+    host = _job_collectives([_row(0, 0.03, no_events, clock="host")])  # gloo: host time is the collective's
+    assert host["by_kind"]["all_gather"]["algbw_Bps"] == pytest.approx(400e6 / 0.002)
+
+
+def _sharded_ctx(profile_factory):
+    units = [{"module": "(root)", "params": 1000, "reshard_after_forward": False}] + \
+        [{"module": f"h.{i}", "params": 1000, "reshard_after_forward": True} for i in range(4)]
+    p = profile_factory({"forward": 0.2, "backward": 0.25, "comm": 0.05}, device="cuda",
+                        measurements={"sharding": {"kind": "fsdp2", "units": units}})
+    d = DistributedStats.from_dict({"world_size": 2, "collectives": _job_collectives([_row(0, 0.05, KINDS)])})
+    return Context(profile=p, stats=p.stats, distributed=d)
+
+
+def test_on_cuda_the_fsdp_fixes_claim_the_time_in_flight_as_an_upper_bound(profile_factory):
+    ctx = _sharded_ctx(profile_factory)
+    (regather,) = fsdp_backward_regather(ctx)
+    # the backward all-gathers in flight on FSDP's stream (not + the copy-out's wait: that one is
+    # on the GPU timeline's comm, the host's enqueue seconds are not the collective's time)
+    assert regather.saving_s == pytest.approx(0.040) and regather.confidence == "low"
+    assert regather.evidence["in_flight"] is True and "upper bound" in regather.note
+    (reduce,) = fsdp_reduce_every_micro_step(ctx)
+    assert reduce.saving_s == pytest.approx(0.060 / 2) and reduce.confidence == "low"
