@@ -44,9 +44,23 @@ def judge_fsdp(p) -> tuple[bool, str]:
         why = lookup(rp, path)
         if not isinstance(why, str) or "sharded (FSDP2)" not in why:
             problems.append(f"{path} is {why!r}: the sharded model was not refused")
+    # where FSDP2 ran its all-gathers even on one rank, each was timed on FSDP's own stream
+    gathers = [((s.get("extra") or {}).get("collectives") or {}).get("all_gather") for s in steps]
+    gathers = [g for g in gathers if g and g.get("calls")]
+    timed = ""
+    if gathers:
+        untimed = sum(1 for g in gathers if not g.get("gpu_seconds"))
+        unread = lookup(rp, "measurements.collectives.gpu_calls_unread")
+        if untimed:
+            problems.append(f"{untimed} of {len(gathers)} steps' all-gathers have no gpu_seconds (FSDP's stream not timed)")
+        if unread not in (0, None) and not isinstance(unread, Missing):
+            problems.append(f"{unread} collectives' CUDA events were never read")
+        timed = (f"; all-gathers {sum(g['gpu_seconds'] for g in gathers) / len(gathers) * 1e3:.2f} ms per step in "
+                 f"flight on FSDP's stream" if not untimed else "")
     if problems:
         return False, "; ".join(problems)
-    return True, f"FSDP2 on one GPU: {len(steps)} steps on the GPU timeline; the post-run parts refused the sharded model"
+    return True, (f"FSDP2 on one GPU: {len(steps)} steps on the GPU timeline; the post-run parts refused the sharded "
+                  f"model{timed}")
 
 
 def judge_nccl(p) -> tuple[bool, str]:

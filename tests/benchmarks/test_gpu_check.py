@@ -377,6 +377,18 @@ def test_fsdp_verdict_wants_the_sharded_model_refused():
     assert not ok and "measurements.microbatch.not_measured is 'x'" in why
 
 
+def test_fsdp_verdict_wants_all_gathers_timed_on_fsdps_stream_where_they_ran():
+    prof = _fsdp_profile()
+    steps = prof["ranks"][0]["profile"]["steps"]
+    for s in steps:
+        s.setdefault("extra", {})["collectives"] = {"all_gather": {"calls": 5, "gpu_seconds": 0.002}}
+    ok, why = gc.judge_fsdp(prof)
+    assert ok and "all-gathers 2.00 ms per step in flight on FSDP's stream" in why
+    del steps[0]["extra"]["collectives"]["all_gather"]["gpu_seconds"]
+    ok, why = gc.judge_fsdp(prof)
+    assert not ok and "1 of 3 steps' all-gathers have no gpu_seconds" in why
+
+
 SCENARIO_OUTPUTS = {
     "scenario list": "pageable-copies  run  cuda\nsync-every-micro-step  run  cuda\n",
     "scenario run": "✓ top finding: h2d-pageable\nMATCH\n",
