@@ -32,7 +32,7 @@ import threading
 import time
 
 from gpuprof.measure.collective_events import CollectiveEvents
-from gpuprof.measure.funcol_hooks import FunctionalCollectiveHooks
+from gpuprof.measure.funcol_hooks import FunctionalCollectiveHooks, count_call
 from gpuprof.measure.hook_calls import _is_compiling
 
 _get_ident = threading.get_ident
@@ -154,12 +154,4 @@ class CollectiveHooks(FunctionalCollectiveHooks):
                 self.collective_group = {"size": int(group.size()), "backend": str(dist.get_backend(group))}
         per = self._step.collectives.setdefault(kind, {"calls": 0, "bytes": 0, "seconds": 0.0, "other_thread": 0,
                                                        "backward_calls": 0, "backward_seconds": 0.0})
-        per["calls"] += 1
-        per["bytes"] += nbytes
-        if own:
-            per["seconds"] += seconds
-        else:
-            per["other_thread"] += 1
-        if backward:
-            per["backward_calls"] += 1
-            per["backward_seconds"] += seconds if own else 0.0
+        count_call(per, nbytes, seconds, own, backward)

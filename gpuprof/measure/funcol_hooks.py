@@ -62,6 +62,20 @@ def funcol_module():
     return _functional_collectives
 
 
+def count_call(per: dict, nbytes: int, seconds: float, own: bool, backward: bool) -> None:
+    """One collective call into its kind's counts for the step (FSDP2's and funcol's alike): host
+    seconds only on the script's thread (another thread's are not a phase of it)."""
+    per["calls"] += 1
+    per["bytes"] += nbytes
+    if own:
+        per["seconds"] += seconds
+    else:
+        per["other_thread"] += 1
+    if backward:
+        per["backward_calls"] += 1
+        per["backward_seconds"] += seconds if own else 0.0
+
+
 def _tensors(x):
     if isinstance(x, (list, tuple)):
         for v in x:
@@ -196,16 +210,7 @@ class FunctionalCollectiveHooks:
         """One issue into the step's counts (its wait adds to the same kind when it comes)."""
         if not self.collective_group:
             self.collective_group = _group_info(args[2:] if len(args) > 2 else (), kwargs)
-        per = self._funcol_entry(kind)
-        per["calls"] += 1
-        per["bytes"] += nbytes
-        if own:
-            per["seconds"] += seconds
-        else:
-            per["other_thread"] += 1
-        if backward:
-            per["backward_calls"] += 1
-            per["backward_seconds"] += seconds if own else 0.0
+        count_call(self._funcol_entry(kind), nbytes, seconds, own, backward)
 
     def _count_funcol_wait(self, tensor, end_ns: int, seconds: float, own: bool, prev) -> None:
         """A wait: its host time to the kind it waited for, and that collective's time in flight
