@@ -78,8 +78,10 @@ class CollectiveEvents:
 
     def harvest(self) -> None:
         """Read the events the GPU has passed (queries only) and give them back to the pool."""
+        # taken first: a call on autograd's thread may append meanwhile, to the new list
+        items, self.pending = self.pending, []
         left, done = [], []
-        for item in self.pending:
+        for item in items:
             step, kind, backward, start, end = item
             if self.events.done(end) and self.events.done(start):
                 secs = self.events.elapsed_s(start, end)
@@ -91,7 +93,7 @@ class CollectiveEvents:
                 self.read += 1
             else:
                 left.append(item)
-        self.pending = left
+        self.pending.extend(left)
         self.events.recycle(done)
 
     def into_steps(self, records) -> dict:
