@@ -165,7 +165,9 @@ def test_micro_batch_the_paired_rounds_decide_not_the_curves_threshold(profile_f
     # (0.5 ms of a 12 ms micro-step: 4% of it, ~3% of the step, under FIXED_SHARE_MIN) no longer
     # silences a saving the rounds support, nor a within-noise result the user should see.
     a, b, iv = _rounds(0.5)
-    assert batching.micro_batch_too_small(_curve_ctx(profile_factory, fixed=0.0005)) == []  # no rounds: as before
+    # no rounds: the curve's small share is said, with no saving (it used to be left out)
+    (quiet,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, fixed=0.0005))
+    assert (quiet.kind, quiet.saving_s, quiet.config_overrides) == ("info", None, {})
     (f,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, _pair(iv), fixed=0.0005))
     assert f.kind == "fix" and f.saving_s == pytest.approx(0.39 * (1 - iv.estimate))
     assert f.evidence["share"] < batching.FIXED_SHARE_MIN
