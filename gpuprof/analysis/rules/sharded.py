@@ -1,7 +1,8 @@
-"""Rules for sharded training (FSDP2, and DTensor's collectives: tensor parallelism), from the ranks' collectives together (the `collectives`
-of gpuprof.analysis.distributed: the figures of the rank that waited least, i.e. what the
-collectives themselves cost, not the waiting for a slower rank) and the model's sharding
-(measurements.sharding, gpuprof.measure.sharding). The straggler is distributed.py's rule.
+"""Rules for sharded training (FSDP2, and DTensor's collectives: tensor parallelism), from the
+ranks' collectives together (the `collectives` of gpuprof.analysis.distributed: the figures of the
+rank that waited least, i.e. what the collectives themselves cost, not the waiting for a slower
+rank) and the model's sharding (measurements.sharding, gpuprof.measure.sharding). The straggler
+is distributed.py's rule.
 
 - fsdp-reduce-every-micro-step: with gradient accumulation, FSDP reduce-scattered the gradients
   on every micro-step. Saving: the reduce-scatters of all micro-steps but the last, measured.
