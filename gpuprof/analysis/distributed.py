@@ -63,7 +63,8 @@ def _collectives(prof: Profile) -> dict | None:
     group = section.get("group") or {}
     return {"by_kind": by_kind, "exposed_s": median(((s.gpu_phases if gpu else s.phases) or {}).get("comm", 0.0)
                                                     for s in steps),
-            "world": group.get("size"), "backend": group.get("backend"), "clock": section.get("clock")}
+            "world": group.get("size"), "backend": group.get("backend"), "clock": section.get("clock"),
+            "gpu_timeline": gpu}
 
 
 def _busy(prof: Profile) -> dict:
@@ -178,8 +179,7 @@ def _job_collectives(rows: list[dict]) -> dict:
         factor = BUS_FACTOR.get(kind)
         # the collective's own time: in flight on FSDP's stream on CUDA (its host seconds there
         # are the enqueueing), the host's (synchronous gloo; a functional collective's issue + wait)
-        host_clock = not str(c.get("clock") or "host").startswith("host (CUDA")
-        secs = k.get("gpu_seconds") or (k["seconds"] if host_clock else 0.0)
+        secs = k.get("gpu_seconds") or (0.0 if c.get("gpu_timeline") else k["seconds"])
         if factor is not None and secs and k["bytes"] and world > 1:
             # nccl-tests' convention: busbw = algbw × (n−1)/n (all-gather, reduce-scatter), × 2(n−1)/n
             # (all-reduce)

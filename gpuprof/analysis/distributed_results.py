@@ -54,6 +54,7 @@ class RankCollectives:
     world: int | None = None
     backend: str | None = None
     clock: str | None = None
+    gpu_timeline: bool | None = None  # the rank's steps on CUDA events: its host seconds are the enqueueing
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "RankCollectives | None":

@@ -14,14 +14,6 @@ def environment(device: str | None = None, torch_fields: bool = True) -> dict:
     the target's, and importing it takes seconds of a core the target may need)."""
     import psutil
 
-    if not torch_fields:
-        return {"cpu_model": _cpu_model(), "cpu_cores_logical": psutil.cpu_count(logical=True),
-                "cpu_cores_physical": psutil.cpu_count(logical=False), "ram_bytes": psutil.virtual_memory().total,
-                "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
-                "torch": None, "cuda": None, "cuda_available": None, "driver": None, "device": device,
-                "device_name": f"CPU ({_cpu_model()})" if device else platform.processor() or platform.machine()}
-    import torch
-
     env = {
         "cpu_model": _cpu_model(),
         "cpu_cores_logical": psutil.cpu_count(logical=True),
@@ -29,13 +21,18 @@ def environment(device: str | None = None, torch_fields: bool = True) -> dict:
         "ram_bytes": psutil.virtual_memory().total,
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cuda_available": torch.cuda.is_available(),
+        "torch": None, "cuda": None, "cuda_available": None,
         "driver": None,
         "device": device,
         "device_name": platform.processor() or platform.machine(),
     }
+    if device:  # a CUDA device's own name replaces it below
+        env["device_name"] = f"CPU ({env['cpu_model']})"
+    if not torch_fields:
+        return env
+    import torch
+
+    env.update(torch=torch.__version__, cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
     if device and is_cuda(device) and torch.cuda.is_available():
         from gpuprof.measure.cuda import cuda_index
 
@@ -50,8 +47,6 @@ def environment(device: str | None = None, torch_fields: bool = True) -> dict:
             pynvml.nvmlShutdown()
         except Exception:  # NVML missing or failing: the driver stays "not measured"
             pass
-    elif device:
-        env["device_name"] = f"CPU ({env['cpu_model']})"
     return env
 
 

@@ -90,12 +90,10 @@ from gpuprof.analysis.distributed import _job_collectives  # noqa: E402
 from gpuprof.analysis.distributed_results import DistributedStats  # noqa: E402
 from gpuprof.analysis.rules.sharded import fsdp_backward_regather, fsdp_reduce_every_micro_step  # noqa: E402
 
-CUDA_CLOCK = "host (CUDA: the calls enqueue; the copy-out's wait is on the GPU timeline)"
-
-
-def _row(rank, exposed, by_kind, clock=CUDA_CLOCK):
+def _row(rank, exposed, by_kind, gpu_timeline=True):
     return {"rank": rank, "step_s": 0.5, "micro_steps": 2,
-            "collectives": {"by_kind": by_kind, "exposed_s": exposed, "world": 2, "backend": "nccl", "clock": clock}}
+            "collectives": {"by_kind": by_kind, "exposed_s": exposed, "world": 2, "backend": "nccl",
+                            "gpu_timeline": gpu_timeline}}
 
 
 KINDS = {  # per step, medians: host seconds are the enqueueing on CUDA
@@ -113,7 +111,7 @@ def test_bus_bandwidth_on_cuda_comes_from_the_time_in_flight_never_from_the_enqu
     assert job["by_kind"]["all_gather"]["busbw_Bps"] == pytest.approx(400e6 / 0.090 / 2)
     no_events = {k: {f: v for f, v in d.items() if not f.startswith("gpu_")} for k, d in KINDS.items()}
     assert "busbw_Bps" not in _job_collectives([_row(0, 0.03, no_events)])["by_kind"]["all_gather"]
-    host = _job_collectives([_row(0, 0.03, no_events, clock="host")])  # gloo: host time is the collective's
+    host = _job_collectives([_row(0, 0.03, no_events, gpu_timeline=False)])  # gloo: host time is the collective's
     assert host["by_kind"]["all_gather"]["algbw_Bps"] == pytest.approx(400e6 / 0.002)
 
 
