@@ -86,6 +86,11 @@ def pct(x: float | None, digits: int = 1) -> str:
     return NM if x is None else f"{x * 100:.{digits}f}%"
 
 
+def pct_range(low: float, high: float, digits: int = 1) -> str:
+    """Two fractions as a percentage range: 0.352, 0.468 -> 35.2–46.8%."""
+    return f"{low * 100:.{digits}f}\u2013{high * 100:.{digits}f}%"
+
+
 def count(n: float | None) -> str:
     """A large count: 921.1K, 1.6B."""
     if n is None:

@@ -184,3 +184,42 @@ def test_micro_batch_a_noisy_curve_does_not_hide_the_paired_rounds(profile_facto
     assert f.title == "micro-batch too small: 32 micro-steps of batch_size 1 per step"
     assert "too noisy to read a fixed cost" in f.because and f.evidence["share"] is None
     assert f.evidence["fixed_per_micro_s"] is None and f.saving_s == pytest.approx(0.39 * (1 - iv.estimate))
+
+
+# ------------------------------------------------------------------ the transfer from the rounds to the run
+def test_interval_spans_the_ratio_and_the_rounds_difference_when_the_eager_way_was_not_the_run():
+    """The rounds' run way took 0.4 s where the run's part is 0.3 s: the saving is promised from
+    0.3 × (1 − high) to 0.4 × (1 − low), the estimate staying 0.3 × (1 − estimate)."""
+    from gpuprof.analysis.rules.intervals import timed_saving
+
+    a, b, iv = _rounds(0.6)
+    plain = timed_saving(iv.as_dict(), 0.3, iv.estimate)
+    spanned = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.4)
+    assert plain.evidence["saving_low_s"] == pytest.approx(0.3 * (1 - iv.high))
+    assert spanned.estimate == pytest.approx(plain.estimate) and spanned.saving_s == pytest.approx(plain.saving_s)
+    assert spanned.evidence["saving_low_s"] == pytest.approx(0.3 * (1 - iv.high))
+    assert spanned.evidence["saving_high_s"] == pytest.approx(0.4 * (1 - iv.low))
+    assert spanned.evidence["ratio_saving_high_s"] == pytest.approx(0.3 * (1 - iv.low))
+    assert spanned.evidence["timed_part_s"] == 0.4 and "as the rounds' difference" in spanned.note
+    # an eager way 0.8x the run's: the low end moves down instead
+    below = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.24)
+    assert below.evidence["saving_low_s"] == pytest.approx(0.24 * (1 - iv.high))
+    assert below.evidence["saving_high_s"] == pytest.approx(0.3 * (1 - iv.low))
+    # within 2%: one figure, nothing spanned
+    close = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.303)
+    assert close.evidence == plain.evidence and "timed_part_s" not in close.evidence
+
+
+def test_precision_promise_spans_the_eager_model_and_the_run(profile_factory):
+    """precision-slow passes the rounds' run-dtype seconds at the step's scale (per micro-step ×
+    micro-steps): a run whose eager model took 0.08 s per micro-step against its own 0.3 s of
+    forward+backward per step widens the interval downward to 0.08 × micro × (1 − high)."""
+    a, b, iv = _rounds(0.6)
+    ctx = _precision_ctx(profile_factory, _switch(iv, a=a, b=b))
+    from gpuprof.analysis.rules.common import micro_steps
+
+    (f,) = precision.precision_slow(ctx)
+    timed = 0.08 * micro_steps(ctx)
+    assert f.evidence["timed_part_s"] == pytest.approx(timed)
+    assert f.evidence["saving_low_s"] == pytest.approx(min(0.3, timed) * (1 - iv.high))
+    assert f.evidence["saving_high_s"] == pytest.approx(max(0.3, timed) * (1 - iv.low))

@@ -27,13 +27,13 @@ def _text(renderable) -> str:
 def test_the_saves_line_carries_the_interval_on_every_renderer():
     f = with_share(_timed("precision-slow", 0.031, 0.018, 0.041, confidence="high"), 0.2)
     v = finding_view(f)
-    assert v.saves_line == ("31.0 ms per step (18.0–41.0 ms, 93%, 8 rounds; 15.5% of the typical step); "
+    assert v.saves_line == ("31.0 ms per step (18.0–41.0 ms, 93%, 8 rounds; 15.5% of the typical step, 9.0–20.5%); "
                             "confidence high")
     g = group_findings([f])
     assert "saves 31.0 ms per step (18.0–41.0 ms, 93%, 8 rounds" in g.verdict_text
     assert v.saves_line in _text(findings_table([f]))
     html = _findings(Report(title="", run_line="", has_steps=True, verdict_text=g.verdict_text, fixes=g.fixes))
-    assert "31.0 ms per step (18.0–41.0 ms, 93%, 8 rounds; 15.5% of the typical step)" in html
+    assert "31.0 ms per step (18.0–41.0 ms, 93%, 8 rounds; 15.5% of the typical step, 9.0–20.5%)" in html
 
 
 def test_within_noise_claims_nothing_and_says_so():

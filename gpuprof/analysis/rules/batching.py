@@ -3,6 +3,8 @@ the measured efficiency curve says they run faster."""
 
 from __future__ import annotations
 
+import statistics
+
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, on_cuda, step_s
 from gpuprof.analysis.rules.intervals import timed_saving
@@ -131,7 +133,10 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
     if pair is not None:  # timed: the run's micro-batch against b2, the same tokens, paired rounds
         b2, est = pair
         n2 = n * batch // b2
-        timed = timed_saving(mb.pair.interval, fwd_bwd, mb.pair.ratio)
+        runs = (mb.pair.round_seconds or {}).get("run") or []
+        k = mb.pair.micro_steps_each or b2 // batch
+        timed = timed_saving(mb.pair.interval, fwd_bwd, mb.pair.ratio,
+                             timed_s=statistics.median(runs) * n / k if runs and k else None)
         because += (f"; timed after the run in {mb.pair.rounds} paired rounds, {b2 // batch} micro-steps of "
                     f"batch_size {batch} against 1 of {b2} (the same tokens) took {times(mb.pair.ratio)} the time")
         ev.update({"new_batch_size": b2, "new_grad_accum": n2, "new_batch_measured": True, **timed.evidence})

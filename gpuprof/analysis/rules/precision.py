@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.precision import compute_dtype_name
-from gpuprof.analysis.rules.common import mode, on_cuda, step_s
+from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
 from gpuprof.analysis.rules.intervals import timed_saving
 from gpuprof.hardware import MARKED_FASTER as MARKED, TORCH_NAME, pick_faster
 from gpuprof.sections import Precisions
@@ -90,7 +90,9 @@ def precision_slow(ctx: Context) -> list[Finding]:
     timed_model = switch.to == best and bool(switch.ratio)
     if timed_model:
         # Measured: the model itself, forward+backward in the faster dtype vs the run's.
-        timed = timed_saving(switch.interval, compute, switch.ratio)
+        eager_run = (switch.eager_fwd_bwd_per_micro_s * micro_steps(ctx)
+                     if switch.interval is not None and switch.eager_fwd_bwd_per_micro_s else None)
+        timed = timed_saving(switch.interval, compute, switch.ratio, timed_s=eager_run)
         if switch.interval is not None:
             vs = (f"{seconds(switch.eager_fwd_bwd_per_micro_s)} in {current}, both eager, medians of "
                   f"{switch.rounds} paired rounds")
