@@ -168,11 +168,11 @@ def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_secti
         "run_wall_s": window_s,
         "ended": "interrupted" if interrupted else "finished",
         "partial": interrupted or ended,
-        "note": (f"the target ended {facts['ended_at_s']:.1f} s into the window: what was sampled is reported"
-                 if ended else None),
+        # when the target ended inside the window (seconds into it), else None: report/attach words it
+        "target_ended_at_s": facts.get("ended_at_s") if ended else None,
+        # where each config value came from (provenance, as a script run's config.source)
         "config": {"grad_accum": int(micro),
-                   "source": {"grad_accum": "given: --grad-accum" if grad_accum else
-                              "sampled: backward runs per optimizer step (py-spy stacks)"}},
+                   "source": {"grad_accum": "--grad-accum" if grad_accum else "py-spy stacks"}},
     }
     from gpuprof.measure.environment import environment
 
@@ -185,8 +185,7 @@ def build_profile(pid: int, timelines: dict, info: dict, facts: dict, nvml_secti
         env.update(device="cuda", device_name=gpus[0].get("name"), device_memory_bytes=gpus[0].get("memory_total_bytes"))
     # the device the run computes on, as far as NVML can tell: a GPU it has a context on, else the CPU
     run["config"]["device"] = f"cuda:{(nvml_section.get('gpus_of_process') or [{}])[0].get('index', 0)}" if on_gpu else "cpu"
-    run["config"]["source"]["device"] = ("NVML: the process has a context on this GPU" if on_gpu else
-                                         f"no GPU reading ({nvml_section.get('reason') or 'NVML'}): taken as the CPU")
+    run["config"]["source"]["device"] = "NVML: a context on this GPU" if on_gpu else "no GPU reading"
     profile = Profile(run=run, steps=records, environment=env)
     profile.measurements["attach"] = {
         "method": METHOD,

@@ -76,6 +76,9 @@ def attach_rows(profile: Profile) -> list[tuple[str, str]]:
     a = profile.measurements.get("attach") or {}
     smp, steps, proc = a.get("sampler") or {}, a.get("steps") or {}, a.get("process") or {}
     rows = [("attached", f"process {run.get('pid')}: " + (" ".join(str(c) for c in run.get("command") or []) or NM))]
+    if run.get("target_ended_at_s") is not None:
+        rows.append(("ended", f"the target ended {run['target_ended_at_s']:.1f} s into the window: what was "
+                              "sampled is reported"))
     split = (f"; {steps['gaps_split']} gap{'s' if steps['gaps_split'] != 1 else ''} between seen boundaries "
              f"held several steps and were split evenly" if steps.get("gaps_split") else "")
     seen = (f"{steps.get('boundaries', steps.get('optimizer_ends', 0))} step boundaries seen "
