@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 from gpuprof.errors import GpuprofError, ScriptFailed, one_line
 from gpuprof.measure.cuda import is_cuda
@@ -283,5 +283,3 @@ def script_args_with(args: list[str], overrides: dict, defined: dict) -> tuple[l
     usable = {k: v for k, v in overrides.items() if k in defined}
     return [*args, *(f"--{k}={v}" for k, v in usable.items())], usable
 
-
-Rerun = Callable[[dict], Optional[Profile]]

@@ -8,7 +8,6 @@ picks the functions (gpuprof.runners.script_discovery) and the stack sampler mar
 from __future__ import annotations
 
 import functools
-import re
 import threading
 
 import torch

@@ -242,13 +242,6 @@ def time_pair(model, args: tuple, kwargs: dict, device: str, autocast_dtype, b2:
                        "median of the rounds' larger/run with its sign-test interval")}
 
 
-def measure_curve(model, x, y, device: str, autocast_dtype=None, reps: int = 2,
-                  budget_s: float = 4.0, clock=time.perf_counter, sizes: list[int] | None = None) -> dict:
-    """t(b) for a model called as model(x, y) (nanoGPT's shape); see measure_curve_inputs."""
-    args = (x,) if y is None else (x, y)
-    return measure_curve_inputs(model, args, {}, device, autocast_dtype, reps, budget_s, clock, sizes)
-
-
 def batch_size_of(args: tuple, kwargs: dict) -> int | None:
     """The micro-batch size: the leading dimension of the first tensor input."""
     t = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.dim() >= 1), None)

@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass, field
 
 from gpuprof.measure.hook_calls import _is_compiling
-from gpuprof.sections.script import STEP_BACKWARD, STEP_OPTIMIZER, STEP_ZERO_GRAD
+from gpuprof.sections.script import STEP_BACKWARD, STEP_ZERO_GRAD
 
 _get_ident = threading.get_ident
 

@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from gpuprof.measure.microbatch import _settled, _sizes, fit_line, measure_curve
+from gpuprof.measure.microbatch import _settled, _sizes, fit_line, measure_curve_inputs
 from gpuprof.measure.syncs import SyncCounter
 from gpuprof.measure.timer import PhaseTimer
 from gpuprof.dims import GPTConfig
@@ -30,7 +30,7 @@ def test_sizes_and_settling():
 def test_measure_curve_on_a_small_gpt_leaves_no_gradients():
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=64, vocab_size=64, block_size=128))
     x = torch.randint(0, 64, (4, 128))
-    out = measure_curve(model, x, x, "cpu", reps=2, budget_s=10)
+    out = measure_curve_inputs(model, (x, x), {}, "cpu", reps=2, budget_s=10)
     assert [p["batch_size"] for p in out["points"]] == [1, 2, 4, 8]
     t = {p["batch_size"]: p["seconds"] for p in out["points"]}
     assert t[8] > t[1]  # 8 sequences cost more than one, whatever the machine's load
@@ -46,7 +46,7 @@ def test_measure_curve_synchronizes_the_measured_device(monkeypatch):
     fake = FakeCuda(n_devices=2).install(monkeypatch)
     model = GPT(GPTConfig(n_layer=1, n_head=2, n_embd=32, vocab_size=64, block_size=16))
     x = torch.randint(0, 64, (2, 16))
-    out = measure_curve(model, x, x, "cuda:1", reps=1, budget_s=5)
+    out = measure_curve_inputs(model, (x, x), {}, "cuda:1", reps=1, budget_s=5)
     assert len(out["points"]) >= 2
     assert {c[1] for c in fake.calls if c[0] == "synchronize"} == {1} and fake.contexts == {1}
 
