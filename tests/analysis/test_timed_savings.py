@@ -186,6 +186,21 @@ def test_micro_batch_a_noisy_curve_does_not_hide_the_paired_rounds(profile_facto
     assert f.evidence["fixed_per_micro_s"] is None and f.saving_s == pytest.approx(0.39 * (1 - iv.estimate))
 
 
+def test_micro_batch_high_end_holds_the_loop_code_that_runs_once_per_micro_step(profile_factory):
+    """32 micro-steps become 4: the data phase (10 ms per step here) runs 4 times in place of 32,
+    untimed, so up to 7/8 of it is added to the interval's high end only; the estimate, the low end
+    and the claims stay the timed forward+backward."""
+    a, b, iv = _rounds(0.5)
+    (f,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, _pair(iv)))
+    fwd_bwd, extra = 0.39, 0.01 * (1 - 4 / 32)
+    ev = f.evidence
+    assert ev["untimed_loop_s"] == pytest.approx(extra)
+    assert ev["saving_high_s"] == pytest.approx(fwd_bwd * (1 - iv.low) + extra)
+    assert ev["saving_low_s"] == pytest.approx(fwd_bwd * (1 - iv.high))
+    assert f.saving_s == pytest.approx(fwd_bwd * (1 - iv.estimate))
+    assert sum(f.claims.values()) == pytest.approx(f.saving_s) and "not timed" in f.note
+
+
 # ------------------------------------------------------------------ the transfer from the rounds to the run
 def test_interval_spans_the_ratio_and_the_rounds_difference_when_the_eager_way_was_not_the_run():
     """The rounds' run way took 0.4 s where the run's part is 0.3 s: the saving is promised from

@@ -147,6 +147,15 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
                    + ("; larger ones may save more, not timed" if best is not None and best[0] > b2 else ""))
         saving = timed.saving_s
         note = join_notes(timed.note, "saving = forward+backward per step × (1 − the paired rounds' ratio)", b2_note)
+        loop = sum(ctx.seconds(p) for p in LOOP_PER_MICRO)
+        if saving is not None and loop > 0 and n2 < n:
+            # The loop code around each micro-step (its batch fetch, copies, other lines) runs n2
+            # times in place of n: not timed, so it bounds the interval's high end only.
+            extra = loop * (1 - n2 / n)
+            ev.update(untimed_loop_s=extra, saving_high_s=ev["saving_high_s"] + extra)
+            note = join_notes(note, f"the interval's high end adds up to {seconds(extra)} of the data, copy and "
+                                    f"other loop code ({seconds(loop)} per step) running {n2} times in place of "
+                                    f"{n}, not timed")
         confidence = timed.confidence
     else:
         b2, n2, saving, est = best
@@ -176,6 +185,11 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         note=note, config_overrides={} if within else {"batch_size": b2, "gradient_accumulation_steps": n2},
         because=because, claims={} if saving is None else {"forward": saving / 3, "backward": saving * 2 / 3},
     )]
+
+
+# The phases that run once per micro-step in a gradient-accumulation loop (forward and backward
+# aside): fewer micro-steps run them fewer times. An upper bound: "other" holds once-per-step code too.
+LOOP_PER_MICRO = ("data", "h2d", "other")
 
 
 def _paired(ctx: Context, pair, n: int, batch: int, capacity, gcfg):
