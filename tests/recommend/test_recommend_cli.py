@@ -35,16 +35,34 @@ def test_famous_suggestion_json():
     assert d["throughput"]["source"] == "flops"
 
 
-def test_text_report_names_the_winner_and_breakdown():
+def test_text_report_prints_the_view(monkeypatch):
+    import gpuprof.render.recommend as render
+    from gpuprof.report.recommend import BEST, recommend_view
+
+    seen = []
+
+    def spy(rec, **kw):
+        seen.append((rec, recommend_view(rec, **kw)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(render, "recommend_view", spy)
     r = invoke("-t", "1M", "--gpu", "h200", "--batch-size", "16", "--grad-accum", "64")
     assert r.exit_code == 0, r.output
-    assert "1,000,000 (1M)" in r.output and "1,048,576 (2^20)" in r.output
-    assert "Recommended: batch_size=" in r.output
-    assert "Memory for batch_size=" in r.output and "loss_backward" in r.output
-    assert "FLOP estimate: not measured" in r.output
-    assert "FLOP floor: 906 ms" in r.output  # units.seconds, as every report
+    (rec, v), = seen
+    # the view's texts, as the report prints them
+    for text in (v.title.text, v.verdict.text, v.breakdown.title.text,
+                 *(f.text for f in v.facts if f.label != "speed"),  # the speed line wraps
+                 *(cell for row in v.rows for cell in row.texts),
+                 *(name for name, _, _ in v.breakdown.rows)):
+        assert text in r.output
+    assert "1,000,000 (1M)" in v.title.text and v.rows[0].texts[3] == "1,048,576 (2^20)"
+    assert v.verdict.tone == BEST and "loss_backward" in [t for t, _, _ in v.breakdown.rows]
+    speed = next(f for f in v.facts if f.label == "speed")
+    assert speed.text.startswith("FLOP estimate: not measured")
+    assert any("906 ms" in d for d in v.details)  # the FLOP floor, units.seconds as every report
     # memory in decimal GB, as --memory-gb and the datasheet ("141 GB"), 3 significant figures
-    assert "memory  141 GB from NVIDIA H200 SXM" in r.output and "of 141 GB (" in r.output
+    memory = next(f for f in v.facts if f.label == "memory")
+    assert memory.text.startswith("141 GB from NVIDIA H200 SXM") and "of 141 GB (" in rec.reason
 
 
 def test_write_new_file_and_refuse_existing(tmp_path):
