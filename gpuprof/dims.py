@@ -116,6 +116,10 @@ def missing_gpt_dims(dims: dict | None, n_params: int | None = None) -> list[str
     return [k for k in dict.fromkeys(need) if not isinstance(dims.get(k), (int, float)) or dims[k] <= 0]
 
 
+# The 6 in 6N: 2 FLOPs per parameter per token forward (a multiply and an add) × TRAIN_OVER_FORWARD.
+TRAIN_FLOPS_PER_PARAM = 2 * TRAIN_OVER_FORWARD
+
+
 def gpt_flops_per_token(dims: dict, n_params: int | None = None) -> float:
     """6N + 12·L·H·Q·T for a dict with n_layer, n_head, n_embd, block_size (+ vocab_size, bias
     when n_params is not given). Q·H = n_embd. ValueError naming what is missing when the dims
@@ -124,7 +128,14 @@ def gpt_flops_per_token(dims: dict, n_params: int | None = None) -> float:
     if missing:
         raise ValueError(f"not a GPT's dims: no {', '.join(missing)}")
     n = n_params if n_params is not None else gpt_param_count(**dims)
-    return 6 * n + attention_flops_per_token(dims["n_layer"], dims["n_embd"], dims["block_size"])
+    attention = attention_flops_per_token(dims["n_layer"], dims["n_embd"], dims["block_size"])
+    return TRAIN_FLOPS_PER_PARAM * n + attention
+
+
+def implied_params(flops_per_token: float, n_layer: int, n_embd: int, block_size: int) -> float:
+    """gpt_flops_per_token inverted: the parameter count N that gives `flops_per_token` for a GPT
+    with these attention dims, (F/token − 12·L·H·Q·T) / 6."""
+    return (flops_per_token - attention_flops_per_token(n_layer, n_embd, block_size)) / TRAIN_FLOPS_PER_PARAM
 
 
 def flops_per_token(cfg: GPTConfig) -> int:

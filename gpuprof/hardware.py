@@ -249,8 +249,8 @@ def known_gpu_keys() -> list[str]:
     return [g.key for g in GPUS]
 
 
-def compute_dtype(autocast_dtype: str | None, param_dtype: str | None, tf32: bool | None,
-                  device: str | None) -> str:
+def observed_compute_dtype(autocast_dtype: str | None, param_dtype: str | None, tf32: bool | None,
+                           device: str | None) -> str:
     """The dtype a step's matmuls run in, from what was observed: the autocast dtype; else the
     weights' dtype when they are half precision (a model cast with .to(torch.bfloat16) runs bf16
     without autocast); else fp32, which CUDA runs as TF32 when TF32 matmuls are allowed. Both the

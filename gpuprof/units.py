@@ -15,6 +15,8 @@ from gpuprof.errors import GpuprofError
 
 NM = "not measured"
 EMPTY = "—"  # a table cell with no figure: not taken there, or not applicable (its caption says which)
+NA = "not applicable"  # a figure that cannot exist here (no datasheet peak, no TF32 on a CPU), in words
+UNKNOWN = "?"  # a name or label that was not recorded (a host, a status, a backend, a file)
 
 # Byte units, defined once. Memory (GPU memory, RAM, a process's memory) is quoted in binary
 # units and written by `gib`; data, disk and transfer sizes in decimal units, by `nbytes`.

@@ -39,7 +39,7 @@ from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.errors import GpuprofError
 from gpuprof.profile import Profile
 from gpuprof.stats import PHASES, StepStats, step_times
-from gpuprof.units import finite
+from gpuprof.units import NM, finite
 
 PER_TOKENS = 1_000_000  # per-token figures are seconds per this many tokens
 REALISED_TOL = 0.15  # achieved within ±15% of predicted is "realised" (issue #13's bar)
@@ -325,7 +325,7 @@ def verdict(predicted: float | None, ratio: float | None, achieved_s: float | No
     if not predicted:
         return "none predicted"  # a saving capped to 0 by higher-ranked findings
     if ratio is None:
-        return "not measured"
+        return NM
     if achieved_s is not None and achieved_s < 0 and (promised is None or achieved_s < promised[0]):
         return "worse"
     if promised is not None and achieved_s is not None and achieved_s >= promised[0] - 1e-9:  # 1 ns: rounding

@@ -7,6 +7,7 @@ import math
 
 from gpuprof.analysis.mfu_results import LogAnalysis, LogVerdict, SizeRow
 from gpuprof.errors import GpuprofError
+from gpuprof.hardware import BEST_ACHIEVABLE_MFU, EXPECTED_MFU
 from gpuprof.stats import median, quantile
 # Re-exported: the parser's public names stay importable from here.
 from gpuprof.steplog import (EVAL_RE, FIRST_STEP, ITER_RE, EvalLine, IterLine, StepLine,  # noqa: F401
@@ -18,15 +19,21 @@ from gpuprof.steplog import (EVAL_RE, FIRST_STEP, ITER_RE, EvalLine, IterLine, S
 # FLOPs per step = mfu × 312e12 × dt, whatever GPU it ran on. From that: the model size it
 # implies, the true MFU on the real GPU's peak, and the floor no step can beat there.
 
+# "slow" below this MFU: its own threshold, a judgement rather than a measurement -- a step over
+# 1.6x slower than EXPECTED_MFU's low end loses its time to something profiling finds (data
+# loading, syncs, small micro-batches), not to tuning the matmuls.
+SLOW_MFU = 0.25
+_LOW, _BEST = EXPECTED_MFU[0], BEST_ACHIEVABLE_MFU
+
 STEP_VERDICTS = (  # (upper bound of step time / floor, id, text); floor = FLOPs ÷ peak
     (1.0, "impossible", "faster than the FLOP floor: the timing is not synchronized, or the GPU, "
                         "dtype or config is not what was given"),
-    (1 / 0.8, "suspicious", "above the ~80% MFU the best dense matmuls reach: check the GPU and "
-                            "the tokens per step"),
-    (1 / 0.4, "healthy", "40-80% MFU: compute-bound and plausible for this model; a faster step "
-                         "needs fewer FLOPs (smaller model or fewer tokens), not I/O fixes"),
-    (1 / 0.25, "fair", "25-40% MFU: some headroom; profile the step to see where it goes"),
-    (float("inf"), "slow", "below 25% MFU: the step is far from what the GPU can do; profile it "
+    (1 / _BEST, "suspicious", f"above the ~{_BEST:.0%} MFU the best dense matmuls reach: check the GPU and "
+                              "the tokens per step"),
+    (1 / _LOW, "healthy", f"{_LOW * 100:.0f}-{_BEST:.0%} MFU: compute-bound and plausible for this model; a faster "
+                          "step needs fewer FLOPs (smaller model or fewer tokens), not I/O fixes"),
+    (1 / SLOW_MFU, "fair", f"{SLOW_MFU * 100:.0f}-{_LOW:.0%} MFU: some headroom; profile the step to see where it goes"),
+    (float("inf"), "slow", f"below {SLOW_MFU:.0%} MFU: the step is far from what the GPU can do; profile it "
                            "(data loading, syncs, small micro-batches) with `gpuprof diagnose`"),
 )
 
@@ -72,9 +79,8 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
     from pathlib import Path
 
     from gpuprof.analysis.mfu import NANOGPT_A100_TFLOPS, explain_misreport
-    from gpuprof.hardware import BEST_ACHIEVABLE_MFU, EXPECTED_MFU, find_gpu, peak_for
-    from gpuprof.dims import (GPT2_SIZES, GPTConfig, attention_flops_per_token, gpt_flops_per_token,
-                              gpt_param_count)
+    from gpuprof.hardware import find_gpu, peak_for
+    from gpuprof.dims import GPT2_SIZES, GPTConfig, gpt_flops_per_token, gpt_param_count, implied_params
 
     config = dict(config or {})
     p = Path(path)
@@ -148,7 +154,7 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
     implied = method = nearest = None
     if per_token:
         if have_dims:
-            implied = (per_token - attention_flops_per_token(dims["n_layer"], dims["n_embd"], block)) / 6
+            implied = implied_params(per_token, dims["n_layer"], dims["n_embd"], block)
             method = "config n_layer/n_embd"
         else:
             def fpt(name):
@@ -156,7 +162,7 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
 
             nearest = min(GPT2_SIZES, key=lambda n: abs(math.log(fpt(n) / per_token)))
             d = GPT2_SIZES[nearest]
-            implied = (per_token - attention_flops_per_token(d["n_layer"], d["n_embd"], block)) / 6
+            implied = implied_params(per_token, d["n_layer"], d["n_embd"], block)
             method = f"attention term of the nearest GPT-2 shape ({nearest})"
     elif flops_step and not tokens:
         warnings.append("tokens per step unknown (give batch_size, block_size, "

@@ -2,9 +2,9 @@
 
 Two denominators: the datasheet's dense peak for the GPU and dtype (hardware.py), and the
 measured matmul ceiling of this device (measure/probe.py). Also the step-time floor (FLOPs ÷
-peak: the fastest this step can ever run here), the step time expected at 40% and 60% MFU, and,
-when the script printed an MFU, why it differs from the true one. Pure: reads a Profile, returns
-an MfuResult (analysis/mfu_results.py), prints nothing.
+peak: the fastest this step can ever run here), the step time expected across the band
+hardware.EXPECTED_MFU, and, when the script printed an MFU, why it differs from the true one.
+Pure: reads a Profile, returns an MfuResult (analysis/mfu_results.py), prints nothing.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import numpy as np
 
 from gpuprof.disk.units import size_label
 from gpuprof.stats import median
+from gpuprof.units import NM
 
 Clock = Callable[[], float]
 SUSPECT_RATIO = 1.5  # this VM: re-read ÷ first read 0.97-1.03 (no cache below), see docs
@@ -121,7 +122,7 @@ def judge(first: list[list[float]], again: list[list[float]], recency: bool,
     if out["tail_speedup"] is not None and out["tail_speedup"] >= SUSPECT_RATIO:
         signs.append("recency")
     measured = out["reread_speedup"] is not None or out["tail_speedup"] is not None
-    out.update(status="suspected" if signs else ("not seen" if measured else "not measured"),
+    out.update(status="suspected" if signs else ("not seen" if measured else NM),
                signs=signs, note=None if measured else
                f"too few pairs ({len(f)}) in the time allowed to judge")
     return out
@@ -153,4 +154,4 @@ def not_checked(why: str) -> dict:
     return {"method": None, "read_bytes": None, "pairs": 0, "first_p50_ms": None,
             "reread_p50_ms": None, "reread_speedup": None, "head_p50_ms": None,
             "tail_p50_ms": None, "tail_speedup": None, "threshold": SUSPECT_RATIO,
-            "status": "not measured", "signs": [], "note": why}
+            "status": NM, "signs": [], "note": why}

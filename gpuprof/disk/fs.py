@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import psutil
 
-from gpuprof.units import GiB
+from gpuprof.units import GiB, UNKNOWN
 
 # Filesystems whose speed is set by a network, a server or a user-space daemon, and layered
 # ones that add a copy-up/lookup layer. Reads there vary from run to run.
@@ -93,7 +93,7 @@ def filesystem_info(path: str) -> FsInfo:
                 best = part
     usage = shutil.disk_usage(real if os.path.isdir(real) else os.path.dirname(real) or ".")
     if best is None:
-        mountpoint, fstype, device = "?", "unknown", "?"
+        mountpoint, fstype, device = UNKNOWN, "unknown", UNKNOWN
     else:
         mountpoint, fstype, device = best.mountpoint, best.fstype, best.device
     kind = classify_fs(fstype)

@@ -34,6 +34,7 @@ import time
 from gpuprof.measure.cuda import is_cuda
 from gpuprof.measure.sharding import is_sharded
 from gpuprof.stats import median
+from gpuprof.units import NM
 
 
 class HostClock:
@@ -324,7 +325,7 @@ def link_info(device: str, world: int, nvml=None) -> dict:
         finally:
             pynvml.nvmlShutdown()
     except Exception as exc:  # noqa: BLE001 - a reading, never the run
-        return {"name": "not measured", "nominal_Bps": None, "why": f"NVML: {exc.__class__.__name__}: {exc}"}
+        return {"name": NM, "nominal_Bps": None, "why": f"NVML: {exc.__class__.__name__}: {exc}"}
     spec, gbs = link_for(version, active, gen, width)
     what = (f"NVLink {NVLINK_NAMES.get(version, f'(NVML version {version})')}, {active} links active"
             if active else f"PCIe Gen{gen} x{width}")

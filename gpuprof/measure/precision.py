@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 
-from gpuprof.hardware import compute_dtype
+from gpuprof.hardware import observed_compute_dtype
 from gpuprof.measure.cuda import is_cuda
+from gpuprof.units import NA
 
 
 def matmul_tf32_state() -> dict:
@@ -99,8 +100,8 @@ def _has_tf32(device) -> bool:
 
 def read_precision(model, autocast_dtype, device: str) -> dict:
     """What the step computes in: autocast dtype, weights' dtype, TF32 state, and the resulting
-    compute dtype (hardware.compute_dtype) that the MFU peak and the ceiling probe both use. The
-    runners store it as measurements.precision (read by gpuprof.analysis.precision)."""
+    compute dtype (hardware.observed_compute_dtype) that the MFU peak and the ceiling probe both
+    use. The runners store it as measurements.precision (read by gpuprof.analysis.precision)."""
     ac = str(autocast_dtype).replace("torch.", "") if autocast_dtype is not None else None
     pd = param_dtype(model) if model is not None else None
     if is_cuda(device):
@@ -109,9 +110,9 @@ def read_precision(model, autocast_dtype, device: str) -> dict:
             state["tf32_matmul"] = False
             state["tf32_note"] = "TF32 is allowed but this GPU has no TF32 (compute capability < 8.0)"
     else:
-        state = {"tf32_matmul": False, "tf32_source": "not applicable on " + str(device)}
+        state = {"tf32_matmul": False, "tf32_source": f"{NA} on {device}"}
     return {"autocast_dtype": ac, "param_dtype": pd, **state,
-            "compute_dtype": compute_dtype(ac, pd, state.get("tf32_matmul"), device)}
+            "compute_dtype": observed_compute_dtype(ac, pd, state.get("tf32_matmul"), device)}
 
 
 class MatmulDtypeWatch:
@@ -171,5 +172,6 @@ def with_observed_matmul(precision: dict, observed: str | None, layer: str | Non
     if observed in ("bfloat16", "float16") and out.get("compute_dtype") in ("fp32", "tf32"):
         out["autocast_dtype"] = out.get("autocast_dtype") or observed
         out["autocast_note"] = f"autocast inside the model's forward: {layer} computed in {observed}"
-        out["compute_dtype"] = compute_dtype(observed, out.get("param_dtype"), out.get("tf32_matmul"), device)
+        out["compute_dtype"] = observed_compute_dtype(observed, out.get("param_dtype"), out.get("tf32_matmul"),
+                                                      device)
     return out

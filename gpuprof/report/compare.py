@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuprof.analysis.compare import REALISED_TOL, Comparison, Figure, Outcome
-from gpuprof.units import NM, pct, seconds, seconds_range, signed_seconds
+from gpuprof.units import NA, NM, pct, seconds, seconds_range, signed_seconds
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def phase_rows(c: Comparison) -> Rows:
 def outcome_rows(outcomes: list[Outcome]) -> Rows:
     """BEFORE's findings with a predicted saving: predicted vs achieved seconds, and the ratio."""
     rows = tuple((o.id, seconds(o.predicted_s), seconds(o.achieved_s),
-                  "n/a" if o.ratio is None and o.predicted_s == 0 else _ratio(o.ratio), o.verdict)
+                  NA if o.ratio is None and o.predicted_s == 0 else _ratio(o.ratio), o.verdict)
                  for o in outcomes)
     return Rows(("finding (BEFORE)", "predicted", "achieved", "ratio", "verdict"), rows, last_is_text=True)
 

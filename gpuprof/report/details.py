@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from gpuprof.analysis.mfu_results import IMPOSSIBLE, LogAnalysis, MfuResult, MisreportCause
 from gpuprof.sections import HostSection, SamplerSection, Sections
-from gpuprof.units import NM, bytes_per_s, flops_rate, gib, pct, seconds
+from gpuprof.units import NA, NM, UNKNOWN, bytes_per_s, flops_rate, gib, pct, seconds
 
 # A line's tone: how much it matters to the reader. The renderer picks the colour.
 BAD, WARN, GOOD, PLAIN = "bad", "warn", "good", ""
@@ -74,9 +74,9 @@ def mfu_view(mfu: MfuResult) -> DetailsView:
             # the step printed above the findings, with its statistic: here only that figure again
             Row("Step time", seconds(mfu.step_s), f"{timeline} timeline" if timeline else ""),
             Row("Achieved", flops_rate(mfu.achieved_tflops)),
-            Row(f"Peak ({mfu.dtype or '?'}, {mfu.device_label or 'device'})",
+            Row(f"Peak ({mfu.dtype or UNKNOWN}, {mfu.device_label or 'device'})",
                 flops_rate(peak) if peak else "no datasheet peak", str(mfu.peak_source or "") if peak else ""),
-            Row("MFU vs datasheet", pct(mfu.mfu) if peak else "not applicable")]
+            Row("MFU vs datasheet", pct(mfu.mfu) if peak else NA)]
     ceil = mfu.ceiling_tflops
     if ceil is None:
         rows.append(Row("Measured ceiling", flops_rate(ceil)))
@@ -92,7 +92,7 @@ def mfu_view(mfu: MfuResult) -> DetailsView:
         rows.append(floor_row(floor, mfu.expected_step_s, mfu.step_over_floor,
                               f"; measured {seconds(mfu.step_s)}"))
     else:
-        rows.append(Row("Step-time floor", NM if peak else "not applicable (no datasheet peak)"))
+        rows.append(Row("Step-time floor", NM if peak else f"{NA} (no datasheet peak)"))
     if mfu.floor_s_ceiling is not None:
         rows.append(Row("Floor at ceiling", seconds(mfu.floor_s_ceiling)))
     lines: tuple[Line, ...] = ()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from gpuprof.disk.units import size_label
 from gpuprof.report.details import BAD, GOOD, PLAIN, WARN
-from gpuprof.units import EMPTY, gib
+from gpuprof.units import EMPTY, NM, gib
 
 TITLE = "bench-disk"
 WARNING = "warning:"
@@ -86,8 +86,8 @@ def spread(x: float | None) -> str:
 
 def below_line(b: dict) -> str:
     """The below-cache check in one line: its status and the figures it rests on."""
-    if b["status"] == "not measured":
-        return f"not measured ({b['note']})"
+    if b["status"] == NM:
+        return f"{NM} ({b['note']})"
     figs = [f"re-read {b['reread_speedup']:.2f}×" if b["reread_speedup"] is not None else None,
             f"last-written quarter {b['tail_speedup']:.2f}×" if b["tail_speedup"] is not None else None]
     return (f"{b['status']} (" + ", ".join(f for f in figs if f)

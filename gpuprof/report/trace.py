@@ -29,7 +29,7 @@ from gpuprof.profile import Profile, StepRecord, checked_ranks, rank_profile
 from gpuprof.report.words import saving_text
 from gpuprof.sections import SamplerSection, Sections
 from gpuprof.stats import PHASES
-from gpuprof.units import NM, finite, seconds
+from gpuprof.units import NM, UNKNOWN, finite, seconds
 
 # Layout order of a step's phases (the loop's own order per micro-step is forward, data, h2d,
 # backward, then optimizer; the aggregate per step cannot say which came when).
@@ -276,19 +276,19 @@ def run_name(prof: Profile) -> str:
     cmd = prof.run.get("command")
     if prof.run.get("mode") == "script" and cmd:
         return "gpuprof: " + " ".join(str(c) for c in cmd)
-    return f"gpuprof: built-in loop ({prof.run.get('config', {}).get('model') or '?'})"
+    return f"gpuprof: built-in loop ({prof.run.get('config', {}).get('model') or UNKNOWN})"
 
 
 def rank_name(entry: dict) -> str:
     """A rank's process name: its rank, host, local rank and how it ended."""
-    return (f"rank {entry['rank']} ({entry.get('host') or '?'}, local {entry.get('local_rank')}, "
-            f"{entry.get('status') or '?'})")
+    return (f"rank {entry['rank']} ({entry.get('host') or UNKNOWN}, local {entry.get('local_rank')}, "
+            f"{entry.get('status') or UNKNOWN})")
 
 
 def rank_status(entry: dict) -> str:
     """How a rank ended, with its error's message when it failed with one."""
     err = entry.get("error")
-    return (entry.get("status") or "?") + (f": {err.get('message') or err}" if isinstance(err, dict) else "")
+    return (entry.get("status") or UNKNOWN) + (f": {err.get('message') or err}" if isinstance(err, dict) else "")
 
 
 def finding_label(rank: int, f) -> str:

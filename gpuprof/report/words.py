@@ -14,7 +14,8 @@ from gpuprof.report.attach import attach_rows
 from gpuprof.sections import PrecisionSection, Sections
 from gpuprof.sections.script import STEP_BACKWARD, STEP_OPTIMIZER, STEP_ZERO_GRAD
 from gpuprof.stats import PHASES, StepStats
-from gpuprof.units import NM, count, evidence_words, flops_rate, interval_text, pct, pct_range, seconds, tokens
+from gpuprof.units import (NA, NM, UNKNOWN, count, evidence_words, flops_rate, interval_text, pct, pct_range, seconds,
+                           tokens)
 
 NOT_ESTIMATED = "not estimated (the note says why)"
 TYPICAL_NOTE = ("The typical step is the mean of the measured steps that are not irregular (far slower "
@@ -249,7 +250,7 @@ def precision_line(prec: PrecisionSection) -> str:
     """What the matmuls computed in, and the observations it rests on (measurements.precision)."""
     ac = prec.autocast_dtype
     seen = [f"autocast {ac}" if ac else "no autocast", f"weights {prec.param_dtype or NM}"]
-    if prec.tf32_source and not prec.tf32_source.startswith("not applicable"):
+    if prec.tf32_source and not prec.tf32_source.startswith(NA):
         tf32 = prec.tf32_matmul
         seen.append("TF32 " + (NM if tf32 is None else "on" if tf32 else "off"))
     line = f"{prec.compute_dtype} matmuls ({', '.join(seen)})"
@@ -282,7 +283,7 @@ def attention_line(att) -> str | None:
             continue
         kernels: dict[str, int] = {}
         for c in calls:
-            kernels[c.backend or "?"] = kernels.get(c.backend or "?", 0) + 1
+            kernels[c.backend or UNKNOWN] = kernels.get(c.backend or UNKNOWN, 0) + 1
         parts.append(f"{label} in {plural(len(calls), 'call')}: "
                      + ", ".join(f"{k} kernel" + (f" ×{v}" if len(kernels) > 1 else "") for k, v in kernels.items()))
     return "; ".join(parts) or None
@@ -303,7 +304,7 @@ def what_ran(profile: Profile, stats: StepStats | None) -> list[tuple[str, str]]
         rows += attach_rows(profile)
     else:
         rows.append(("run", "gpuprof's built-in GPT loop"))
-    rows.append(("device", f"{env.get('device_name') or NM} ({cfg.get('device') or env.get('device') or '?'})"))
+    rows.append(("device", f"{env.get('device_name') or NM} ({cfg.get('device') or env.get('device') or UNKNOWN})"))
     dims = cfg.get("model_dims") or {}
     model = str(cfg.get("model") or NM)
     if dims:

@@ -31,6 +31,7 @@ from gpuprof.measure.stacks import is_user_file
 from gpuprof.profile import Profile
 from gpuprof.runners.script_profile import _build_profile
 from gpuprof.runners.script_state import _Run
+from gpuprof.units import UNKNOWN
 
 
 def check_script(script: str) -> Path:
@@ -119,7 +120,7 @@ def _error_location(exc: BaseException) -> dict:
     frames = traceback.extract_tb(exc.__traceback__)
     user = [f for f in frames if is_user_file(f.filename)]
     f = (user or frames or [None])[-1]
-    file = f.filename if f else "?"
+    file = f.filename if f else UNKNOWN
     if f and not os.path.relpath(file).startswith(".."):
         file = os.path.relpath(file)
     return {"file": file, "line": f.lineno if f else None, "type": type(exc).__name__,

@@ -16,8 +16,8 @@ class PrecisionSection(Section):
     """measurements.precision (measure/precision.py read_precision, with_observed_matmul): the
     observations — autocast, the weights' dtype, TF32 as every torch API reports it, the dtype the
     largest matmul layer was seen computing in — and the compute dtype derived from them
-    (hardware.compute_dtype; "tf32" is fp32 with TF32 matmuls on CUDA). Files written before it
-    was a measurement kept it in run.config.precision: Sections reads it from there."""
+    (hardware.observed_compute_dtype; "tf32" is fp32 with TF32 matmuls on CUDA). Files written
+    before it was a measurement kept it in run.config.precision: Sections reads it from there."""
 
     compute_dtype: str | None = None
     autocast_dtype: str | None = None

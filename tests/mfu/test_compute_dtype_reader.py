@@ -1,7 +1,7 @@
 """One reader of a run's compute dtype (gpuprof.analysis.precision): the precision record in
 measurements.precision, in run.config.precision (files written before it was a measurement), or
-an older profile's claims through hardware.compute_dtype — the same (dtype, TF32) as the MFU's
-own reader gave for every config it handled (LEGACY below is analysis/mfu.py's compute_dtype as it
+an older profile's claims through hardware.observed_compute_dtype — the same (dtype, TF32) as the
+MFU's own reader gave for every config it handled (LEGACY below is analysis/mfu.py's compute_dtype as it
 was before the MFU read through the one reader, kept verbatim as the reference)."""
 
 from __future__ import annotations

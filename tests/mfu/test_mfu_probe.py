@@ -5,7 +5,7 @@ import types
 import pytest
 import torch
 
-from gpuprof.hardware import compute_dtype
+from gpuprof.hardware import observed_compute_dtype
 from gpuprof.measure.probe import CeilingProbe, matmul_ceiling
 
 
@@ -22,11 +22,11 @@ def test_fixed_size_and_fp8_probed_as_bf16():
 
 
 def test_compute_dtype_from_what_was_observed():
-    assert compute_dtype("bfloat16", "float32", False, "cuda:0") == "bf16"
-    assert compute_dtype(None, "float32", True, "cuda:0") == "tf32"
-    assert compute_dtype(None, "float32", True, "cpu") == "fp32"  # TF32 is a CUDA matmul mode
-    assert compute_dtype(None, "bfloat16", False, "cuda:0") == "bf16"  # model.to(torch.bfloat16)
-    assert compute_dtype(None, None, False, "cuda:0") == "fp32"
+    assert observed_compute_dtype("bfloat16", "float32", False, "cuda:0") == "bf16"
+    assert observed_compute_dtype(None, "float32", True, "cuda:0") == "tf32"
+    assert observed_compute_dtype(None, "float32", True, "cpu") == "fp32"  # TF32 is a CUDA matmul mode
+    assert observed_compute_dtype(None, "bfloat16", False, "cuda:0") == "bf16"  # model.to(torch.bfloat16)
+    assert observed_compute_dtype(None, None, False, "cuda:0") == "fp32"
 
 
 def test_probe_instrument_measures_the_runs_compute_dtype():

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
+from gpuprof.analysis.precision import compute_dtype_known, run_compute_dtype
 from gpuprof.analysis.rules.compute import fused_optimizer_saving, medians, outcome, ratio_of
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, on_gpu_timeline, step_s
 from gpuprof.analysis.rules.intervals import timed_saving
 from gpuprof.dims import ADAMW_BYTES_PER_PARAM
-from gpuprof.hardware import normalize_dtype
+from gpuprof.hardware import EXPECTED_MFU
 from gpuprof.units import bytes_per_s, count, flops_rate, join_notes, nbytes, pct, seconds, times
 
 OPTIMIZER_MIN_SHARE = 0.10
@@ -145,18 +146,10 @@ def no_tensor_cores(ctx: Context) -> list[Finding]:
         return []
     if ctx.sections.probe.precisions.tflops:
         return []
-    prec = ctx.sections.precision
-    if prec.compute_dtype:  # what the run was observed to compute in
-        if prec.compute_dtype != "fp32":
-            return []
-        dtype = "fp32"
-    else:
-        try:
-            dtype = normalize_dtype(ctx.config.get("dtype") or "")
-        except ValueError:
-            return []
-        if dtype != "fp32" or ctx.config.get("tf32_matmul") or ctx.config.get("autocast_dtype"):
-            return []
+    # what the run was observed to compute in (an older profile: what its config claims)
+    dtype, tf32 = run_compute_dtype(ctx.profile)
+    if not compute_dtype_known(ctx.profile) or dtype != "fp32" or tf32:
+        return []
     spec = ctx.gpu
     if spec is None or not getattr(spec, "tensor_cores", True) or not spec.bf16:
         return []
@@ -168,12 +161,15 @@ def no_tensor_cores(ctx: Context) -> list[Finding]:
     note = "cannot estimate without the FLOPs per step"
     because = f"forward+backward: {seconds(compute)} per step in fp32 without TF32 or autocast on {spec.name}"
     if flops:
-        at_half = flops / (0.5 * spec.bf16 * 1e12)  # model FLOPs are forward + backward
-        ev["bf16_compute_at_50pct_mfu_s"] = at_half
-        because += (f"; its {flops:.3g} FLOPs per step at 50% of the bf16 peak ({flops_rate(spec.bf16)}) "
+        low, high = EXPECTED_MFU
+        mid = (low + high) / 2  # the middle of the band a well-tuned step reaches
+        at_half = flops / (mid * spec.bf16 * 1e12)  # model FLOPs are forward + backward
+        ev[f"bf16_compute_at_{mid * 100:.0f}pct_mfu_s"] = at_half
+        because += (f"; its {flops:.3g} FLOPs per step at {mid:.0%} of the bf16 peak ({flops_rate(spec.bf16)}) "
                     f"take {seconds(at_half)}")
         saving = max(compute - at_half, 0.0)
-        note = "estimate: forward+backward at 50% MFU of the bf16 peak (typical 40-60%)"
+        note = (f"estimate: forward+backward at {mid:.0%} MFU of the bf16 peak "
+                f"(typical {low * 100:.0f}-{high:.0%})")
     return [Finding(
         id="no-tensor-cores",
         title="fp32 math without TF32 or autocast: the tensor cores sit unused",

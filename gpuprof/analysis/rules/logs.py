@@ -5,29 +5,19 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Finding
 from gpuprof.analysis.mfu_results import LogAnalysis
-from gpuprof.units import flops_rate, join_notes, pct, seconds, times
+from gpuprof.analysis.rules.machine import misreport_finding
+from gpuprof.units import pct, seconds, times
 
 
 def log_findings(result: LogAnalysis) -> list[Finding]:
     """Findings for `gpuprof analyze --log`: the MFU claim and the step-time verdict."""
     out: list[Finding] = []
     rep, true = result.reported_mfu_pct, result.true_mfu
-    if result.misreport:
-        title = f"the printed MFU {rep:.1f}% is wrong"
-        if true is not None:
-            title += f": the true MFU is {true * 100:.1f}%"
-        if rep is not None and rep > 100:
-            title += " (above 100% is impossible)"
-        out.append(Finding(
-            id="mfu-misreported", title=title, saving_s=None, kind="correction",
-            evidence={"reported_pct": rep, "true_pct": true * 100 if true is not None else None,
-                      "peak_tflops": result.peak_tflops, "gpu": result.gpu_name},
-            confidence="high",
-            because=_mfu_because(result),
-            fix=(f"flops_promised = {result.peak_tflops:g}e12 in estimate_mfu (this GPU's "
-                 f"{result.dtype} peak), not the A100's 312e12"),
-            note=join_notes(*(r.text for r in result.misreport)),
-        ))
+    if result.misreport and rep is not None:
+        out += misreport_finding(rep, true, result.peak_tflops, result.dtype, "log", reasons=result.misreport,
+                                 gpu=result.gpu_name, flops_per_step=result.flops_per_step,
+                                 step_s=result.step_s_median, step_words="median",
+                                 evidence={"gpu": result.gpu_name})
     verdict = result.verdict
     ratio, floor, step = result.step_over_floor, result.floor_s, result.step_s_median
     if verdict is not None and ratio:
@@ -63,15 +53,3 @@ def log_findings(result: LogAnalysis) -> list[Finding]:
             ))
     return out
 
-
-def _mfu_because(result: LogAnalysis) -> str:
-    rep, true, peak = result.reported_mfu_pct, result.true_mfu, result.peak_tflops
-    text = f"the log prints {rep:.1f}% MFU" if rep is not None else "the log prints an MFU"
-    if true is not None and peak:
-        flops = result.flops_per_step
-        text += ("; " + (f"its {flops:.3g} FLOPs per step" if flops else "its FLOPs per step")
-                 + f" in its median {seconds(result.step_s_median)} against the {result.dtype} "
-                 f"peak of {result.gpu_name or 'the GPU'} ({flops_rate(peak)}) give {true * 100:.1f}%")
-    else:
-        text += "; there is no true MFU to compare it with (no GPU peak or no FLOP count)"
-    return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
+from gpuprof.analysis.mfu import NANOGPT_A100_TFLOPS
 from gpuprof.analysis.mfu_results import AGREES, CANNOT_CHECK
 from gpuprof.analysis.rules.common import COMPUTE_PHASES, on_cuda, step_s
 from gpuprof.sections import HostSection
@@ -17,41 +18,67 @@ THROTTLE_SHARE_MIN = 0.20
 SLOWDOWN_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown")
 
 
+# Where a reported MFU came from: (the noun of the title, the opening of the `because`).
+MFU_SOURCES = {"script output": ("printed", "the script printed"),
+               "log": ("printed", "the log prints"),
+               "--reported-mfu": ("reported", "the MFU given with --reported-mfu is")}
+
+
+def misreport_finding(reported_pct: float, true_mfu: float | None, peak_tflops: float | None,
+                      dtype: str | None, source: str | None, *, reasons: tuple, gpu: str | None,
+                      flops_per_step: float | None, step_s: float | None, step_words: str,
+                      evidence: dict) -> list[Finding]:
+    """The `mfu-misreported` correction, worded once for a measured run and a log alike: the
+    reported MFU (in %) against the true one (a fraction, on `peak_tflops` in `dtype`), with the
+    causes analysis.mfu.explain_misreport found (`reasons`). `source` says where the figure came
+    from (MFU_SOURCES), `step_words` which step time the true MFU divides by ("measured",
+    "median"), `evidence` the keys the rule adds to reported_pct, true_pct and peak_tflops.
+    [] when the causes show nothing wrong (the figures agree, or a figure up to 100% cannot be
+    checked)."""
+    causes = {r.cause for r in reasons}
+    if not reasons or causes <= {AGREES} or (causes <= {CANNOT_CHECK} and reported_pct <= 100):
+        return []
+    noun, opening = MFU_SOURCES.get(source, ("reported", "the reported MFU is"))
+    title = f"the {noun} MFU {reported_pct:.1f}% is wrong"
+    if true_mfu is not None:
+        title += f": the true MFU is {true_mfu * 100:.1f}%"
+    if reported_pct > 100:
+        title += " (above 100% is impossible)"
+    because = f"{opening} {reported_pct:.1f}%"
+    peak_words = f"{dtype} peak" if dtype else "peak"
+    if true_mfu is not None and peak_tflops:
+        because += (f"; this step's {flops_per_step:.3g} FLOPs in its {step_words} {seconds(step_s)} "
+                    f"against the {peak_words} of {gpu or 'this device'} ({flops_rate(peak_tflops)}) "
+                    f"give {true_mfu * 100:.1f}%") if flops_per_step else f"; the true MFU is {true_mfu * 100:.1f}%"
+    else:
+        because += "; there is no true MFU to compare it with (no datasheet peak or no FLOP count)"
+    if peak_tflops:
+        fix = (f"compute MFU against this GPU's {peak_words} "
+               f"(flops_promised = {peak_tflops:g}e12 in nanoGPT's estimate_mfu")
+        if any(c.startswith("a100_constant") for c in causes):
+            fix += f", not the A100's {NANOGPT_A100_TFLOPS:g}e12"
+        fix += ")"
+    else:
+        fix = "compute MFU against this GPU's datasheet peak"
+    ev = {"reported_pct": reported_pct, "true_pct": true_mfu * 100 if true_mfu is not None else None,
+          "peak_tflops": peak_tflops, **evidence}
+    return [Finding(
+        id="mfu-misreported", title=title, saving_s=None, kind="correction", evidence=ev,
+        confidence="high" if true_mfu is not None else "medium", fix=fix,
+        note=join_notes(*(r.text for r in reasons if r.cause != AGREES)), because=because,
+    )]
+
+
 def mfu_misreported(ctx: Context) -> list[Finding]:
     """The MFU a script printed (or the user quoted) uses the wrong peak or is impossible."""
     mfu = ctx.mfu
     if mfu is None or mfu.reported_mfu_pct is None or not mfu.misreport:
         return []
-    reasons, rep = mfu.misreport, mfu.reported_mfu_pct
-    causes = {r.cause for r in reasons}
-    if causes <= {AGREES} or (causes <= {CANNOT_CHECK} and rep <= 100):
-        return []
-    true = mfu.mfu
-    title = f"the reported MFU {rep:.1f}% is wrong"
-    if true is not None:
-        title += f": the true MFU is {true * 100:.1f}%"
-    if rep > 100:
-        title += " (above 100% is impossible)"
-    ev = {"reported_pct": rep, "true_pct": true * 100 if true is not None else None,
-          "peak_tflops": mfu.peak_tflops, "source": mfu.reported_source,
-          "causes": ", ".join(r.cause for r in reasons)}
-    source = {"script output": "the script printed", "--reported-mfu": "the MFU given with --reported-mfu is"}
-    because = f"{source.get(mfu.reported_source, 'the reported MFU is')} {rep:.1f}%"
-    gpu = mfu.device_label or "this device"
-    if true is not None and mfu.peak_tflops:
-        because += (f"; this step's {mfu.flops_per_step:.3g} FLOPs in its measured {seconds(mfu.step_s)} "
-                    f"against the {mfu.dtype or ''} peak of {gpu} ({flops_rate(mfu.peak_tflops)}) "
-                    f"give {true * 100:.1f}%") if mfu.flops_per_step else f"; the true MFU is {true * 100:.1f}%"
-    else:
-        because += "; there is no true MFU to compare it with (no datasheet peak or no FLOP count)"
-    return [Finding(
-        id="mfu-misreported", title=title, saving_s=None, kind="correction", evidence=ev,
-        confidence="high" if true is not None else "medium",
-        fix=(f"compute MFU against this GPU's {mfu.dtype or ''} peak "
-             f"(flops_promised = {mfu.peak_tflops:g}e12 in nanoGPT's estimate_mfu)"
-             if mfu.peak_tflops else "compute MFU against this GPU's datasheet peak"),
-        note=join_notes(*(r.text for r in reasons if r.cause != AGREES)), because=because,
-    )]
+    return misreport_finding(
+        mfu.reported_mfu_pct, mfu.mfu, mfu.peak_tflops, mfu.dtype, mfu.reported_source,
+        reasons=mfu.misreport, gpu=mfu.device_label, flops_per_step=mfu.flops_per_step,
+        step_s=mfu.step_s, step_words="measured",
+        evidence={"source": mfu.reported_source, "causes": ", ".join(r.cause for r in mfu.misreport)})
 
 
 def gpu_throttled(ctx: Context) -> list[Finding]:

@@ -20,11 +20,6 @@ def measured_precisions(ctx: Context) -> Precisions:
     return ctx.sections.probe.precisions
 
 
-def compute_dtype(ctx: Context) -> str:
-    """The run's compute dtype as the precision probe names it (gpuprof.analysis.precision)."""
-    return compute_dtype_name(ctx.profile)
-
-
 def _fix(current: str, best: str, on_gpu: bool, script: bool, dtype_setting: bool = True) -> tuple[str, dict]:
     """(the one-line change, nanoGPT config overrides) to go from `current` to `best`.
     dtype_setting: the run has a `dtype` setting to change (the built-in loop, a nanoGPT-style
@@ -65,7 +60,7 @@ def precision_slow(ctx: Context) -> list[Finding]:
     On a CPU where no dtype multiplies markedly faster, a half-precision run's full-precision
     runner-up is timed too (hardware.runner_up): the finding then rests on that timing alone."""
     prec = measured_precisions(ctx)
-    current = compute_dtype(ctx)
+    current = compute_dtype_name(ctx.profile)  # as the probe names it: "tf32" included
     rates = prec.tflops
     if not current or current not in rates:
         return []
@@ -168,7 +163,7 @@ def backward_forward_ratio(ctx: Context) -> list[Finding]:
     if BWD_FWD_LOW < ratio < BWD_FWD_HIGH:
         return []
     prec = measured_precisions(ctx)
-    current = compute_dtype(ctx)
+    current = compute_dtype_name(ctx.profile)  # as the probe names it: "tf32" included
     if ratio >= BWD_FWD_HIGH:
         causes = ["activation checkpointing recomputing the forward inside the backward",
                   "backward hooks or gradient all-reduce work (DDP, custom hooks)",

@@ -28,7 +28,7 @@ from dataclasses import asdict
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import on_cuda, step_evidence, step_s
 from gpuprof.recommend.memory import DEFAULT_MARGIN as MEMORY_MARGIN
-from gpuprof.units import bytes_per_s, count, nbytes, pct, seconds
+from gpuprof.units import UNKNOWN, bytes_per_s, count, nbytes, pct, seconds
 
 COLLECTIVE_NAMES = {"all_gather": "all-gather", "all_gather_wait": "all-gather wait and copy-out",
                     "reduce_scatter": "reduce-scatter",
@@ -66,7 +66,7 @@ def collectives_line(c) -> str:
         parts.append(text)
     share = f" ({pct(c.exposed_s / c.step_s)} of the step)" if c.step_s and c.exposed_s is not None else ""
     owner = collectives_owner(c.by_kind).replace("'s", "")
-    return (f"{owner} collectives per step on rank {c.rank} (the rank that waited least; {c.backend or '?'}, "
+    return (f"{owner} collectives per step on rank {c.rank} (the rank that waited least; {c.backend or UNKNOWN}, "
             f"{c.clock or 'host'} clock): " + "; ".join(parts)
             + f"; in all {seconds(c.exposed_s)} on the step's critical path{share}")
 
