@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpuprof.analysis.compare import Comparison, Outcome
-from gpuprof.report.compare import Rows, compare_view, outcome_rows, phase_rows, summary_rows
+from gpuprof.analysis.compare import Comparison
+from gpuprof.report.compare import Rows, compare_view
 
 
 def table(rows: Rows) -> Table:
@@ -24,18 +24,6 @@ def table(rows: Rows) -> Table:
     for row in rows.rows:
         t.add_row(*row)
     return t
-
-
-def summary_table(c: Comparison) -> Table:
-    return table(summary_rows(c))
-
-
-def phase_table(c: Comparison) -> Table:
-    return table(phase_rows(c))
-
-
-def outcome_table(outcomes: list[Outcome]) -> Table:
-    return table(outcome_rows(outcomes))
 
 
 def render_comparison(c: Comparison, console: Console) -> None:

@@ -12,18 +12,17 @@ goes through html.escape, so an argument like `<script>` stays text.
 from __future__ import annotations
 
 import html
-import math
 
 from gpuprof.profile import Profile, checked_ranks
 from gpuprof.report import charts as ch
 from gpuprof.report.model import FindingView, Report, build_report
-from gpuprof.units import NM, finite, gib, seconds
+from gpuprof.units import NM, finite
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 PHASE_COLORS = {"data": "#d1495b", "h2d": "#edae49", "forward": "#00798c", "backward": "#30638e",
                 "comm": "#c44e52", "optimizer": "#66a182", "other": "#a0a0a0", "eval": "#8e5572"}
 ROLE_COLORS = {"warmup": "#d9b26f", "measured": "#30638e"}  # a step series' bar colour
 BAND_FILLS = {"warmup": "#f7efe1", "measured": "#e8f0f8"}  # shaded windows on a timeline
-Y_FORMATS = {ch.SECONDS: seconds, ch.PERCENT: lambda v: f"{v:.0f}%", ch.BYTES: gib, ch.CORES: lambda v: f"{v:.2f}"}
+RANK_CELLS = (" class=n", "", " class=n", "")  # the rank table's columns: rank, local rank right-aligned
 SERIES = ["#30638e", "#d1495b", "#66a182", "#edae49", "#8e5572", "#00798c", "#444444"]
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:980px;color:#222;padding:0 12px}
@@ -56,22 +55,12 @@ def _kv(rows: list[tuple[str, str]]) -> str:
 def _line_chart(c: ch.Chart) -> str:
     """A report chart as SVG: lines, or bars at unit-spaced xs (step indices); a None y breaks the
     line; bands are shaded x ranges."""
-    title, series, y_fmt, y_max, x_label, bars = c.title, c.series, Y_FORMATS[c.y_unit], c.y_max, c.x_label, c.bars
-    x_fmt = (lambda x: f"{x:.0f}") if c.steps_axis else None  # noqa: E731
-    pts = [(x, y) for sr in series for x, y in zip(sr.xs, sr.ys) if finite(x) is not None and finite(y) is not None]
-    if not pts:
+    title, series, x_label, bars = c.title, c.series, c.x_label, c.bars
+    if not c.points:
         return _nm(c.missing)
     W, H, L, R, T, B = 900, 170, 78, 12, 10, 30
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    first, last = x0, x1
-    if bars:  # half a slot either side, so the first and last bars stay inside the axes
-        x0, x1 = x0 - 0.5, x1 + 0.5
-    x1 = x1 if x1 > x0 else x0 + 1
-    if x_fmt is None:  # enough digits to tell the two ends apart
-        digits = min(3, max(0, 1 - math.floor(math.log10(x1 - x0))))
-        x_fmt = lambda x: f"{x:.{digits}f}"  # noqa: E731
-    top = y_max if finite(y_max) else max(p[1] for p in pts)
-    top = top if top > 0 else 1.0
+    (x0, x1), (first, last), top = c.x_span, c.x_ends, c.y_top
+    first_text, last_text = c.x_end_texts
     sx = lambda x: L + (x - x0) / (x1 - x0) * (W - L - R)  # noqa: E731
     sy = lambda y: T + (1 - min(max(y, 0.0), top) / top) * (H - T - B)  # noqa: E731
     out = [f'<svg viewBox="0 0 {W} {H}" role="img" aria-label="{_e(title)}"><title>{_e(title)}</title>']
@@ -82,10 +71,10 @@ def _line_chart(c: ch.Chart) -> str:
                        f'fill="{fill}"><title>{_e(label)}</title></rect>')
     out.append(f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="#999"/>'
                f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="#999"/>'
-               f'<text x="{L - 4}" y="{T + 9}" text-anchor="end">{_e(y_fmt(top))}</text>'
-               f'<text x="{L - 4}" y="{H - B}" text-anchor="end">{_e(y_fmt(0))}</text>'
-               f'<text x="{sx(first):.1f}" y="{H - 8}" text-anchor="middle">{_e(x_fmt(first))}</text>'
-               f'<text x="{sx(last):.1f}" y="{H - 8}" text-anchor="middle">{_e(x_fmt(last))}</text>'
+               f'<text x="{L - 4}" y="{T + 9}" text-anchor="end">{_e(c.y_top_text)}</text>'
+               f'<text x="{L - 4}" y="{H - B}" text-anchor="end">{_e(c.y_zero_text)}</text>'
+               f'<text x="{sx(first):.1f}" y="{H - 8}" text-anchor="middle">{_e(first_text)}</text>'
+               f'<text x="{sx(last):.1f}" y="{H - 8}" text-anchor="middle">{_e(last_text)}</text>'
                f'<text x="{(L + W) / 2:.0f}" y="{H - 8}" text-anchor="middle">{_e(x_label)}</text>')
     legend = []
     for i, sr in enumerate(series):
@@ -102,8 +91,8 @@ def _line_chart(c: ch.Chart) -> str:
             if bars:
                 w = max(1.0, (W - L - R) / (x1 - x0) * 0.8)
                 out.append(f'<rect x="{sx(x) - w / 2:.1f}" y="{sy(y):.1f}" width="{w:.1f}" '
-                           f'height="{H - B - sy(y):.1f}" fill="{color}"><title>{_e(label)}: '
-                           f'{_e(x_fmt(x))}: {_e(y_fmt(y))}</title></rect>')
+                           f'height="{H - B - sy(y):.1f}" fill="{color}">'
+                           f'<title>{_e(c.tip(label, x, y))}</title></rect>')
             seg.append(f"{sx(x):.1f},{sy(y):.1f}")
         if not bars:
             for s in segs:
@@ -193,7 +182,8 @@ def _phases(r: Report) -> str:
              + ("<th></th><th></th>" if r.on_gpu else "") + "</tr>")
     caption = f'<p class="dim">{_e(r.phase_caption)}</p>' if r.phase_caption else ""
     note = f'<p class="dim">{_e(r.typical_note)}</p>' if r.typical_note else ""
-    return (f'<p class="dim">{_e(r.phase_title)}</p><svg viewBox="0 0 1000 34" role="img" aria-label="phase shares">'
+    return (f'<p class="dim">{_e(r.phase_title)}</p>'
+            f'<svg viewBox="0 0 1000 34" role="img" aria-label="{_e(r.phase_bar_label)}">'
             f"<title>{_e(r.phase_title)}</title>{''.join(rects)}</svg><table>{head}{''.join(rows)}{total}</table>"
             + caption + note)
 
@@ -204,7 +194,7 @@ def _group(g: ch.ChartGroup) -> str:
     return "".join(_line_chart(c) for c in g.charts) + (f'<p class="dim">{_e(g.caption)}</p>' if g.caption else "")
 
 
-def _ranks(p: Profile, r: Report, ranks: list) -> str:
+def _ranks(r: Report, ranks: list) -> str:
     out = ""
     v = r.ranks
     if v is not None:
@@ -214,10 +204,11 @@ def _ranks(p: Profile, r: Report, ranks: list) -> str:
                 + "".join(f"<p>{_e(line)}</p>" for line in v.lines)
                 + "".join(f'<p class="nm">{_e(line)}</p>' for line in v.problems))
     bad = ' class="bad"'
+    t = ch.rank_table(ranks)
     where = "".join(f"<tr><td class=n>{_e(w.rank)}</td><td>{_e(w.host)}</td><td class=n>{_e(w.local_rank)}</td>"
-                    f"<td{'' if w.ok else bad}>{_e(w.status)}</td></tr>" for w in ch.rank_rows(ranks))
-    out += ("<table><tr><th class=n>rank</th><th>host</th><th class=n>local rank</th><th>status</th></tr>"
-            + where + "</table>")
+                    f"<td{'' if w.ok else bad}>{_e(w.status)}</td></tr>" for w in t.rows)
+    head = "".join(f"<th{cls}>{_e(name)}</th>" for name, cls in zip(t.header, RANK_CELLS))
+    out += f"<table><tr>{head}</tr>" + where + "</table>"
     return out + _line_chart(ch.rank_chart(ranks))
 
 
@@ -245,12 +236,12 @@ def render_html(profile: Profile, analysis) -> str:
              section(h.gpu_section), _group(ch.gpu_charts(p)),
              section(h.host_section), _group(ch.host_charts(p))]
     if ranks:
-        parts += [section(h.ranks_section), _ranks(p, r, ranks)]
+        parts += [section(h.ranks_section), _ranks(r, ranks)]
     parts += [section(h.mfu), f"<p>{_e(r.mfu)}</p>"]
     notes = _notes(r)
     if notes:
         parts += [section(h.notes_section), notes]
-    parts.append(f'<p class="dim">{_e(h.page_footer.format(version=p.tool.get("version", ""), schema=p.schema_version, nm=NM))}</p>')
+    parts.append(f'<p class="dim">{_e(r.footer)}</p>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             '<meta name="generator" content="gpuprof">'  # how gpuprof knows its own file (files.KINDS)
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'

@@ -1,7 +1,8 @@
 """Live progress while `diagnose` runs: where it is (warmup k/K, measured n/N, then each post-run
 measurement) and the answer forming, from each closed step's host figures: the typical step so
-far as the report decides it (gpuprof.report.live), the last step, tokens/s, the phase shares,
-and on a GPU its utilization (the NVML sampler's latest sample).
+far as the report decides it, the last step, tokens/s, the phase shares, and on a GPU its
+utilization (the NVML sampler's latest sample): gpuprof.report.live words every line, this
+module lays them out.
 
 On a terminal (stdout and stderr both), a rich Live panel on stderr; the script's stdout and
 stderr are redirected through rich while it is up, so their lines print whole above the panel
@@ -20,8 +21,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from gpuprof.report.live import live_figures
-from gpuprof.units import gib, pct
+from gpuprof.report.live import LiveView, live_view, post_plain_line
 
 PLAIN_EVERY_S = 5.0  # plain mode: at most one step line this often
 BAR = 30
@@ -81,7 +81,7 @@ class LiveProgress:
         if self._live is not None:
             self._live.update(self._render())
         else:
-            self.console.print(f"gpuprof: after the run: {line}", highlight=False, markup=False)
+            self.console.print(post_plain_line(line), highlight=False, markup=False)
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -94,41 +94,33 @@ class LiveProgress:
         now = self._clock()
         if self._done == self.warmup or final or now - self._last_line >= PLAIN_EVERY_S:
             self._last_line = now
-            self.console.print(f"gpuprof: {self._where()}{self._figures_line()}", highlight=False, markup=False)
+            self.console.print(self._view().plain_line, highlight=False, markup=False)
 
-    def _where(self) -> str:
-        if self._done <= self.warmup:
-            return f"warmup {self._done}/{self.warmup}"
-        n = self._done - self.warmup
-        return f"measured {n}/{self.steps}" if self.steps is not None else f"measured {n}"
+    def _view(self, sample: dict | None = None) -> LiveView:
+        return live_view(self.what, self._done, self.warmup, self.steps, self._records, sample, self._post)
 
-    def _figures_line(self) -> str:
-        figures = live_figures(self._records)
-        return f": {figures.line()}" if figures is not None else ""
+    def _sample(self) -> dict | None:
+        if self.gpu_sample is None:
+            return None
+        try:
+            return self.gpu_sample()
+        except Exception:  # noqa: BLE001 - a display
+            return None
 
     def _render(self) -> Panel:
-        lines = [Text(f"{self.what}: {self._where()}", style="bold")]
-        figures = live_figures(self._records)
-        if figures is not None:
-            lines.append(Text(figures.headline()))
-            for p, share in figures.shares:
-                lines.append(Text(f"{p:<9} {'█' * max(1, round(share * BAR)):<{BAR}} {pct(share)}"))
-            lines.append(Text("host time, the typical step's phase shares so far (the GPU timeline is read "
-                              "after the run)", style="dim"))
-        if self.gpu_sample is not None:
-            sample = None
-            try:
-                sample = self.gpu_sample()
-            except Exception:  # noqa: BLE001 - a display
-                sample = None
-            util = (sample or {}).get("gpu_util_pct")
-            if util is not None:  # only where a GPU is sampled, once it has a sample
-                mem = (sample or {}).get("mem_used_bytes")
-                lines.append(Text(f"GPU utilization {util:.0f}% (NVML, latest sample)"
-                                  + (f" · memory used {gib(mem)}" if mem is not None else "")))
-        if self._post:
-            lines.append(Text(f"after the run: {self._post}"))
-        return Panel(Group(*lines), title="gpuprof diagnose", title_align="left")
+        v = self._view(self._sample())
+        lines = [Text(v.heading, style="bold")]
+        f = v.figures
+        if f is not None:
+            lines.append(Text(f.headline))
+            for row in f.shares:
+                lines.append(Text(f"{row.phase:<9} {'█' * max(1, round(row.share * BAR)):<{BAR}} {row.share_text}"))
+            lines.append(Text(f.caption, style="dim"))
+        if v.gpu_line is not None:  # only where a GPU is sampled, once it has a sample
+            lines.append(Text(v.gpu_line))
+        if v.post_line is not None:
+            lines.append(Text(v.post_line))
+        return Panel(Group(*lines), title=v.title, title_align="left")
 
 
 def _stdout_is_terminal() -> bool:

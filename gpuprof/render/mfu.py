@@ -63,11 +63,11 @@ def mfu_panel(mfu: MfuResult) -> Panel:
 
 
 # ------------------------------------------------------------------------------------ samplers
-def samplers_panel(measurements: dict | Sections) -> Panel:
-    """GPU (NVML) and host (psutil) samples, overall and per phase, with each sampler's quality.
-    `measurements`: a profile's sections (Profile.sections), or its measurements dict."""
-    sections = measurements if isinstance(measurements, Sections) else Sections.from_measurements(measurements)
-    return samplers_view_panel(samplers_view(sections))
+def samplers_panel(measurements: dict) -> Panel:
+    """GPU (NVML) and host (psutil) samples, overall and per phase, with each sampler's quality,
+    from a measurements dict (section name -> a sampler's own output). A profile's typed sections
+    go straight to samplers_view_panel(samplers_view(profile.sections)), as the report does."""
+    return samplers_view_panel(samplers_view(Sections.from_measurements(measurements)))
 
 
 def samplers_view_panel(view: SamplersView) -> Panel:

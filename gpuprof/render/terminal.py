@@ -17,7 +17,6 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuprof.report.model import FindingView, Findings, RanksView, Report, build_report, group_findings
-from gpuprof.report.words import HEADINGS
 from gpuprof.render.timeline import FillBar, timeline_panel
 
 
@@ -56,12 +55,13 @@ def render_diagnosis(profile, analysis, console: Console, *, details: bool = Fal
         console.print(Text(h.details_hint, style="dim"))
         return
     console.rule(h.details, align="left")
-    from gpuprof.render.mfu import mfu_panel, samplers_panel
+    from gpuprof.render.mfu import mfu_panel, samplers_view_panel
+    from gpuprof.report.details import samplers_view
 
     if analysis.mfu is not None:
         console.print(mfu_panel(analysis.mfu))
     if profile.sections.present:
-        console.print(samplers_panel(profile.sections))
+        console.print(samplers_view_panel(samplers_view(profile.sections)))
     for line in report.attribution:
         console.print(Text(f"  {line}"))
 
@@ -90,12 +90,11 @@ def _fields(rows: list[tuple[str, str, str]]) -> Table:
     return t
 
 
-def _finding_block(v: FindingView, marker: str) -> Group:
+def _finding_block(v: FindingView, marker: str, labels: tuple) -> Group:
     head = Table.grid(padding=(0, 1))
     head.add_column(no_wrap=True, justify="right")
     head.add_column(ratio=1, overflow="fold")
     head.add_row(marker, Text(v.title, style="bold"))
-    labels = HEADINGS.finding_fields
     rows = list(zip(labels, (v.saves_line, v.change, v.because, v.note),
                     ("green" if v.saves_time else "", "", "", "dim")))
     return Group(head, Padding(_fields(rows), (0, 0, 0, len(marker) + 1)))
@@ -104,24 +103,25 @@ def _finding_block(v: FindingView, marker: str) -> Group:
 def findings_view(g: Report | Findings) -> Group:
     """The verdict, the irregular steps, the fixes ranked by the time they save (each with its
     saving, the change and the evidence in words), corrections of wrong figures, what else."""
-    h = getattr(g, "headings", HEADINGS)
+    h = g.headings
+    labels = h.finding_fields
     parts: list[RenderableType] = []
     if g.verdict is not None:
-        parts.append(_finding_block(g.verdict, h.verdict))
+        parts.append(_finding_block(g.verdict, h.verdict, labels))
     else:
         parts.append(Text.assemble((f"{h.verdict} ", "bold"), g.verdict_text))
     if g.irregular:
         parts.append(Text(f"\n{h.irregular}", style="bold underline"))
-        parts += [_finding_block(v, "•") for v in g.irregular]
+        parts += [_finding_block(v, "•", labels) for v in g.irregular]
     if g.fixes:
         parts.append(Text(f"\n{h.fixes}", style="bold underline"))
-        parts += [_finding_block(v, f"{i}.") for i, v in enumerate(g.fixes, 1)]
+        parts += [_finding_block(v, f"{i}.", labels) for i, v in enumerate(g.fixes, 1)]
     else:
         parts.append(Text(f"\n{h.no_fixes}", style="bold"))
     for title, views in ((h.corrections, g.corrections), (h.infos, g.infos)):
         if views:
             parts.append(Text(f"\n{title}", style="bold underline"))
-            parts += [_finding_block(v, "•") for v in views]
+            parts += [_finding_block(v, "•", labels) for v in views]
     return Group(*parts)
 
 

@@ -11,8 +11,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from gpuprof.profile import Profile
-from gpuprof.report.timeline import IDLE, TimelineView, build_timeline
+from gpuprof.report.timeline import IDLE, TimelineView
 
 COLORS = {"data": "yellow", "h2d": "magenta", "forward": "cyan", "backward": "blue", "comm": "bright_red",
           "optimizer": "green", "other": "white", "eval": "red"}
@@ -82,12 +81,6 @@ def timeline_panel(v: TimelineView) -> Group:
             b, i = coverage(v.gpu_busy, v.total_s, w), coverage(v.gpu_idle or (), v.total_s, w)
             return "".join(IDLE if ib > bb and ib > 1e-9 else glyph(bb) for bb, ib in zip(b, i))
 
-        t.add_row(Text("GPU", style="bold"), FillBar(gpu_row, "green"))
+        t.add_row(Text(v.gpu_label, style="bold"), FillBar(gpu_row, "green"))
     t.add_row(Text(""), _Axis(v.total_text))
     return Group(Text(v.title, style="bold"), t, Text(v.caption, style="dim"))
-
-
-def step_timeline(profile: Profile) -> Group | None:
-    """The typical step's timeline of a profile, laid out (None without a measured step)."""
-    view = build_timeline(profile)
-    return timeline_panel(view) if view is not None else None

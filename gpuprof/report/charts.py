@@ -1,6 +1,7 @@
 """The charts of the HTML page, decided once: which series, their titles, labels, units, scales,
-shaded windows and captions, or the "not measured" line that stands in for a chart. The HTML
-renderer only draws them (axes, colours, SVG).
+shaded windows and captions, the axes' ends and every figure written on them, or the "not
+measured" line that stands in for a chart; and the table of where each rank ran. The HTML
+renderer only draws them (geometry, colours, SVG).
 
 Figures come from the Profile's own measurements: step times on the report's timeline (GPU
 events when the run had them, else host wall time), NVML and psutil timelines, each rank's steps.
@@ -8,13 +9,17 @@ events when the run had them, else host wall time), NVML and psutil timelines, e
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from gpuprof.profile import Profile, rank_profile
-from gpuprof.units import NM
+from gpuprof.units import NM, UNKNOWN, finite, gib, seconds
 
-# What a series' y values are: the renderer picks the number format from it.
+# What a series' y values are: the number format of the y axis and of each bar's figure.
 SECONDS, PERCENT, BYTES, CORES = "seconds", "percent", "bytes", "cores"
+Y_FORMATS = {SECONDS: seconds, PERCENT: lambda v: f"{v:.0f}%", BYTES: gib, CORES: lambda v: f"{v:.2f}"}
+RANK_HEADER = ("rank", "host", "local rank", "status")  # the columns of RankTable's rows, in order
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,61 @@ class Chart:
         if not self.missing:
             object.__setattr__(self, "missing", f"{self.title}: {NM}")
 
+    # The axes, decided from the series: their ends and the figures written on them.
+    @cached_property
+    def points(self) -> tuple[tuple[float, float], ...]:
+        """Every finite (x, y) of every series; none: the chart is its `missing` line."""
+        return tuple((x, y) for sr in self.series for x, y in zip(sr.xs, sr.ys)
+                     if finite(x) is not None and finite(y) is not None)
+
+    @cached_property
+    def x_ends(self) -> tuple[float, float]:
+        """The first and last x with a point (labelled under the axis)."""
+        xs = [x for x, _ in self.points]
+        return min(xs), max(xs)
+
+    @cached_property
+    def x_span(self) -> tuple[float, float]:
+        """The x axis's ends: the points' ends, half a slot wider either side for bars (so the
+        first and last bars stay inside the axes), never of zero length."""
+        x0, x1 = self.x_ends
+        if self.bars:
+            x0, x1 = x0 - 0.5, x1 + 0.5
+        return x0, (x1 if x1 > x0 else x0 + 1)
+
+    @cached_property
+    def y_top(self) -> float:
+        """The y axis's top: the chart's own maximum where it has one (100%, the memory), else
+        the largest y; 1 where that is not above zero."""
+        top = self.y_max if finite(self.y_max) else max(y for _, y in self.points)
+        return top if top > 0 else 1.0
+
+    def x_text(self, x: float) -> str:
+        """An x figure: a whole step index, else enough digits to tell the axis's two ends apart."""
+        if self.steps_axis:
+            return f"{x:.0f}"
+        x0, x1 = self.x_span
+        return f"{x:.{min(3, max(0, 1 - math.floor(math.log10(x1 - x0))))}f}"
+
+    def y_text(self, y: float) -> str:
+        return Y_FORMATS[self.y_unit](y)
+
+    @property
+    def y_top_text(self) -> str:
+        return self.y_text(self.y_top)
+
+    @property
+    def y_zero_text(self) -> str:
+        return self.y_text(0)
+
+    @property
+    def x_end_texts(self) -> tuple[str, str]:
+        return self.x_text(self.x_ends[0]), self.x_text(self.x_ends[1])
+
+    def tip(self, label: str, x: float, y: float) -> str:
+        """What a bar says when pointed at: its series, its x and its y."""
+        return f"{label}: {self.x_text(x)}: {self.y_text(y)}"
+
 
 @dataclass(frozen=True)
 class ChartGroup:
@@ -68,6 +128,14 @@ class RankRow:
     local_rank: str
     status: str
     ok: bool
+
+
+@dataclass(frozen=True)
+class RankTable:
+    """Where each rank ran and how it ended: the header (RANK_HEADER) and a row per rank."""
+
+    header: tuple[str, ...]
+    rows: tuple[RankRow, ...]
 
 
 def _step_time(st, on_gpu: bool):
@@ -138,14 +206,14 @@ def host_charts(p: Profile) -> ChartGroup:
                 "interval, drawn at the interval's midpoint.")
 
 
-def rank_rows(ranks: list[dict]) -> tuple[RankRow, ...]:
-    """Where each rank ran and how it ended (the entries' own strings)."""
+def rank_table(ranks: list[dict]) -> RankTable:
+    """Where each rank ran and how it ended (the entries' own strings; a status not recorded: UNKNOWN)."""
     out = []
     for e in sorted(ranks, key=lambda e: e.get("rank", 0)):
         local = e.get("local_rank")
         out.append(RankRow(e.get("rank"), e.get("host") or NM, NM if local is None else str(local),
-                           e.get("status") or "?", e.get("status") == "ok"))
-    return tuple(out)
+                           e.get("status") or UNKNOWN, e.get("status") == "ok"))
+    return RankTable(RANK_HEADER, tuple(out))
 
 
 def rank_chart(ranks: list[dict]) -> Chart:

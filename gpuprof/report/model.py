@@ -21,7 +21,9 @@ from gpuprof.profile import Profile
 from gpuprof.report import words
 from gpuprof.report.timeline import TimelineView, build_timeline
 from gpuprof.stats import HOST_ONLY_PHASES, PHASES
-from gpuprof.units import EMPTY, bytes_per_s, nbytes, pct, seconds
+from gpuprof.units import EMPTY, NM, bytes_per_s, nbytes, pct, seconds
+
+PHASE_BAR_LABEL = "phase shares"  # what the phase table's bar of shares is, to a screen reader
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ class Report:
     ranks: RanksView | None = None
     headings: words.Headings = words.HEADINGS
     timeline: TimelineView | None = None  # one typical step on a time axis (report.timeline)
+    phase_bar_label: str = PHASE_BAR_LABEL
+    footer: str = ""  # the page's last line: gpuprof's version, the schema, what NM means (words.HEADINGS.page_footer)
 
 
 def finding_view(f: Finding) -> FindingView:
@@ -123,6 +127,7 @@ class Findings:
     fixes: list[FindingView]
     corrections: list[FindingView]
     infos: list[FindingView]
+    headings: words.Headings = words.HEADINGS
 
 
 def group_findings(findings) -> Findings:
@@ -146,8 +151,10 @@ def group_findings(findings) -> Findings:
 def build_report(profile: Profile, analysis: Analysis) -> Report:
     title = "gpuprof diagnosis" + (" (partial)" if profile.run.get("partial") else "")
     stats = analysis.stats
+    footer = words.HEADINGS.page_footer.format(version=profile.tool.get("version", ""),
+                                               schema=profile.schema_version, nm=NM)
     common = dict(title=title, run_line=words.run_line(profile), what_ran=words.what_ran(profile, stats),
-                  notes=words.not_measured_lines(profile, analysis), ranks=_ranks(analysis.distributed))
+                  notes=words.not_measured_lines(profile, analysis), ranks=_ranks(analysis.distributed), footer=footer)
     if stats is None:
         return Report(has_steps=False, **common)
     g = group_findings(analysis.findings)
@@ -234,11 +241,11 @@ def _ranks(d) -> RanksView | None:
     if c is not None:
         link = c.link or {}
         nominal, bw = link.get("nominal_Bps"), c.busbw_Bps
-        bw_text = f"bus bandwidth {bytes_per_s(bw)}" if bw else "bus bandwidth not measured"
+        bw_text = f"bus bandwidth {bytes_per_s(bw) if bw else NM}"
         if bw and nominal:
             bw_text += f" = {pct(bw / nominal)} of {bytes_per_s(nominal)} ({link.get('name')})"
         else:
-            bw_text += f" (link: {link.get('name', 'not measured')}; no nominal figure)"
+            bw_text += f" (link: {link.get('name', NM)}; no nominal figure)"
         lines.append(f"all-reduce ({c.backend}, {c.clock} clock): {c.rounds_per_step:g} per "
                      f"step, {nbytes(c.bytes_per_round)} each, in flight {seconds(c.in_flight_s)}, "
                      f"exposed {seconds(c.exposed_s)} on rank {c.rank}"
@@ -252,7 +259,7 @@ def _ranks(d) -> RanksView | None:
                         f"join their files with `gpuprof merge`)")
     missing = None if sharded else next((r for r in d.ranks if r.comm_not_measured), None)
     if missing is not None:
-        problems.append(f"rank {missing.rank}: all-reduce not measured: {missing.comm_not_measured}")
+        problems.append(f"rank {missing.rank}: all-reduce {NM}: {missing.comm_not_measured}")
     return RanksView(f"{_sharded_title(sharded) if sharded else 'data parallel'}: {d.world_size} ranks",
                      ("rank", "step", "data", "fwd", "bwd", "comm" if sharded else "all-reduce", "waits", "busy"),
                      rows, caption, lines, problems)

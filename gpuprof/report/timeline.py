@@ -29,7 +29,8 @@ IDLE = "·"  # the GPU row's mark where it sat idle while the host ran a host-on
 @dataclass(frozen=True)
 class TimelineView:
     """One step on one time axis: each phase's host spans, the GPU's busy and idle spans (None
-    off the GPU timeline), the axis length and its label, the title and the caption."""
+    off the GPU timeline), the axis length and its label, the title, the caption and the GPU
+    row's label."""
 
     title: str
     rows: tuple  # ((phase, ((start, end), ...)), ...) in the report's phase order
@@ -38,6 +39,7 @@ class TimelineView:
     total_s: float
     total_text: str
     caption: str
+    gpu_label: str = "GPU"  # the GPU row's name, beside the phases' own
 
 
 def typical_step(profile: Profile) -> tuple[StepRecord, int] | None:

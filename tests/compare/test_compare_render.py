@@ -9,7 +9,7 @@ from rich.console import Console
 from compare_profiles import BASE_PHASES, finding, hand
 from gpuprof.analysis.compare import compare
 from gpuprof.analysis.mfu_results import MfuResult
-from gpuprof.render.compare import comparison_json, outcome_table, phase_table, render_comparison, summary_table
+from gpuprof.render.compare import comparison_json, render_comparison, table
 from gpuprof.report.compare import compare_view, outcome_line
 
 
@@ -46,8 +46,10 @@ def test_no_wrapped_cell_and_no_broken_word(hand_pair, width, which):
     lines = text.splitlines()
     assert all(len(line) <= width for line in lines)
     assert "…" not in text  # nothing cut
-    for table in (summary_table(c), phase_table(c), outcome_table([o for o in c.outcomes if o.predicted_s is not None])):
-        for row in table_rows(table):  # every row's cells on one line: nothing wrapped
+    v = compare_view(c)
+    for rows in (v.summary, v.phases, v.outcomes):  # the tables the report prints
+        assert rows is not None
+        for row in table_rows(table(rows)):  # every row's cells on one line: nothing wrapped
             assert any(all(cell in line for cell in row) for line in lines), (row, text)
     words = set(text.split())
     prose = [c.basis_note, *c.notes, compare_view(c).step_change, *(outcome_line(o) for o in c.outcomes if o.predicted_s is not None),
@@ -58,7 +60,8 @@ def test_no_wrapped_cell_and_no_broken_word(hand_pair, width, which):
 
 
 def test_report_says_what_changed(hand_pair):
-    text = rendered(compare(*hand_pair), 80)
+    c = compare(*hand_pair)
+    text = rendered(c, 80)
     prose = " ".join(text.split())  # lines wrapped at 80 columns, joined back
     assert "same tokens per step (4,096): compared per step" in text
     assert "step (typical)" in text and "1.05 s" in text and "750 ms" in text and "-300 ms (-28.6%)" in text
@@ -72,8 +75,10 @@ def test_report_says_what_changed(hand_pair):
     # -28.6% is less than BEFORE's own spread over all its steps, (1.72 - 0.94) / 1.00 = 78%, but the
     # interval of the change (4 and 4 typical steps: every AFTER step faster than every BEFORE one)
     # says faster; the spread note is only for runs too short for an interval
-    assert ("change interval: -42.3% to -16.7% per step (94%, Mann–Whitney, 4 and 4 steps): faster beyond "
-            "run-to-run noise") in prose
+    step_change = compare_view(c).step_change
+    assert step_change == ("change interval: -42.3% to -16.7% per step (94%, Mann–Whitney, 4 and 4 steps): faster "
+                           "beyond run-to-run noise")
+    assert " ".join(step_change.split()) in prose  # the report prints the model's line
     assert "within run-to-run noise" not in prose
     assert "BEFORE had 1 irregular step(s), left out of its typical step (the mean step with them: 1.24 s)" in prose
 

@@ -19,6 +19,7 @@ from gpuprof.measure.host import HostSampler
 from gpuprof.measure.instruments import default_instruments
 from gpuprof.report.details import HOST_COLS as _HOST_COLS, NVML_COLS as _NVML_COLS
 from gpuprof.render.terminal import findings_table, render_diagnosis
+from gpuprof.report.model import build_report
 from gpuprof.report.words import HEADINGS
 from gpuprof.runners.builtin import LoopConfig, run_builtin
 from gpuprof.units import pct, seconds
@@ -170,11 +171,15 @@ def test_one_step_figure_on_the_page():
                      {"data": 0.6, "forward": 0.35, "backward": 0.65}])
     a = analyze(p)
     assert seconds(p.stats.step_s) == "1.23 s" and seconds(p.stats.median_s) == "1.10 s" and not p.stats.irregular
+    r = build_report(p, a)
+    assert r.step == "1.23 s"
+    assert r.step_statistic.startswith("mean of 3 measured steps, host wall time; median 1.10 s")
+    assert r.phase_total == (r.step, "100.0%")  # the phase table adds up to the headline step
     for details in (False, True):
         text = flat(render(p, a, 120, details))
-        assert text.count("(mean of 3 measured steps") == 1  # the statistic is named once
-        assert "step 1.23 s (mean of 3 measured steps, host wall time; median 1.10 s" in text
-        assert "total 1.23 s 100.0%" in text  # the phase table adds up to the headline step
+        assert text.count(flat(r.step_statistic)) == 1  # the statistic is named once
+        assert f"{HEADINGS.step} {r.step} ({flat(r.step_statistic)})" in text  # the step line places both
+        assert f"{HEADINGS.total} {' '.join(r.phase_total)}" in text  # ... and the total row repeats the step
     assert all(f.evidence.get("step_s", p.stats.step_s) == p.stats.step_s for f in a.findings)
 
 

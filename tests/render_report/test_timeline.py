@@ -3,8 +3,8 @@
 import pytest
 from rich.console import Console
 
-from gpuprof.render.timeline import coverage, glyph, step_timeline
-from gpuprof.report.timeline import layout, typical_step
+from gpuprof.render.timeline import coverage, glyph, timeline_panel
+from gpuprof.report.timeline import build_timeline, layout, typical_step
 from render_report.profiles import cpu_profile, gpu_profile
 
 
@@ -52,10 +52,12 @@ def test_typical_step_leaves_the_irregular_steps_out():
 @pytest.mark.parametrize("width", (80, 120))
 def test_gpu_row_shows_the_idle_the_host_exposed(width):
     p = gpu_profile()
-    out = _text(step_timeline(p), width)
+    view = build_timeline(p)  # what the report holds (Report.timeline) and the terminal lays out
+    assert view.gpu_label == "GPU"
+    out = _text(timeline_panel(view), width)
     lines = out.splitlines()
     assert max(len(x) for x in lines) <= width
-    gpu = next(x for x in lines if x.startswith("GPU  "))
+    gpu = next(x for x in lines if x.startswith(f"{view.gpu_label}  "))
     data = next(x for x in lines if x.startswith("data "))
     assert gpu.count("·") >= 2  # 50 ms of 367 ms idle: ~14% of the bar
     # the host loads while the GPU computes: some data cells sit over busy GPU cells
