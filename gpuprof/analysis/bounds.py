@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuprof.analysis.findings import with_share
 from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.measure.cpu_bounds import cpu_out_of_bounds
 from gpuprof.units import finite, join_notes, seconds
@@ -186,16 +187,25 @@ def _saving_violations(stats, findings) -> list[str]:
 def enforce(profile, stats, mfu: MfuResult | None, findings: list) -> tuple[MfuResult | None, list, list[str]]:
     """The analysis's figures with every violation repaired (module docstring): (mfu, findings,
     repairs), new objects; the profile and the given ones are not changed. A measured figure out
-    of bounds is listed as unrepaired."""
+    of bounds is listed as unrepaired. The pipeline calls its two halves at their own times."""
+    mfu, repairs = enforce_measured(profile, mfu)
+    findings, saving_repairs = enforce_savings(stats, findings)
+    return mfu, findings, repairs + saving_repairs
+
+
+def enforce_measured(profile, mfu: MfuResult | None) -> tuple[MfuResult | None, list[str]]:
+    """Before the rules: the MFU repaired (so the rules read only possible figures), and the
+    measured figures out of bounds listed as unrepaired (they are their producers' to keep in
+    bounds: never changed here)."""
     repairs: list[str] = []
     if mfu is not None:
         mfu, repairs = _enforce_mfu(mfu)
-    findings, saving_repairs = _enforce_savings(stats, findings)
-    repairs += saving_repairs
-    left = measured_violations(profile)
-    if left:  # measured figures are their producers' to keep in bounds: never changed here
-        repairs += [f"unrepaired: {v}" for v in left]
-    return mfu, findings, repairs
+    return mfu, repairs + [f"unrepaired: {v}" for v in measured_violations(profile)]
+
+
+def enforce_savings(stats, findings: list) -> tuple[list, list[str]]:
+    """After the rules: the savings capped to what the step holds (module docstring)."""
+    return _enforce_savings(stats, findings)
 
 
 def _enforce_mfu(mfu: MfuResult) -> tuple[MfuResult, list[str]]:
@@ -236,9 +246,9 @@ def _enforce_savings(stats, findings) -> tuple[list, list[str]]:
                        "the fixes ranked above already account for the rest of the step" if new < step else
                        "no saving exceeds the step")
                 scale = new / sv if sv > 0 else 0.0
-                f = replace(f, saving_s=new, saving_share=new / step,
-                            note=join_notes(f.note or "", f"saving capped from {seconds(sv)} to {seconds(new)}: {why}"),
-                            claims={ph: c * scale for ph, c in (f.claims or {}).items()})
+                f = with_share(replace(f, saving_s=new, note=join_notes(
+                    f.note or "", f"saving capped from {seconds(sv)} to {seconds(new)}: {why}"),
+                    claims={ph: c * scale for ph, c in (f.claims or {}).items()}), step)
                 repairs.append(f"finding {f.id}: saving {sv:.4g} -> {new:.4g} s")
             if f.kind == "fix":
                 left = max(0.0, left - new)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import SimpleNamespace
 
-from gpuprof.analysis.findings import Context, Finding, Rule  # noqa: F401 - re-exported
+from gpuprof.analysis.findings import Context, Finding, Rule, with_share  # noqa: F401 - re-exported
 from gpuprof.analysis.rules import RULES
 from gpuprof.measure.paired import tied
 from gpuprof.units import join_notes, seconds
@@ -95,10 +95,6 @@ def mark_ties(ranked: list[Finding]) -> list[Finding]:
     return [replace(f, tied_with=ties[i]) if i in ties else f for i, f in enumerate(ranked)]
 
 
-def with_share(f: Finding, step_s: float | None) -> Finding:
-    """The finding with saving_share = saving_s ÷ the typical step: the one place it is derived."""
-    share = f.saving_s / step_s if f.saving_s is not None and step_s else None
-    return f if share == f.saving_share else replace(f, saving_share=share)
 
 
 def run_rules(ctx: Context, rules: list[Rule] | None = None) -> list[Finding]:

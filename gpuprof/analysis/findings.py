@@ -4,7 +4,7 @@ internals."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Callable
 
@@ -50,6 +50,13 @@ class Finding:
         """A finding as saved (to_dict); keys this version does not know are left out."""
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         return cls(**known)
+
+
+def with_share(f: Finding, step_s: float | None) -> Finding:
+    """The finding with saving_share = saving_s ÷ the typical step: the one place it is derived
+    (the engine for every finding, bounds for a capped one)."""
+    share = f.saving_s / step_s if f.saving_s is not None and step_s else None
+    return f if share == f.saving_share else replace(f, saving_share=share)
 
 
 @dataclass(frozen=True)

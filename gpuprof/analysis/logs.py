@@ -9,9 +9,7 @@ from gpuprof.analysis.mfu_results import LogAnalysis, LogVerdict, SizeRow
 from gpuprof.errors import GpuprofError
 from gpuprof.hardware import BEST_ACHIEVABLE_MFU, EXPECTED_MFU
 from gpuprof.stats import median, quantile
-# Re-exported: the parser's public names stay importable from here.
-from gpuprof.steplog import (EVAL_RE, FIRST_STEP, ITER_RE, EvalLine, IterLine, StepLine,  # noqa: F401
-                             bad_numbers, main_format, parse_line, parse_lines)
+from gpuprof.steplog import FIRST_STEP, bad_numbers, main_format, parse_lines
 
 
 # ------------------------------------------------------------------------------ log analysis

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 
 from gpuprof import __version__
 from gpuprof.analysis.distributed_results import DistributedStats
-from gpuprof.analysis.bounds import enforce
+from gpuprof.analysis.bounds import enforce_measured, enforce_savings
 from gpuprof.analysis.corrected import CorrectedConfig, merge
 from gpuprof.analysis.engine import run_rules
 from gpuprof.analysis.findings import Context, Finding
@@ -92,7 +92,7 @@ def analyze(profile: Profile, options: AnalysisOptions | None = None, **kw) -> A
     # A script's own printed MFU is read by compute_mfu when the user gave none.
     mfu = compute_mfu(profile, gpu=options.gpu, peak_tflops=options.peak_tflops,
                       reported_mfu_pct=options.reported_mfu_pct)
-    mfu, _, repairs = enforce(profile, stats, mfu, [])  # measured figures first: the rules read only possible ones
+    mfu, repairs = enforce_measured(profile, mfu)  # measured figures first: the rules read only possible ones
     spec = find_gpu(options.gpu) if options.gpu else find_gpu(profile.environment.get("device_name"))
     ctx = Context(profile=profile, stats=stats, disk=options.disk, mfu=mfu, gpu=spec, distributed=distributed)
     findings = run_rules(ctx)
@@ -105,7 +105,7 @@ def analyze(profile: Profile, options: AnalysisOptions | None = None, **kw) -> A
         findings = [replace(f, title=f"rank {view}: {f.title}")
                     if f.id not in own and view is not None and not f.title.startswith("rank ") else f
                     for f in findings]
-    _, findings, more = enforce(profile, stats, mfu, findings)  # last: nothing impossible reaches the report
+    findings, more = enforce_savings(stats, findings)  # last: nothing impossible reaches the report
     return Analysis(options, stats, mfu, tuple(findings), merge(findings, profile.config),
-                    tuple(dict.fromkeys(repairs + more)), distributed)
+                    tuple(repairs + more), distributed)
 

@@ -16,6 +16,7 @@ import time
 import psutil
 
 from gpuprof.errors import GpuprofError
+from gpuprof.units import UNKNOWN
 
 BIG_FILE = 1 << 20  # open files at least this large are the dataset's candidates
 
@@ -97,7 +98,7 @@ class ProcessWatch:
                 try:
                     name = " ".join(k.cmdline()[:3]) or k.name()
                 except psutil.Error:
-                    name = "?"
+                    name = UNKNOWN
                 self._children[k.pid] = {"pid": k.pid, "name": name, "cpu0": cpu, "cpu": cpu,
                                          "first_s": self._clock() - self._t0}
             elif cpu is not None:

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from gpuprof.errors import GpuprofError
+from gpuprof.units import UNKNOWN
 
 Frame = tuple  # (function name, file name, line): the line the frame is at (None when unknown)
 
@@ -68,7 +69,7 @@ class Timeline:
 def parse_speedscope(doc: dict) -> dict[int, Timeline]:
     """py-spy's speedscope document -> each thread's timeline: one span per sample, in the order
     taken, as long as its weight (1/rate s), stack outermost first."""
-    frames = [(str(f.get("name", "?")), str(f.get("file", "")), f.get("line"))
+    frames = [(str(f.get("name", UNKNOWN)), str(f.get("file", "")), f.get("line"))
               for f in (doc.get("shared") or {}).get("frames") or [] if isinstance(f, dict)]
     out: dict[int, Timeline] = {}
     for n, prof in enumerate(doc.get("profiles") or []):

@@ -15,7 +15,6 @@ import threading
 import weakref
 
 from gpuprof.measure.hook_calls import _is_compiling
-from gpuprof.measure.step_rules import StopScript
 from gpuprof.sections.script import STEP_OPTIMIZER
 
 _get_ident = threading.get_ident

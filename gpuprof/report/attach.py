@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuprof.profile import Profile
-from gpuprof.units import NM, count, pct, seconds
+from gpuprof.units import NM, UNKNOWN, count, pct, seconds
 
 # From outside, host-to-device copies cannot be told apart: worded once, for every attached run.
 H2D_NOTE = ("host-to-device copies are C calls, invisible in Python stacks: their time counts where they are "
@@ -111,7 +111,7 @@ def attach_rows(profile: Profile) -> list[tuple[str, str]]:
     rows.append(("process", line))
     for f in (proc.get("files") or [])[:2]:
         cache = f.get("page_cache_share")
-        rows.append(("file", f"{f['path']} ({count(f['size_bytes'])}B, {f.get('fs_type', '?')} {f.get('fs_kind', '')}"
+        rows.append(("file", f"{f['path']} ({count(f['size_bytes'])}B, {f.get('fs_type', UNKNOWN)} {f.get('fs_kind', '')}"
                      + (f", {pct(cache, 0)} in the page cache" if cache is not None else "")
                      + f"): `gpuprof bench-disk {f['path']}` tells what this storage delivers)"))
     rows.append(("h2d", H2D_NOTE))

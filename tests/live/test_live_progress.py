@@ -4,7 +4,6 @@ plain lines otherwise, nothing under --json; its figures are the closed steps' o
 from __future__ import annotations
 
 import io
-import sys
 
 import pytest
 from rich.console import Console

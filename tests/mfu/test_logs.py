@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof.analysis.logs import IterLine, StepLine, analyze_log, parse_line
+from gpuprof.analysis.logs import analyze_log
+from gpuprof.steplog import IterLine, StepLine, parse_line
 from gpuprof.errors import GpuprofError
 
 FIX = Path(__file__).parent / "fixtures"

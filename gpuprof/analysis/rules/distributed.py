@@ -142,7 +142,6 @@ def ddp_sync_every_micro_step(ctx: Context) -> list[Finding]:
         return []
     rounds, micro = comm.rounds_per_step, comm.micro_steps
     saving = comm.extra_rounds_exposed_s or 0.0
-    step = step_s(ctx) or comm.step_s or 0.0
     in_flight = comm.extra_rounds_in_flight_s
     return [Finding(
         id="ddp-sync-every-micro-step",

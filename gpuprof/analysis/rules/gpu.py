@@ -154,7 +154,6 @@ def no_tensor_cores(ctx: Context) -> list[Finding]:
     if spec is None or not getattr(spec, "tensor_cores", True) or not spec.bf16:
         return []
     compute = ctx.seconds("forward") + ctx.seconds("backward")
-    total = step_s(ctx)
     flops = ctx.mfu.flops_per_step if ctx.mfu is not None else None
     ev = {"dtype": dtype, "tf32": False, "compute_s": compute, "gpu": spec.name}
     saving = None
@@ -315,7 +314,6 @@ def sync_in_step(ctx: Context) -> list[Finding]:
     n = micro_steps(ctx)
     if not per_step or per_step < n:
         return []
-    total = step_s(ctx)
     other = ctx.stats.phases.get("other")
     other_idle = other.idle_exposed_s if other is not None else None
     ev = {"syncs_per_step": per_step, "micro_steps": n, "per_phase": syncs.per_phase}

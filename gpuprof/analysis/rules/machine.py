@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.mfu import NANOGPT_A100_TFLOPS
 from gpuprof.analysis.mfu_results import AGREES, CANNOT_CHECK
-from gpuprof.analysis.rules.common import COMPUTE_PHASES, on_cuda, step_s
+from gpuprof.analysis.rules.common import COMPUTE_PHASES, on_cuda
 from gpuprof.sections import HostSection
 from gpuprof.units import flops_rate, join_notes, pct, seconds
 
@@ -106,7 +106,6 @@ def gpu_throttled(ctx: Context) -> list[Finding]:
     compute = sum(phase_s.values())
     lost = 1 - clock if clock is not None and clock < 1 else None
     saving = compute * lost if lost else None
-    total = step_s(ctx)
     power_cap = nvml.throttle("sw_power_cap")
     if saving:
         note = ("upper bound: assumes compute time scales with the SM clock up to max boost; at its power "
