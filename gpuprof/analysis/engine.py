@@ -42,6 +42,7 @@ def rank(findings: list[Finding], stats=None) -> list[Finding]:
             out.append(f)
             continue
         capped, overlaps = 0.0, list(f.overlaps)
+        f = _untimed_left(f, budget, owners)
         for phase, sec in f.claims.items():
             left = budget.setdefault(phase, sec)
             if phase in owners:
@@ -63,6 +64,27 @@ def rank(findings: list[Finding], stats=None) -> list[Finding]:
             f = replace(f, overlaps=overlaps)
         out.append(f)
     return mark_ties(sorted(out, key=_key))
+
+
+def _untimed_left(f: Finding, budget: dict, owners: dict) -> Finding:
+    """A high end that holds untimed seconds of phases it does not claim (evidence
+    `untimed_loop_phases`, e.g. the loop code fewer micro-steps run less often) keeps only what the
+    higher-ranked fixes left of each: a phase another fix already saves cannot be saved twice."""
+    ev = f.evidence or {}
+    untimed = ev.get("untimed_loop_phases")
+    if not isinstance(untimed, dict) or "saving_high_s" not in ev:
+        return f
+    over = {p: s - max(budget.get(p, s), 0.0) for p, s in untimed.items() if p in owners}
+    over = {p: min(s, untimed[p]) for p, s in over.items() if s > 1e-12}
+    if not over:
+        return f
+    cut = sum(over.values())
+    high = max(ev["saving_high_s"] - cut, f.saving_s if f.saving_s is not None else ev["saving_low_s"])
+    who = sorted({o for p in over for o in owners[p]})
+    return replace(f, evidence={**ev, "saving_high_s": high, "untimed_loop_s": ev.get("untimed_loop_s", 0.0) - cut,
+                                "untimed_claimed_by": who},
+                   note=join_notes(f.note, f"{seconds(cut)} of that untimed loop code is already saved by "
+                                           f"{', '.join(who)}: not counted again"))
 
 
 def _capped_interval(evidence: dict, cap: float) -> dict:

@@ -238,3 +238,27 @@ def test_precision_promise_spans_the_eager_model_and_the_run(profile_factory):
     assert f.evidence["timed_part_s"] == pytest.approx(timed)
     assert f.evidence["saving_low_s"] == pytest.approx(min(0.3, timed) * (1 - iv.high))
     assert f.evidence["saving_high_s"] == pytest.approx(max(0.3, timed) * (1 - iv.low))
+
+
+def test_untimed_loop_code_a_higher_fix_already_saves_is_not_counted_again(profile_factory):
+    """The README's script: a data fix claims the 80 ms data phase; the micro-batch fix's high end
+    would add 3/4 of that data phase (fewer get_batch calls) as untimed loop code. Ranked, the
+    micro-batch keeps only what the data fix left of it: its high end drops back to its timed one."""
+    from gpuprof.analysis.engine import rank
+    from gpuprof.analysis.findings import Finding
+
+    p = profile_factory({"data": 0.08, "forward": 0.01, "backward": 0.02, "other": 0.002}, micro_steps=4)
+    data_fix = Finding(id="data-loading-exposed", title="data", saving_s=0.08, claims={"data": 0.08})
+    timed_high, untimed = 0.012, {"data": 0.06, "other": 0.0015}
+    mb = Finding(id="micro-batch-too-small", title="mb", saving_s=0.01, claims={"forward": 0.004, "backward": 0.006},
+                 evidence={"saving_low_s": 0.008, "saving_high_s": timed_high + 0.0615, "untimed_loop_s": 0.0615,
+                           "untimed_loop_phases": untimed})
+    ranked = {f.id: f for f in rank([mb, data_fix], p.stats)}
+    got = ranked["micro-batch-too-small"]
+    assert got.evidence["saving_high_s"] == pytest.approx(timed_high + 0.0015)  # the data part is fix 1's
+    assert got.evidence["untimed_loop_s"] == pytest.approx(0.0015)
+    assert got.evidence["untimed_claimed_by"] == ["data-loading-exposed"]
+    assert "already saved by data-loading-exposed" in got.note and got.saving_s == pytest.approx(0.01)
+    # alone, nothing is taken out
+    (alone,) = rank([mb], p.stats)
+    assert alone.evidence["saving_high_s"] == pytest.approx(timed_high + 0.0615)
