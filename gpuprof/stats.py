@@ -102,6 +102,8 @@ class StepStats:
     micro_steps: int
     typical: tuple[int, ...]  # indices of the steps the typical step is the mean of
     irregular: tuple[IrregularStep, ...] = field(default_factory=tuple)
+    # (p90 − p10) ÷ median over the typical steps alone: the run's noise, an eval step aside
+    typical_spread: float = 0.0
 
     @property
     def spread(self) -> float:
@@ -136,7 +138,7 @@ class StepStats:
                 "phases": {k: v.to_dict() for k, v in self.phases.items()},
                 "median_s": self.median_s, "p10_s": self.p10_s, "p90_s": self.p90_s,
                 "min_s": self.min_s, "max_s": self.max_s, "mean_s": self.mean_s,
-                "spread": self.spread, "host_step_s": self.host_step_s,
+                "spread": self.spread, "typical_spread": self.typical_spread, "host_step_s": self.host_step_s,
                 "tokens_per_step": self.tokens_per_step, "micro_steps": self.micro_steps,
                 "tokens_per_s": self.tokens_per_s, "typical": list(self.typical),
                 "irregular": [s.to_dict() for s in self.irregular]}
@@ -203,4 +205,11 @@ def step_stats(steps: Sequence) -> StepStats | None:
         host_step_s=sum(s.wall_s for s in regular) / n,
         tokens_per_step=int(round(median(s.tokens for s in regular) or 0)),
         micro_steps=int(round(median(s.micro_steps for s in regular) or 0)),
-        typical=tuple(int(s.index) for s in regular), irregular=tuple(irregular))
+        typical=tuple(int(s.index) for s in regular), irregular=tuple(irregular),
+        typical_spread=_spread([t for i, t in enumerate(times) if i not in slow]))
+
+
+def _spread(times: list[float]) -> float:
+    """(p90 − p10) ÷ median of some step times (0 for none)."""
+    med = median(times) if times else 0.0
+    return (quantile(times, 0.9) - quantile(times, 0.1)) / med if med else 0.0

@@ -134,9 +134,15 @@ def noise_line(profile: Profile, stats: StepStats) -> str:
     """The run's own noise (issue #29): how much its steps varied, and what else used the machine
     while they ran, so a reader knows how small a difference this run can tell from noise."""
     n = stats.n_steps
-    text = (f"this run's steps varied {pct(stats.spread, 0)} ((p90 − p10) ÷ median of {n} step"
-            f"{'s' if n != 1 else ''}): a step-time difference of that order between two runs is noise "
-            f"unless `gpuprof compare` gives it an interval that excludes it")
+    if stats.irregular:  # an eval or a checkpoint is not noise: the typical steps' own spread
+        k = len(stats.typical)
+        varied = (f"this run's typical steps varied {pct(stats.typical_spread, 0)} ((p90 − p10) ÷ median of "
+                  f"{k} step{'s' if k != 1 else ''}, the irregular ones left out)")
+    else:
+        varied = (f"this run's steps varied {pct(stats.spread, 0)} ((p90 − p10) ÷ median of {n} step"
+                  f"{'s' if n != 1 else ''})")
+    text = (f"{varied}: a step-time difference of that order between two runs is noise unless "
+            f"`gpuprof compare` gives it an interval that excludes it")
     host = profile.sections.host
     others, cores = host.mean("others_cpu_cores"), host.cpu_count
     if others is not None and cores:

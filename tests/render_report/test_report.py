@@ -263,3 +263,20 @@ def test_the_noise_line_gives_the_step_spread_and_the_other_processes_cpu():
     assert "other processes used 0.20 of 16 cores meanwhile" in r.noise
     assert "other work on the GPU not measured" in r.noise
     assert "noise: " + r.noise.split(";")[0] in flat(render(g, analyze(g), 200, False))
+
+
+def test_the_noise_line_leaves_irregular_steps_out():
+    """An eval step among regular ones is named irregular, not noise: the noise line gives the
+    typical steps' own spread (five of 1.00–1.10 s: about 8%), not the 100%+
+    the eval step makes of all four."""
+    from gpuprof.report.model import build_report
+
+    steps = [{"forward": 0.3, "backward": 0.7}, {"forward": 0.35, "backward": 0.7},
+             {"forward": 0.3, "backward": 0.8}, {"forward": 0.3, "backward": 0.7},
+             {"forward": 0.3, "backward": 2.7}, {"forward": 0.35, "backward": 0.7}]
+    p = cpu_profile(steps)
+    assert len(p.stats.irregular) == 1 and p.stats.spread > 0.5
+    r = build_report(p, analyze(p))
+    assert p.stats.typical_spread == pytest.approx(0.1 / 1.05, rel=0.2) and p.stats.typical_spread < 0.15
+    assert r.noise.startswith(f"this run's typical steps varied {pct(p.stats.typical_spread, 0)} ((p90 − p10) "
+                              "÷ median of 5 steps, the irregular ones left out)")
