@@ -267,8 +267,8 @@ def test_the_noise_line_gives_the_step_spread_and_the_other_processes_cpu():
 
 def test_the_noise_line_leaves_irregular_steps_out():
     """An eval step among regular ones is named irregular, not noise: the noise line gives the
-    typical steps' own spread (five of 1.00–1.10 s: about 8%), not the 100%+
-    the eval step makes of all four."""
+    typical steps' own spread (five of 1.00–1.10 s: about 8%), not the spread
+    the eval step makes of all six."""
     from gpuprof.report.model import build_report
 
     steps = [{"forward": 0.3, "backward": 0.7}, {"forward": 0.35, "backward": 0.7},
