@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from gpuprof.analysis.config_diff import config_changes, precision_changes
 from gpuprof.analysis.findings import Finding
 from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.errors import GpuprofError
@@ -151,7 +152,7 @@ class Comparison:
     tokens_per_s: Figure
     mfu: Figure
     mfu_vs_ceiling: Figure
-    spread: Figure  # (p90 - p10) / median of the step times
+    spread: Figure  # (p90 - p10) / median of the typical steps' times
     world_size: Figure
     timeline: tuple[str | None, str | None]
     phases: list[PhaseChange]
@@ -229,11 +230,13 @@ def compare(before: Profile, before_analysis, after: Profile, after_analysis, *,
     dev_b, dev_a = before.environment.get("device_name"), after.environment.get("device_name")
     if dev_b and dev_a and dev_b != dev_a:
         notes.append(f"different devices: {dev_b} → {dev_a}")
-    spread, change = Figure(sb.spread, sa.spread), step_change(typical_times(before), typical_times(after), to_before)
+    # the typical steps' spread: an eval step is named irregular, not run-to-run noise
+    spread = Figure(sb.typical_spread, sa.typical_spread)
+    change = step_change(typical_times(before), typical_times(after), to_before)
     noise = max((x for x in (spread.before, spread.after) if x is not None), default=None)
     if noise and time.change_pct is not None and abs(time.change_pct) < noise and not (change and change.enough):
         notes.append(f"the {'time per token' if per_token else 'step time'} changed by "
-                     f"{time.change_pct:+.1%}, less than the runs' own step-time spread "
+                     f"{time.change_pct:+.1%}, less than the runs' own typical-step spread "
                      f"(p10–p90 {noise:.0%} of the median): within run-to-run noise")
     phases = phase_changes(sb, sa, scale_b, scale_a)
     return Comparison(
@@ -244,7 +247,7 @@ def compare(before: Profile, before_analysis, after: Profile, after_analysis, *,
         phases=phases,
         outcomes=outcomes(before_analysis.findings, after_analysis.findings, sb, sa, to_before),
         new_findings=new_findings(before_analysis.findings, after_analysis.findings),
-        config_changes=config_changes(before.config, after.config),
+        config_changes=config_changes(before.config, after.config) + precision_changes(before, after),
         notes=notes, not_measured=not_measured, step_change=change)
 
 
@@ -417,30 +420,3 @@ def new_findings(before: tuple[Finding, ...], after: tuple[Finding, ...]) -> lis
     """Findings of AFTER whose id BEFORE did not have."""
     seen = {f.id for f in before}
     return [{"id": f.id, "title": f.title, "kind": f.kind, "saving_s": f.saving_s} for f in after if f.id not in seen]
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def config_changes(cb: dict, ca: dict) -> list[dict]:
-    """run.config keys whose value differs (nested sections as dotted keys). A key one side does not
-    have is "not set"; one absent on one side and empty, zero or false on the other is no change."""
-    fb, fa = _flatten(cb), _flatten(ca)
-    out = []
-    for key in list(fb) + [k for k in fa if k not in fb]:
-        has_b, has_a = key in fb, key in fa
-        vb, va = fb.get(key), fa.get(key)
-        if has_b and has_a:
-            if vb != va:
-                out.append({"key": key, "before": vb, "after": va})
-        elif (vb if has_b else va) not in (None, 0, 0.0, False, "", [], {}):
-            out.append({"key": key, "before": vb, "after": va, "missing": "after" if has_b else "before"})
-    return out

@@ -210,7 +210,8 @@ def compare_view(c: Comparison) -> CompareView:
         new_lines=tuple(f"  + {f['id']}: {f['title']} "
                         f"({'saves ' + seconds(f['saving_s']) if f.get('saving_s') is not None else f['kind']})"
                         for f in c.new_findings),
-        config_heading="Config changes (run.config):" if c.config_changes else "Config: no key of run.config changed",
+        config_heading=("Config changes (run.config; precision.* as measured at the first step):" if c.config_changes
+                        else "Config: no key of run.config or of the measured precision changed"),
         config_lines=tuple(f"  {ch['key']}: {_value(ch['before'])} → {_value(ch['after'])}" for ch in c.config_changes),
         config_changed=bool(c.config_changes),
         notes=tuple(f"note: {n}" for n in c.notes),

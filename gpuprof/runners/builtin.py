@@ -314,8 +314,6 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
             "model_dims": gcfg.to_dict(),
             "param_count": param_count(gcfg),
             "tokens_per_step": tokens,
-            "autocast_dtype": precision["autocast_dtype"],
-            "tf32_matmul": bool(precision.get("tf32_matmul")),
             "fused_adamw": bool(getattr(optimizer, "defaults", {}).get("fused")),
             "faults": asdict(faults) if (faults.loader.any() or faults.sync_every_micro or faults.eval_every_step) else None,
         },

@@ -120,9 +120,7 @@ def _observed_precision(run, cfg: dict) -> None:
     if watch is None:
         return
     watch.remove()
-    prec = run.ctx.precision = with_observed_matmul(run.ctx.precision or {}, watch.dtype, watch.layer, run.device)
-    if prec.get("autocast_note") and cfg.get("autocast_dtype") is None:
-        cfg["autocast_dtype"] = prec["autocast_dtype"]
+    run.ctx.precision = with_observed_matmul(run.ctx.precision or {}, watch.dtype, watch.layer, run.device)
 
 
 def _collectives_section(run, gpu: dict | None) -> dict:

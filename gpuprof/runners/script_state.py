@@ -96,14 +96,12 @@ class _Run:
         dev_type = dev.type if dev.type in ("cuda", "cpu") else None
         if dev_type and torch.is_autocast_enabled(dev_type):
             autocast = torch.get_autocast_dtype(dev_type)
-        self.config["autocast_dtype"] = str(autocast).replace("torch.", "") if autocast else None
         # What the step really computes in (observed: autocast, the weights' dtype, TF32 as the
         # script set it) -- the script's `dtype` global is only a claim.
         try:
             precision = read_precision(eager, autocast, self.device)
         except Exception as exc:  # noqa: BLE001 - never end the user's run over a reading
             precision = {"error": f"{exc.__class__.__name__}: {exc}"}
-        self.config["tf32_matmul"] = bool(precision.get("tf32_matmul"))  # the record: measurements.precision
         try:  # autocast inside forward (accelerate, precision plugins) shows in the output dtype
             self.matmul_watch = MatmulDtypeWatch(eager)
             self.hooks.forward_watchers.append(self.matmul_watch)  # armed from this forward on

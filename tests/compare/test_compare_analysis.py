@@ -3,7 +3,8 @@
 import pytest
 
 from compare_profiles import BASE_PHASES, finding, hand, hand_analysis, hand_profile
-from gpuprof.analysis.compare import compare, config_changes, mfu_reason, verdict
+from gpuprof.analysis.compare import compare, mfu_reason, verdict
+from gpuprof.analysis.config_diff import config_changes
 from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.errors import GpuprofError
 from gpuprof.report.compare import compare_view
@@ -176,3 +177,26 @@ def test_config_changes_flatten_and_skip_unset_defaults():
     (0.5, 0.5, "partly"), (0.1, 0.1, "not realised"), (-0.2, -0.2, "worse")])
 def test_verdict_words(ratio, achieved, word):
     assert verdict(1.0, ratio, achieved) == word
+
+
+def test_the_precision_is_compared_as_measured_not_as_the_configs_copies():
+    """A profile holds what its first step computed in (measurements.precision); an older one also
+    copied autocast_dtype and tf32_matmul into run.config. compare lists the measured change once,
+    as precision.<key>, and never the config's copies (a newer file no longer writes them)."""
+    from gpuprof.analysis.config_diff import precision_changes
+
+    steps = [dict(BASE_PHASES)] * 3
+    b = hand_profile(steps, config={"autocast_dtype": "bfloat16", "tf32_matmul": False})
+    b.measurements["precision"] = {"compute_dtype": "bf16", "autocast_dtype": "bfloat16", "param_dtype": "float32",
+                                   "tf32_matmul": False}
+    a = hand_profile(steps)
+    a.measurements["precision"] = {"compute_dtype": "fp32", "autocast_dtype": None, "param_dtype": "float32",
+                                   "tf32_matmul": False}
+    assert precision_changes(b, a) == [
+        {"key": "precision.compute_dtype", "before": "bf16", "after": "fp32"},
+        {"key": "precision.autocast_dtype", "before": "bfloat16", "after": None, "missing": "after"}]
+    c = compare(b, hand_analysis(b), a, hand_analysis(a))
+    assert [ch["key"] for ch in c.config_changes] == ["precision.compute_dtype", "precision.autocast_dtype"]
+    assert compare_view(c).config_heading.startswith("Config changes (run.config; precision.* as measured")
+    # no record on one side (an older file without it): nothing to compare, nothing invented
+    assert precision_changes(b, hand_profile(steps)) == []
