@@ -44,6 +44,11 @@ class FsInfo:
     total_bytes: int
     warning: str | None
     read_ahead_kb: int | None = None
+    # the block device's kernel driver and model (sysfs), and whether they name a virtual disk
+    # (VIRTUAL_DRIVERS, VIRTUAL_MODELS): a host below it may cache what the VM just wrote
+    block_driver: str | None = None
+    block_model: str | None = None
+    virtual_disk: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,9 +102,50 @@ def filesystem_info(path: str) -> FsInfo:
     else:
         mountpoint, fstype, device = best.mountpoint, best.fstype, best.device
     kind = classify_fs(fstype)
+    driver, model = block_device_identity(device)
     return FsInfo(mountpoint=mountpoint, type=fstype, device=device, kind=kind,
                   free_bytes=usage.free, total_bytes=usage.total,
-                  warning=fs_warning(fstype, kind), read_ahead_kb=read_ahead_kb(device))
+                  warning=fs_warning(fstype, kind), read_ahead_kb=read_ahead_kb(device),
+                  block_driver=driver, block_model=model, virtual_disk=is_virtual_disk(driver, model))
+
+
+# Kernel drivers of paravirtual block devices: the disk is a file or volume on a host, whose own
+# page cache (or a volume service's) may answer reads of recently written blocks.
+VIRTUAL_DRIVERS = frozenset({"virtio_blk", "xen_blkfront", "vbd"})
+# Models cloud and hypervisor disks report (NVMe or SCSI emulation of a network volume or image).
+VIRTUAL_MODELS = ("Amazon Elastic Block Store", "PersistentDisk", "Virtual Disk", "QEMU HARDDISK",
+                  "VBOX HARDDISK", "VMware Virtual")
+
+
+def is_virtual_disk(driver: str | None, model: str | None) -> bool:
+    return driver in VIRTUAL_DRIVERS or any(m.lower() in (model or "").lower() for m in VIRTUAL_MODELS)
+
+
+def block_device_identity(device: str, sys_root: str = "/sys/class/block") -> tuple[str | None, str | None]:
+    """(kernel driver, model) of the block device behind `device` (/dev/vda1 -> vda's): sysfs's
+    device/driver link and device/model file, a partition read through its disk; None where
+    sysfs does not say (not a block device, a container without /sys)."""
+    if not device.startswith("/dev/"):
+        return None, None
+    try:
+        name = os.path.basename(os.path.realpath(device))
+        sys_dir = os.path.realpath(os.path.join(sys_root, name))
+        for d in (sys_dir, os.path.dirname(sys_dir)):
+            dev = os.path.join(d, "device")
+            if not os.path.isdir(dev):
+                continue
+            link = os.path.join(dev, "driver")
+            driver = os.path.basename(os.path.realpath(link)) if os.path.exists(link) else None
+            model = None
+            for f in (os.path.join(dev, "model"), os.path.join(os.path.dirname(os.path.realpath(dev)), "model")):
+                if os.path.isfile(f):
+                    with open(f) as fh:
+                        model = fh.read().strip() or None
+                    break
+            return driver, model
+    except OSError:
+        pass
+    return None, None
 
 
 def read_ahead_kb(device: str) -> int | None:

@@ -111,6 +111,17 @@ def _loader_entry(runs: list[RunResult], sample: int) -> dict:
     return out
 
 
+def fresh_file_warning(info: fs.FsInfo) -> str:
+    """What a just-written test file on a virtual disk cannot tell (docs/bench-disk.md: on this
+    project's VM such a file read sequentially at 1.5-1.7x fio's figure on an older one, in 8 of 8
+    paired rounds, with the below-cache check seeing nothing)."""
+    what = info.block_driver or info.block_model or "a virtual disk"
+    return (f"the test file was just written to a virtual disk ({what}): the host below this machine may "
+            f"answer reads of what was just written from its own cache, which a dataset written long ago "
+            f"does not get, so these figures are an upper bound; `gpuprof bench-disk DATASET_FILE` reads "
+            f"a file as training will")
+
+
 def run_bench(path: str, cfg: BenchConfig, progress: Progress | None = None,
               clock: bench.Clock = time.perf_counter) -> dict:
     """Measure the storage under `path` (a directory or a dataset file); see module doc."""
@@ -137,6 +148,8 @@ def run_bench(path: str, cfg: BenchConfig, progress: Progress | None = None,
         size, size_note = target.test_file_size(cfg.size_bytes, info.free_bytes,
                                                 cfg.min_file_bytes())
         warnings += [size_note] if size_note else []
+        if info.virtual_disk:
+            warnings.append(fresh_file_warning(info))
     else:  # --size is how much of the dataset file the warm runs read
         size = cfg.size_bytes or target.AUTO_WARM_BYTES
     report("creating the test file" if mode == "directory" else "probing", 0, 1)

@@ -115,7 +115,9 @@ def facts(r: dict) -> tuple[Fact, ...]:
     fsys = r["filesystem"]
     out = [Fact("filesystem", f"{fsys['type']} ({fsys['kind']}) on {fsys['device']}, mounted at "
                               f"{fsys['mountpoint']}; {gib(fsys['free_bytes'])} free"
-                + (f"; readahead {fsys['read_ahead_kb']} KiB" if fsys.get("read_ahead_kb") else "")),
+                + (f"; readahead {fsys['read_ahead_kb']} KiB" if fsys.get("read_ahead_kb") else "")
+                + (f"; a virtual disk ({fsys.get('block_driver') or fsys.get('block_model')})"
+                   if fsys.get("virtual_disk") else "")),
            Fact("cold reads", f"{r['cache_method']}: {r['cache_note']}")]
     below = r.get("below_cache")  # absent in results saved before the check existed
     if below:

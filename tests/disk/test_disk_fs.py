@@ -145,3 +145,37 @@ def test_units():
             parse_bytes(bad)
     assert [size_label(n) for n in (2048, 4096, 2050, MiB, 512)] == \
         ["2KiB", "4KiB", "2050B", "1MiB", "512B"]
+
+
+def _sysfs(root, disk: str, driver: str | None = None, model: str | None = None, part: str | None = None):
+    """A /sys/class/block-shaped tree: class/block/<name> links to devices/.../block/<disk>[/<part>],
+    the disk's device/ holding a driver link and a model file."""
+    dev = root / "devices" / "pci0" / "virtio1"
+    blk = dev / "block" / disk
+    (blk / "queue").mkdir(parents=True)
+    (blk / "device").symlink_to(dev)
+    if driver:
+        (root / "drivers" / driver).mkdir(parents=True)
+        (dev / "driver").symlink_to(root / "drivers" / driver)
+    if model:
+        (dev / "model").write_text(model + "\n")
+    cls = root / "class" / "block"
+    cls.mkdir(parents=True)
+    (cls / disk).symlink_to(blk)
+    if part:
+        (blk / part).mkdir()
+        (cls / part).symlink_to(blk / part)
+    return cls
+
+
+def test_a_virtio_disk_and_a_cloud_volume_are_named_virtual(tmp_path):
+    cls = _sysfs(tmp_path / "a", "vda", driver="virtio_blk", part="vda1")
+    assert fs.block_device_identity("/dev/vda1", str(cls)) == ("virtio_blk", None)  # a partition: its disk's
+    assert fs.is_virtual_disk("virtio_blk", None)
+    cls = _sysfs(tmp_path / "b", "nvme0n1", driver="nvme", model="Amazon Elastic Block Store")
+    driver, model = fs.block_device_identity("/dev/nvme0n1", str(cls))
+    assert (driver, model) == ("nvme", "Amazon Elastic Block Store") and fs.is_virtual_disk(driver, model)
+    cls = _sysfs(tmp_path / "c", "sda", driver="sd", model="Samsung SSD 870")
+    assert not fs.is_virtual_disk(*fs.block_device_identity("/dev/sda", str(cls)))
+    assert fs.block_device_identity("tmpfs", str(cls)) == (None, None)  # not a block device
+    assert fs.block_device_identity("/dev/nope", str(cls)) == (None, None)

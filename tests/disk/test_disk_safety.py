@@ -169,3 +169,26 @@ def test_real_signal_mid_run_removes_test_file(populated, sig, code):
     assert proc.returncode == code, err
     assert err.strip().splitlines()[-1] == "gpuprof: interrupted"
     assert _snapshot(populated) == before
+
+
+def test_a_fresh_test_file_on_a_virtual_disk_is_said_to_be_an_upper_bound(populated, monkeypatch):
+    """On a virtual disk the host below may cache what bench-disk just wrote: a directory run says
+    its figures are an upper bound and points at the dataset file; a dataset file's run does not
+    (that file was written before), and a physical disk's run does not."""
+    import dataclasses
+
+    real = fs.filesystem_info
+
+    def virtual(path):
+        return dataclasses.replace(real(path), block_driver="virtio_blk", virtual_disk=True)
+
+    monkeypatch.setattr(fs, "filesystem_info", virtual)
+    r = suite.run_bench(str(populated), suite.BenchConfig(**TINY))
+    said = [w for w in r["warnings"] if "just written to a virtual disk (virtio_blk)" in w]
+    assert len(said) == 1 and "bench-disk DATASET_FILE" in said[0]
+    assert r["filesystem"]["virtual_disk"] is True and r["filesystem"]["block_driver"] == "virtio_blk"
+    r = suite.run_bench(str(populated / "train.bin"), suite.BenchConfig(**TINY))
+    assert not any("just written" in w for w in r["warnings"])
+    monkeypatch.setattr(fs, "filesystem_info", lambda p: dataclasses.replace(real(p), virtual_disk=False))
+    r = suite.run_bench(str(populated), suite.BenchConfig(**TINY))
+    assert not any("just written" in w for w in r["warnings"])
