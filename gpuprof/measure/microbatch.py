@@ -183,6 +183,27 @@ def on_cuda_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.cuda.OutOfMemoryError)
 
 
+SETTLE_SHARE = 0.3  # at most this share of the pair's seconds goes to settling each way
+SETTLE_AGREE = 0.10  # two consecutive calls within 10% of each other: settled
+SETTLE_MAX_CALLS = 6
+
+
+def settle(clock, fns, seconds: float, now) -> float:
+    """Call each fn until two consecutive calls agree within SETTLE_AGREE (at most
+    SETTLE_MAX_CALLS, and not past `seconds` in all); the seconds spent."""
+    t0 = now()
+    for fn in fns:
+        prev = None
+        for _ in range(SETTLE_MAX_CALLS):
+            took = sum(clock.spans(fn))
+            if prev is not None and abs(took - prev) <= SETTLE_AGREE * max(took, prev):
+                break
+            prev = took
+            if now() - t0 >= seconds:
+                return now() - t0
+    return now() - t0
+
+
 def time_pair(model, args: tuple, kwargs: dict, device: str, autocast_dtype, b2: int, seconds: float, *,
               min_rounds: int = 2, clock=None, now=time.perf_counter) -> dict:
     """The run's micro-batch B, b2/B micro-steps (one optimizer step's worth of its
@@ -226,9 +247,15 @@ def time_pair(model, args: tuple, kwargs: dict, device: str, autocast_dtype, b2:
 
     was_training = model.training
     model.train()
+    clock = clock or Clock(device)
     try:
         with rng_kept(device):
-            res = alternate_rounds(clock or Clock(device), {"run": [run_way], "larger": [larger]}, seconds, now,
+            # The larger micro-batch's first calls pay for memory the run never needed at once (on
+            # a CPU, fresh pages for every larger activation until the allocator keeps them: 378,
+            # 245, 175 ms... against a steady 161 ms in one run); the script, many steps in, does
+            # not. Each way is run until two calls agree, so the rounds time the steady state.
+            spent = settle(clock, (larger, run_way), seconds * SETTLE_SHARE, now)
+            res = alternate_rounds(clock, {"run": [run_way], "larger": [larger]}, seconds - spent, now,
                                    min_rounds=min_rounds, until=decided)
     finally:
         model.zero_grad(set_to_none=True)

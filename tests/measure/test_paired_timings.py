@@ -164,3 +164,38 @@ def test_the_curve_probe_times_the_pair_only_where_the_rule_could_fire(fake_cloc
 
 def test_the_curve_leaves_the_paired_rounds_their_part():
     assert microbatch.CURVE_SHARE < 1
+
+
+class DecayingClock(FakeClock):
+    """The larger micro-batch's first calls slow (fresh memory), then steady: 50, 30, 15 ms, then 9."""
+
+    def __init__(self, seconds: dict, first: list, **kw):
+        super().__init__(seconds, **kw)
+        self.first = list(first)
+
+    def spans(self, *fns):
+        if fns and fns[0].__name__ == "larger" and self.first:
+            fns[0]()
+            self.calls.append("larger")
+            s = self.first.pop(0)
+            self.t += s
+            return [s]
+        return super().spans(*fns)
+
+
+def test_the_larger_micro_batch_is_settled_before_the_rounds():
+    """Without settling, the slow first calls (one per warm-up and the early rounds) pull the
+    median ratio up; settled, the rounds time the steady 9 ms against 12 ms: 0.75."""
+    clock = DecayingClock({"run_way": 4 * 0.003, "larger": 0.009}, first=[0.05, 0.03, 0.015])
+    out = time_pair(Tiny(), (torch.randn(2, 8),), {}, "cpu", None, 8, 10.0, min_rounds=ADVISED_ROUNDS,
+                    clock=clock, now=clock.now)
+    iv = Interval.from_dict(out["interval"])
+    assert iv.low <= 0.75 <= iv.high and max(out["round_seconds"]["larger"]) < 0.0095 * 1.06
+    assert clock.calls[:5] == ["larger"] * 5 and clock.first == []  # 50, 30, 15, 9, 9 ms: settled
+    # the settling stops at its share of the seconds, whatever the calls say
+    def larger():
+        pass
+
+    slow = DecayingClock({"run_way": 0.012, "larger": 0.009}, first=[1.0, 2.0] * 5)
+    spent = microbatch.settle(slow, [larger], 2.5, slow.now)
+    assert 2.5 <= spent <= 4.0 and len(slow.calls) == 2  # 1 s, 2 s: past its 2.5 s, stopped
