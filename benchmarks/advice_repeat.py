@@ -135,7 +135,10 @@ def fixes_of(prof: dict) -> list[dict]:
         out.append({"id": f["id"], "kind": f["kind"], "saving_s": f.get("saving_s"), "low": ev.get("saving_low_s"),
                     "high": ev.get("saving_high_s"), "level": ev.get("interval_level"), "rounds": ev.get("rounds"),
                     "within_noise": bool(ev.get("within_noise")), "tied_with": f.get("tied_with") or [],
-                    "confidence": f.get("confidence"), "overlaps": f.get("overlaps") or [], "finding": f})
+                    "confidence": f.get("confidence"), "overlaps": f.get("overlaps") or [],
+                    # capped by a higher-ranked fix's claim (engine.rank notes it): its figure is what
+                    # the higher fix left, not what it saves alone
+                    "capped": "saving capped from" in (f.get("note") or ""), "finding": f})
     return out
 
 
@@ -151,7 +154,7 @@ def one_run(k: int, tokens: Path, tmp: Path, pairs: int, post_budget: float) -> 
         after = applied(f["finding"])
         if after is None:
             continue
-        if f["overlaps"]:
+        if f["capped"]:
             continue  # capped by a higher-ranked fix's claim: its figure is not what it saves alone
         got = achieved(tokens, after, pairs)
         step = prof["analysis"]["steps"]["step_s"]
@@ -176,14 +179,15 @@ def verdicts(runs: list[dict]) -> list[tuple[str, bool, str]]:
                 f"claimed in some run, absent (not even within noise) in: {flips or 'none'}"))
     for fid in TIMED:
         claimed = [r for r in runs if any(f["id"] == fid and f["saving_s"] is not None for f in r["fixes"])]
-        alone = [r for r in claimed if any(f["id"] == fid and not f["overlaps"] for f in r["fixes"])]
+        alone = [r for r in claimed
+                 if any(f["id"] == fid and not f.get("capped", bool(f.get("overlaps"))) for f in r["fixes"])]
         if not alone:
             out.append((f"{fid}: not judged here (claimed in {len(claimed)} runs, capped by a higher-ranked fix "
                         f"in each: its figure is not what it saves alone)", True, "see the table"))
             continue
         cov = [r["cover"][fid]["covered"] for r in alone if fid in r["cover"]]
         ok = len(cov) == len(alone) and sum(cov) >= COVER_BAR * len(alone)
-        secs = sum(r["cover"][fid]["covered_s"] for r in runs if fid in r["cover"])
+        secs = sum(r["cover"][fid].get("covered_s", False) for r in runs if fid in r["cover"])
         out.append((f"{fid}: interval holds the achieved share of the step", ok,
                     f"{sum(cov)} of {len(cov)} timed runs covered ({len(runs)} runs, {len(alone)} with it uncapped; "
                     f"in seconds at the diagnosed "

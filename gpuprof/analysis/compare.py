@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gpuprof.analysis.config_diff import config_changes, precision_changes
+from gpuprof.analysis.config_diff import settings_changes
 from gpuprof.analysis.findings import Finding
 from gpuprof.analysis.mfu_results import MfuResult
 from gpuprof.errors import GpuprofError
@@ -247,7 +247,7 @@ def compare(before: Profile, before_analysis, after: Profile, after_analysis, *,
         phases=phases,
         outcomes=outcomes(before_analysis.findings, after_analysis.findings, sb, sa, to_before),
         new_findings=new_findings(before_analysis.findings, after_analysis.findings),
-        config_changes=config_changes(before.config, after.config) + precision_changes(before, after),
+        config_changes=settings_changes(before, after),
         notes=notes, not_measured=not_measured, step_change=change)
 
 

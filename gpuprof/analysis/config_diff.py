@@ -24,11 +24,25 @@ PRECISION_COPIES = ("autocast_dtype", "tf32_matmul")
 PRECISION_KEYS = ("compute_dtype", "autocast_dtype", "param_dtype", "tf32_matmul")
 
 
-def config_changes(cb: dict, ca: dict) -> list[dict]:
+def settings_changes(before: Profile, after: Profile) -> list[dict]:
+    """What compare lists as changed: run.config's keys, and what the matmuls computed in as both
+    runs measured it (precision_changes). Where a side has no precision record (a file before it
+    was a measurement), the config's own copies of the precision are compared instead, as then."""
+    measured = before.sections.precision.present and after.sections.precision.present
+    return (config_changes(before.config, after.config, precision_measured=measured)
+            + (precision_changes(before, after) if measured else []))
+
+
+def config_changes(cb: dict, ca: dict, *, precision_measured: bool = False) -> list[dict]:
     """run.config keys whose value differs (nested sections as dotted keys). A key one side does not
-    have is "not set"; one absent on one side and empty, zero or false on the other is no change."""
-    fb = {k: v for k, v in _flatten(cb).items() if k not in PRECISION_COPIES and not k.startswith("precision.")}
-    fa = {k: v for k, v in _flatten(ca).items() if k not in PRECISION_COPIES and not k.startswith("precision.")}
+    have is "not set"; one absent on one side and empty, zero or false on the other is no change.
+    `precision_measured`: both runs recorded their precision, so the config's copies of it
+    (PRECISION_COPIES, `precision.*`) are left to precision_changes."""
+    def keep(k):
+        return not (precision_measured and (k in PRECISION_COPIES or k.startswith("precision.")))
+
+    fb = {k: v for k, v in _flatten(cb).items() if keep(k)}
+    fa = {k: v for k, v in _flatten(ca).items() if keep(k)}
     return _changes(fb, fa)
 
 

@@ -35,6 +35,7 @@ def rank(findings: list[Finding], stats=None) -> list[Finding]:
     the step. Returns new Findings; the given ones are not changed."""
     step_s = stats.step_s if stats is not None else None
     budget = {p: e.seconds for p, e in (stats.phases if stats is not None else {}).items()}
+    whole = dict(budget)
     owners: dict[str, list[str]] = {}
     out = []
     for f in sorted(findings, key=_key):
@@ -42,7 +43,7 @@ def rank(findings: list[Finding], stats=None) -> list[Finding]:
             out.append(f)
             continue
         capped, overlaps = 0.0, list(f.overlaps)
-        f = _untimed_left(f, budget, owners)
+        f = _untimed_left(f, budget, owners, whole)
         for phase, sec in f.claims.items():
             left = budget.setdefault(phase, sec)
             if phase in owners:
@@ -66,16 +67,21 @@ def rank(findings: list[Finding], stats=None) -> list[Finding]:
     return mark_ties(sorted(out, key=_key))
 
 
-def _untimed_left(f: Finding, budget: dict, owners: dict) -> Finding:
+def _untimed_left(f: Finding, budget: dict, owners: dict, whole: dict) -> Finding:
     """A high end that holds untimed seconds of phases it does not claim (evidence
-    `untimed_loop_phases`, e.g. the loop code fewer micro-steps run less often) keeps only what the
-    higher-ranked fixes left of each: a phase another fix already saves cannot be saved twice."""
+    `untimed_loop_phases`, e.g. the loop code fewer micro-steps run less often) keeps of each the
+    share the higher-ranked fixes left of that phase (untimed × left ÷ the phase): a phase another
+    fix already saves cannot be saved twice."""
     ev = f.evidence or {}
     untimed = ev.get("untimed_loop_phases")
     if not isinstance(untimed, dict) or "saving_high_s" not in ev:
         return f
-    over = {p: s - max(budget.get(p, s), 0.0) for p, s in untimed.items() if p in owners}
-    over = {p: min(s, untimed[p]) for p, s in over.items() if s > 1e-12}
+    over = {}
+    for p, s in untimed.items():
+        if p in owners and whole.get(p):
+            kept = s * min(max(budget.get(p, 0.0), 0.0) / whole[p], 1.0)
+            if s - kept > 1e-12:
+                over[p] = s - kept
     if not over:
         return f
     cut = sum(over.values())

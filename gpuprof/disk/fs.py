@@ -139,11 +139,11 @@ def block_device_identity(device: str, sys_root: str = "/sys/class/block") -> tu
             model = None
             for f in (os.path.join(dev, "model"), os.path.join(os.path.dirname(os.path.realpath(dev)), "model")):
                 if os.path.isfile(f):
-                    with open(f) as fh:
+                    with open(f, errors="replace") as fh:
                         model = fh.read().strip() or None
                     break
             return driver, model
-    except OSError:
+    except (OSError, ValueError):
         pass
     return None, None
 

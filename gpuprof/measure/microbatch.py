@@ -188,19 +188,25 @@ SETTLE_AGREE = 0.10  # two consecutive calls within 10% of each other: settled
 SETTLE_MAX_CALLS = 6
 
 
-def settle(clock, fns, seconds: float, now) -> float:
+def settle(clock, fns, seconds: float, now, total: float | None = None) -> float:
     """Call each fn until two consecutive calls agree within SETTLE_AGREE (at most
-    SETTLE_MAX_CALLS, and not past `seconds` in all); the seconds spent."""
+    SETTLE_MAX_CALLS, and not past `seconds` in all); the seconds spent. With `total` (the
+    seconds the rounds that follow share with it), it also stops while the rest still holds the
+    warm-up and 2 rounds that pairs.alternate_rounds needs (3 rounds at the latest calls' pace)."""
     t0 = now()
+    latest: dict = {}
     for fn in fns:
         prev = None
         for _ in range(SETTLE_MAX_CALLS):
             took = sum(clock.spans(fn))
+            latest[fn] = took
             if prev is not None and abs(took - prev) <= SETTLE_AGREE * max(took, prev):
                 break
             prev = took
-            if now() - t0 >= seconds:
-                return now() - t0
+            spent = now() - t0
+            one_round = sum(latest.values()) + max(latest.values()) * (len(fns) - len(latest))
+            if spent >= seconds or (total is not None and total - spent < 4 * one_round):
+                return spent
     return now() - t0
 
 
@@ -254,7 +260,7 @@ def time_pair(model, args: tuple, kwargs: dict, device: str, autocast_dtype, b2:
             # a CPU, fresh pages for every larger activation until the allocator keeps them: 378,
             # 245, 175 ms... against a steady 161 ms in one run); the script, many steps in, does
             # not. Each way is run until two calls agree, so the rounds time the steady state.
-            spent = settle(clock, (larger, run_way), seconds * SETTLE_SHARE, now)
+            spent = settle(clock, (larger, run_way), seconds * SETTLE_SHARE, now, total=seconds)
             res = alternate_rounds(clock, {"run": [run_way], "larger": [larger]}, seconds - spent, now,
                                    min_rounds=min_rounds, until=decided)
     finally:

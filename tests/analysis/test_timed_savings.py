@@ -262,3 +262,37 @@ def test_untimed_loop_code_a_higher_fix_already_saves_is_not_counted_again(profi
     # alone, nothing is taken out
     (alone,) = rank([mb], p.stats)
     assert alone.evidence["saving_high_s"] == pytest.approx(timed_high + 0.0615)
+
+
+def test_the_spanned_high_end_never_exceeds_the_part_and_too_few_rounds_do_not_crash(profile_factory):
+    """The rounds' seconds above the run's part: the ratio on them could promise more than the part
+    holds (0.125 × 0.85 > 0.10); the high end stops at the part. A micro-batch pair of 3 rounds (no
+    interval) with loop phases gives the point figure, not a KeyError."""
+    from gpuprof.analysis.rules.intervals import timed_saving
+    from gpuprof.measure.paired import Interval
+
+    iv = Interval(estimate=0.5, low=0.15, high=0.8, level=0.93, requested=0.9, n=8, statistic="sign")
+    ts = timed_saving(iv.as_dict(), 0.10, 0.5, timed_s=0.125)
+    assert ts.evidence["saving_high_s"] == pytest.approx(0.10) and ts.evidence["saving_low_s"] <= ts.estimate
+    a, b, few = _rounds(0.5, n=3)
+    (f,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, _pair(few)))
+    assert f.evidence["interval_measured"] is False and "untimed_loop_s" not in f.evidence
+
+
+def test_a_phase_a_higher_fix_saves_in_part_leaves_its_share_of_the_untimed_code():
+    """A data fix takes 20 of the 80 ms data phase; the micro-batch's 60 ms of untimed data (3/4 of
+    the phase) keeps 3/4 of what is left: 45 ms, so 15 ms comes off its high end."""
+    from gpuprof.analysis.engine import rank
+    from gpuprof.analysis.findings import Finding
+    from gpuprof.stats import step_stats
+    from gpuprof.profile import StepRecord
+
+    steps = [StepRecord(i, 0.112, {"data": 0.08, "forward": 0.01, "backward": 0.02, "other": 0.002},
+                        tokens=64, micro_steps=4) for i in range(3)]
+    stats = step_stats(steps)
+    data_fix = Finding(id="data-loading-exposed", title="data", saving_s=0.02, claims={"data": 0.02})
+    mb = Finding(id="micro-batch-too-small", title="mb", saving_s=0.01, claims={"forward": 0.004, "backward": 0.006},
+                 evidence={"saving_low_s": 0.008, "saving_high_s": 0.012 + 0.06, "untimed_loop_s": 0.06,
+                           "untimed_loop_phases": {"data": 0.06}})
+    got = {f.id: f for f in rank([mb, data_fix], stats)}["micro-batch-too-small"]
+    assert got.evidence["saving_high_s"] == pytest.approx(0.012 + 0.045)

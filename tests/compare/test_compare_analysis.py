@@ -198,5 +198,10 @@ def test_the_precision_is_compared_as_measured_not_as_the_configs_copies():
     c = compare(b, hand_analysis(b), a, hand_analysis(a))
     assert [ch["key"] for ch in c.config_changes] == ["precision.compute_dtype", "precision.autocast_dtype"]
     assert compare_view(c).config_heading.startswith("Config changes (run.config; precision.* as measured")
-    # no record on one side (an older file without it): nothing to compare, nothing invented
-    assert precision_changes(b, hand_profile(steps)) == []
+    # no record on one side (an older file without it): nothing measured to compare, nothing
+    # invented; the config's own copies are compared instead, as compare did for those files
+    old_b, old_a = (hand_profile(steps, config={"autocast_dtype": "bfloat16"}),
+                    hand_profile(steps, config={"autocast_dtype": None}))
+    assert precision_changes(b, old_a) == []
+    c = compare(old_b, hand_analysis(old_b), old_a, hand_analysis(old_a))
+    assert c.config_changes == [{"key": "autocast_dtype", "before": "bfloat16", "after": None}]

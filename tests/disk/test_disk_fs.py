@@ -179,3 +179,10 @@ def test_a_virtio_disk_and_a_cloud_volume_are_named_virtual(tmp_path):
     assert not fs.is_virtual_disk(*fs.block_device_identity("/dev/sda", str(cls)))
     assert fs.block_device_identity("tmpfs", str(cls)) == (None, None)  # not a block device
     assert fs.block_device_identity("/dev/nope", str(cls)) == (None, None)
+
+
+def test_a_model_file_with_odd_bytes_never_raises(tmp_path):
+    cls = _sysfs(tmp_path, "sdb", driver="sd")
+    (tmp_path / "devices" / "pci0" / "virtio1" / "model").write_bytes(b"\xff\xfeDisk\x80")
+    driver, model = fs.block_device_identity("/dev/sdb", str(cls))
+    assert driver == "sd" and "Disk" in model

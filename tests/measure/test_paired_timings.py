@@ -199,3 +199,22 @@ def test_the_larger_micro_batch_is_settled_before_the_rounds():
     slow = DecayingClock({"run_way": 0.012, "larger": 0.009}, first=[1.0, 2.0] * 5)
     spent = microbatch.settle(slow, [larger], 2.5, slow.now)
     assert 2.5 <= spent <= 4.0 and len(slow.calls) == 2  # 1 s, 2 s: past its 2.5 s, stopped
+
+
+def test_settling_leaves_the_rounds_room_for_their_warm_up_and_two_rounds():
+    """A pair given 1.5 s whose round takes 0.4 s: settling alone could take its 30% (0.45 s) and
+    leave too little for alternate_rounds (a warm-up and 2 rounds: 1.2 s); with the total given it
+    stops first, and the rounds still run."""
+    def larger():
+        pass
+
+    def run_way():
+        pass
+
+    clock = FakeClock({"larger": 0.2, "run_way": 0.2}, noise=0.0)
+    spent = microbatch.settle(clock, (larger, run_way), 1.5 * microbatch.SETTLE_SHARE, clock.now, total=1.5)
+    assert clock.calls == ["larger"] and spent == pytest.approx(0.2)  # 1.3 s left < 4 rounds of 0.4 s
+    assert 1.5 - spent >= 3 * 0.4  # what alternate_rounds needs is still there
+    roomy = FakeClock({"larger": 0.2, "run_way": 0.2}, noise=0.0)
+    microbatch.settle(roomy, (larger, run_way), 30.0, roomy.now, total=100.0)
+    assert roomy.calls == ["larger", "larger", "run_way", "run_way"]  # two that agree, each way

@@ -148,14 +148,14 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         saving = timed.saving_s
         note = join_notes(timed.note, "saving = forward+backward per step × (1 − the paired rounds' ratio)", b2_note)
         loop = sum(ctx.seconds(p) for p in LOOP_PER_MICRO)
-        if saving is not None and loop > 0 and n2 < n:
+        if saving is not None and loop > 0 and n2 < n and "saving_high_s" in ev:
             # The loop code around each micro-step (its batch fetch, copies, other lines) runs n2
             # times in place of n: not timed, so it bounds the interval's high end only (per
             # phase, so the engine takes out what a higher-ranked fix already claims of them).
             per_phase = {p: ctx.seconds(p) * (1 - n2 / n) for p in LOOP_PER_MICRO if ctx.seconds(p) > 0}
             extra = sum(per_phase.values())
             ev.update(untimed_loop_s=extra, untimed_loop_phases=per_phase,
-                      saving_high_s=ev["saving_high_s"] + extra)
+                      saving_high_s=min(ev["saving_high_s"] + extra, step_s(ctx) or float("inf")))
             note = join_notes(note, f"the interval's high end adds up to {seconds(extra)} of the data, copy and "
                                     f"other loop code ({seconds(loop)} per step) running {n2} times in place of "
                                     f"{n}, not timed")

@@ -14,9 +14,10 @@ The transfer (`timed_s`): the rounds time the change after the run, eagerly, on 
 the run's part `of_s`; where the run's way took `timed_s` there (its rounds' median, at the step's
 scale) and that differs from `of_s`, the rounds do not say whether the change scales the run's part
 (of_s × (1 − ratio), the estimate) or removes the seconds it removed there (timed_s × (1 − ratio)).
-The promised interval then spans both: [min(of_s, timed_s) × (1 − high), max(of_s, timed_s) × (1 −
-low)]. On the advice_repeat benchmark the eager model ran 0.8–1.25× the run's own micro-step, and
-the ratio-only interval (±1–2%) held the achieved saving in 0 of 5 runs (docs/measurements).
+The promised interval then spans both: from the lower to the higher of the two products at each
+end of the ratio's interval, the high end at most of_s (no more saved than the part holds). On
+the advice_repeat benchmark the eager model ran 0.8–1.25× the run's own micro-step, and the
+ratio-only interval (±1–2%) held the achieved saving in 0 of 5 runs (docs/measurements).
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def timed_saving(interval: dict | None, of_s: float, ratio: float, why_none: str
     spans = transfer_spans(of_s, timed_s)
     if spans:
         t = seconds_saved(iv, timed_s)
-        low, high = min(low, t.low), max(high, t.high)
+        # never more saved than the run's part holds (the rounds' seconds may be the larger)
+        low, high = min(low, t.low), min(max(high, t.high), of_s)
         ev.update(timed_part_s=timed_s, ratio_saving_low_s=s.low, ratio_saving_high_s=s.high)
     ev.update(saving_low_s=low, saving_high_s=high)
     words = interval_text(low, high, s.level, s.n)
