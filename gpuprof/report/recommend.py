@@ -58,10 +58,7 @@ class Column:
     words: bool = False  # holds words (left-aligned), not figures
 
 
-@dataclass(frozen=True)
-class Cell:
-    text: str
-    tone: str = PLAIN
+Cell = Line  # a table cell is a text and its tone, as a line is
 
 
 @dataclass(frozen=True)
