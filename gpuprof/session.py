@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from gpuprof.errors import GpuprofError, ScriptFailed, one_line
 from gpuprof.measure.cuda import is_cuda
@@ -47,6 +47,7 @@ class Measure:
     samplers: bool = True
     post_budget: float | None = None
     measure_compile: bool = False  # time the eager model compiled after the run (outside the budget)
+    keep_steps: int | None = None  # bounded memory (watch): a uniform sample of this many steps is kept
 
     def validate(self) -> "Measure":
         if self.steps <= 0:
@@ -97,10 +98,13 @@ def run_builtin(cfg, measure: Measure, display=None) -> RunResult:
     return RunResult(profile, ended)
 
 
-def run_script(script: str, args: list[str], measure: Measure, display=None, *, stdout=None) -> RunResult:
+def run_script(script: str, args: list[str], measure: Measure, display=None, *, stdout=None,
+               adapt_instruments: Callable[[list, str, str | None], list] | None = None) -> RunResult:
     """A training script, unmodified, in this process under the hooks; the files it opened are
     recorded (gpuprof.measure.opened). GpuprofError when it is not a runnable script or never
-    completes a training step without failing or being stopped."""
+    completes a training step without failing or being stopped. adapt_instruments(instruments,
+    device, data_path) -> the instruments to run instead of diagnose's (`watch` adds its recorder
+    and bounds the samplers' memory)."""
     from gpuprof.measure.opened import OpenedFiles
     from gpuprof.runners.script import check_script, run_script as run
 
@@ -109,6 +113,8 @@ def run_script(script: str, args: list[str], measure: Measure, display=None, *, 
 
     def instruments(dev, data):
         made[:] = _instruments(measure.samplers, measure.measure_compile)(dev, data)
+        if adapt_instruments is not None:
+            made[:] = adapt_instruments(list(made), dev, data)
         if display is not None and hasattr(display, "watch"):
             display.watch(made)
         return made
@@ -117,7 +123,7 @@ def run_script(script: str, args: list[str], measure: Measure, display=None, *, 
         result = run(script, args, steps=measure.steps, warmup=measure.warmup, stop=measure.stop,
                      instruments_factory=instruments, stdout=stdout or sys.stdout,
                      post_budget_s=measure.post_budget, on_progress=getattr(display, "on_post", None),
-                     on_step_record=getattr(display, "on_step", None))
+                     on_step_record=getattr(display, "on_step", None), keep_steps=measure.keep_steps)
     if result.profile is None:
         raise _no_profile_error(script, result)
     steps = len(result.profile.steps) + len(result.profile.warmup_steps)

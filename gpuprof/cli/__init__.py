@@ -5,6 +5,7 @@ from gpuprof.cli.app import app
 # Importing a command module registers its verb on `app`, in the order `gpuprof --help` lists them.
 from gpuprof.cli import diagnose as _diagnose  # noqa: F401,E402
 from gpuprof.cli import attach as _attach  # noqa: F401,E402
+from gpuprof.cli import watch as _watch  # noqa: F401,E402
 from gpuprof.cli import analyze as _analyze  # noqa: F401,E402
 from gpuprof.cli import disk as _disk  # noqa: F401,E402
 from gpuprof.cli import recommend as _recommend  # noqa: F401,E402

@@ -25,6 +25,7 @@ finished on the GPU instead of hanging the rank.
 
 from __future__ import annotations
 
+import random
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,7 +56,8 @@ class PhaseTimer:
     """
 
     def __init__(self, clock: Callable[[], int] = time.perf_counter_ns, events=None,
-                 gpu_unavailable: str | None = None):
+                 gpu_unavailable: str | None = None, keep_steps: int | None = None, keep_first: int = 0,
+                 seed: int = 0):
         self._clock = clock
         self._events = events
         self._origin = clock()
@@ -77,24 +79,36 @@ class PhaseTimer:
         # Called with each closed step's host figures (index, wall_s, phases, tokens, micro_steps)
         # for a live display; a listener that raises is dropped, never the run.
         self.listener: Callable[[dict], None] | None = None
+        # Bounded mode (`gpuprof watch`: a run of days): at most `keep_steps` steps after the first
+        # `keep_first` are kept, a uniform random sample of all of them (reservoir sampling, seeded),
+        # and only their spans; None keeps every step (diagnose).
+        self.keep_steps = keep_steps
+        self.keep_first = keep_first
+        self.steps_closed = 0  # every step closed, kept or not
+        self._rng = random.Random(seed)
+        self._first: list[tuple[_Pending, list]] = []
+        self._kept: list[tuple[_Pending, list]] = []
+        self._offered = 0  # steps offered to the reservoir
+        self._spans_base = 0  # spans of retired steps dropped from the front of `spans`
 
     @classmethod
     def for_device(cls, device, clock: Callable[[], int] = time.perf_counter_ns,
-                   pool: int = 256) -> "PhaseTimer":
+                   pool: int = 256, **bounded) -> "PhaseTimer":
         """A timer for `device`: with CUDA events on its stream when it is a CUDA device. If the
         events cannot be set up, the timer still times the host and says why there is no GPU
         timeline (it never raises into a training script)."""
         from gpuprof.measure.cuda import CudaEvents, is_cuda
 
         if not is_cuda(device):
-            return cls(clock=clock)
+            return cls(clock=clock, **bounded)
         try:
             events = CudaEvents(device, pool=pool)
         except Exception as exc:  # noqa: BLE001
-            return cls(clock=clock, gpu_unavailable=f"CUDA events unavailable: {exc.__class__.__name__}: {exc}")
+            return cls(clock=clock, gpu_unavailable=f"CUDA events unavailable: {exc.__class__.__name__}: {exc}",
+                       **bounded)
         if events.failed:
-            return cls(clock=clock, gpu_unavailable=events.failed)
-        return cls(clock=clock, events=events)
+            return cls(clock=clock, gpu_unavailable=events.failed, **bounded)
+        return cls(clock=clock, events=events, **bounded)
 
     @property
     def current(self) -> str:
@@ -114,7 +128,7 @@ class PhaseTimer:
         now = self._clock()
         self._in_step = True
         self._step_start = now
-        self._span0 = len(self.spans)
+        self._span0 = self._spans_base + len(self.spans)
         self._mark = now
         self._host: dict[str, int] = {}
         self._ev: list = []
@@ -159,9 +173,10 @@ class PhaseTimer:
         # Only the slice is kept here; the spans are joined after the run (_resolve), not in the step.
         self._pending.append(
             _Pending(self._index, self._step_start, now - self._step_start, self._host, tokens,
-                     micro_steps, self._ev, dict(extra or {}), (self._span0, len(self.spans)))
+                     micro_steps, self._ev, dict(extra or {}), (self._span0, self._spans_base + len(self.spans)))
         )
         self._index += 1
+        self.steps_closed += 1
         self._in_step = False
         if self.listener is not None:
             try:
@@ -175,6 +190,41 @@ class PhaseTimer:
             # Refill the pool between steps, so the next step creates no event of its own.
             self._most_events = max(self._most_events, len(self._ev))
             self._events.top_up(self._most_events + 8)
+        if self.keep_steps is not None:
+            self._retire()
+
+    def _retire(self) -> None:
+        """Bounded mode: the pending steps that are complete (on CUDA: their GPU timeline read)
+        leave the pending list for the reservoir, and their spans leave `spans` (a kept step keeps
+        its own slice). Per step: a list slice and one random draw."""
+        n = self._harvested if self._events is not None else len(self._pending)
+        if n <= 0:
+            return
+        base = self._spans_base
+        done = self._pending[:n]
+        del self._pending[:n]
+        if self._events is not None:
+            self._harvested -= n
+        for p in done:
+            raw = self.spans[p.spans[0] - base:p.spans[1] - base]
+            self._offer(p, raw)
+        end = done[-1].spans[1] - base
+        del self.spans[:end]
+        self._spans_base += end
+
+    def _offer(self, p: _Pending, raw: list) -> None:
+        """Algorithm R: the first keep_first steps always; then every step is kept with
+        probability keep_steps ÷ steps offered so far, replacing a kept one at random."""
+        if p.index < self.keep_first:
+            self._first.append((p, raw))
+            return
+        self._offered += 1
+        if len(self._kept) < self.keep_steps:
+            self._kept.append((p, raw))
+            return
+        j = self._rng.randrange(self._offered)
+        if j < self.keep_steps:
+            self._kept[j] = (p, raw)
 
     def _harvest(self) -> None:
         """Read the GPU timelines of the steps the GPU has finished (a query, never a wait) and
@@ -251,6 +301,9 @@ class PhaseTimer:
             longest = max(p.wall_ns for p in self._pending) / 1e9
             grace = max(STOPPED_GRACE_S, 2 * longest) if stopped else max(FINISHED_GRACE_S, 10 * longest)
             deadline = self._events.now() + grace
+        if self.keep_steps is not None:
+            self._resolve_bounded(deadline)
+            return
         for p in self._pending:
             p.extra["spans"] = step_spans(self.spans[p.spans[0]:p.spans[1]], p.start_ns - self._origin)
             gpu_s, gpu_phases = self._gpu_timeline(p, deadline)
@@ -269,6 +322,28 @@ class PhaseTimer:
             )
         self._pending.clear()
         self._harvested = 0
+
+    def _resolve_bounded(self, deadline: float | None) -> None:
+        """Bounded mode, after the run: the steps still pending go through the reservoir too; the
+        kept ones become the run's steps (by index) and `spans` holds their spans only (what the
+        samplers' phase lookup sees)."""
+        base = self._spans_base
+        for p in self._pending:
+            self._offer(p, self.spans[p.spans[0] - base:p.spans[1] - base])
+        self._pending.clear()
+        self._harvested = 0
+        kept = sorted(self._first + self._kept, key=lambda pr: pr[0].index)
+        done = []
+        for p, raw in kept:
+            p.extra["spans"] = step_spans(raw, p.start_ns - self._origin)
+            gpu_s, gpu_phases = self._gpu_timeline(p, deadline)
+            done.append(StepRecord(index=p.index, wall_s=p.wall_ns / 1e9,
+                                   phases={k: v / 1e9 for k, v in p.host.items()}, tokens=p.tokens,
+                                   micro_steps=p.micro_steps, gpu_s=gpu_s, gpu_phases=gpu_phases,
+                                   start_s=(p.start_ns - self._origin) / 1e9, extra=p.extra))
+        self._done = done
+        self.spans = [sp for _, raw in kept for sp in raw]
+        self._spans_base = 0
 
     def steps(self, stopped: bool = False) -> list[StepRecord]:
         """All closed steps. Called after the run: waits for the GPU to finish them, with a bound,

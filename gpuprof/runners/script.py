@@ -131,16 +131,20 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
                instruments_factory: Callable | None = None, on_step: Callable[[int], None] | None = None,
                stdout=None, sample_interval_s: float = 0.01, post_budget_s: float | None = None,
                on_progress: Callable[[str], None] | None = None,
-               on_step_record: Callable[[dict], None] | None = None) -> ScriptRun:
+               on_step_record: Callable[[dict], None] | None = None,
+               keep_steps: int | None = None) -> ScriptRun:
     """Run `script args...` under the hooks; return its profile and how it ended.
 
     instruments_factory(device, data_path) -> instruments, called at the first forward.
     stdout: where the script's stdout goes (default: the current sys.stdout).
-    post_budget_s / on_progress: the post-run measurements' shared budget and progress lines."""
+    post_budget_s / on_progress: the post-run measurements' shared budget and progress lines.
+    keep_steps: bounded memory for a run of any length (`gpuprof watch`): the profile keeps the
+    warmup steps and a uniform sample of at most this many measured steps (PhaseTimer)."""
     path, code = _load(script)
     run = _Run(path, [script, *args], warmup, instruments_factory, sample_interval_s)
     run.post_budget_s, run.on_progress = post_budget_s, on_progress
     run.on_step_record = on_step_record
+    run.keep_steps = keep_steps
     hooks = TrainingHooks(run.first_forward, on_step=on_step, stop_after=(warmup + steps) if stop else None)
     run.hooks = hooks
     module = types.ModuleType("__main__")

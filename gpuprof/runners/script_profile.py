@@ -170,6 +170,8 @@ def _attribute_data(run, measured) -> dict:
 
 def _script_section(run, attribution: dict, gpuprof_step_s: float | None = None) -> dict:
     iters = run.iter_lines
+    if run.keep_steps is not None:  # a sample of the lines (script_state): in the order printed
+        iters = sorted(iters, key=lambda x: -1 if x.step is None else x.step)
     # The script's own step lines (any format gpuprof.steplog reads) beside gpuprof's step.
     reported = reported_summary(iters, skip_first=run.warmup, gpuprof_step_s=gpuprof_step_s)
     counts = dict(run.hooks.counts)

@@ -10,6 +10,7 @@ precision the step computes in, and starts the instruments.
 from __future__ import annotations
 
 import os
+import random
 import types
 from pathlib import Path
 from typing import Callable
@@ -28,6 +29,9 @@ from gpuprof.runners.script_discovery import (_find_ddp, _find_model, _gpt_confi
 from gpuprof.steplog import EvalLine, IterLine, parse_line
 
 MAX_LINES = 2000  # parsed log lines kept in the profile
+# Bounded mode (keep_steps set: `gpuprof watch`): the first half of MAX_LINES, then a uniform
+# random sample of the later lines (reservoir sampling, seeded), so a long run's log is sampled
+# over the whole run as its steps are.
 
 
 class _Run:
@@ -58,11 +62,24 @@ class _Run:
         self.source: dict = {}
         self.iter_lines: list[IterLine] = []
         self.eval_lines: list[EvalLine] = []
+        self.keep_steps: int | None = None  # bounded mode: see PhaseTimer(keep_steps)
+        self._lines_seen = 0
+        self._rng = random.Random(0)
 
     def on_line(self, line: str) -> None:
         rec = parse_line(line)
-        if isinstance(rec, IterLine) and len(self.iter_lines) < MAX_LINES:
-            self.iter_lines.append(rec)
+        if isinstance(rec, IterLine):
+            self._lines_seen += 1
+            if len(self.iter_lines) < (MAX_LINES if self.keep_steps is None else MAX_LINES // 2):
+                self.iter_lines.append(rec)
+            elif self.keep_steps is not None:  # reservoir over the lines after the first MAX_LINES // 2
+                late = len(self.iter_lines) - MAX_LINES // 2
+                if late < MAX_LINES // 2:
+                    self.iter_lines.append(rec)
+                else:
+                    j = self._rng.randrange(self._lines_seen - MAX_LINES // 2)
+                    if j < MAX_LINES // 2:
+                        self.iter_lines[MAX_LINES // 2 + j] = rec
         elif isinstance(rec, EvalLine) and len(self.eval_lines) < MAX_LINES:
             self.eval_lines.append(rec)
 
@@ -78,7 +95,8 @@ class _Run:
         param = next(eager.parameters(), None)
         dev = first.device if first is not None else (param.device if param is not None else torch.device("cpu"))
         self.device = str(dev)
-        self.timer = PhaseTimer.for_device(self.device)
+        bounded = {} if self.keep_steps is None else {"keep_steps": self.keep_steps, "keep_first": self.warmup}
+        self.timer = PhaseTimer.for_device(self.device, **bounded)
         self.timer.listener = self.on_step_record
         # Heuristics over arbitrary user objects: a failure here must not end the user's run.
         for step in (lambda: read_config(self, eager, compiled, first),

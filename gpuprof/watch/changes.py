@@ -1,0 +1,226 @@
+"""When the typical step changed, and the spikes that recur: the statistics of `gpuprof watch`.
+Pure numpy; no I/O.
+
+The rule (stated in docs/watch.md):
+
+1. The series is the per-step wall times of the windows since the last change (at most
+   HISTORY_WINDOWS windows), in step order.
+2. Pettitt's rank test (Pettitt 1979, a non-parametric change-point test) finds the split k that
+   maximises |U_k| = |2·Σ_{i≤k} r_i − k(n+1)| (r: the ranks of the times) and its p-value,
+   p ≈ 2·exp(−6K²/(n³+n²)). Ranks make it blind to how large a spike is: an eval step, a
+   garbage collection or a checkpoint moves one rank, not the split.
+3. A change needs all of: p < P_MAX; at least MIN_BEFORE_WINDOWS windows' worth of steps before the
+   split and one whole window after it (the new level must hold for a window: a one-window
+   stall is not a change); and an effect |median after − median before| above EFFECT_NOISES ×
+   the run's own window-to-window noise: 1.4826 × the MAD of the medians of the windows before
+   the split, and at least the standard error of one window's median (1.2533 × 1.4826 × the MAD
+   of their steps ÷ √steps per window), so that a quiet run with few windows does not call
+   jitter a change. No fixed percentage.
+
+Periodic events: a step far slower than its window's others (gpuprof.stats' irregular rule) is
+remembered with its phase; when at least PERIODIC_MIN of them, in one phase, fall at one step
+interval (±1), they are periodic (an eval or checkpoint every N steps): named once, and never a
+change, since the rank test does not see them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpuprof.stats import MAD_TO_SIGMA, step_stats
+
+P_MAX = 1e-3
+EFFECT_NOISES = 5.0
+MIN_BEFORE_WINDOWS = 2
+HISTORY_WINDOWS = 12
+MEDIAN_SE = 1.2533  # the standard error of a median ÷ (σ/√n), for normal data
+PERIODIC_MIN = 3
+RULE = (f"Pettitt's rank test over the step times of the windows since the last change (p < {P_MAX:g}), "
+        f"at least {MIN_BEFORE_WINDOWS} windows before the split and one whole window after it, and a "
+        f"median shift over {EFFECT_NOISES:g}× the run's window-to-window noise (1.4826 × MAD of the "
+        f"window medians, at least one window median's standard error)")
+
+
+def pettitt(x) -> tuple[int, float, float]:
+    """(k, K, p): the split after position k (0-based: the first k+1 values before it), the
+    statistic max|U_k| and its approximate two-sided p-value."""
+    x = np.asarray(x, dtype=float)
+    n = x.size
+    if n < 3:
+        return 0, 0.0, 1.0
+    # average ranks (ties share theirs), 1..n
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(n)
+    ranks[order] = np.arange(1, n + 1)
+    _, inv, counts = np.unique(x, return_inverse=True, return_counts=True)
+    if counts.max() > 1:
+        sums = np.bincount(inv, weights=ranks)
+        ranks = (sums / counts)[inv]
+    k = np.arange(1, n)
+    u = 2.0 * np.cumsum(ranks)[:-1] - k * (n + 1)
+    i = int(np.argmax(np.abs(u)))
+    big_k = float(abs(u[i]))
+    p = float(min(1.0, 2.0 * np.exp(-6.0 * big_k ** 2 / (n ** 3 + n ** 2))))
+    return i, big_k, p
+
+
+def _mad(x) -> float:
+    x = np.asarray(x, dtype=float)
+    return float(np.median(np.abs(x - np.median(x)))) if x.size else 0.0
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change of the typical step: where it began (the first step after the split), the level
+    before and after (the typical step, gpuprof.stats, of the steps each side), the phase that
+    moved most and its seconds each side, and the test's figures."""
+
+    at_step: int
+    before_s: float
+    after_s: float
+    before_median_s: float
+    after_median_s: float
+    phase: str
+    phase_before_s: float
+    phase_after_s: float
+    phases_before: dict
+    phases_after: dict
+    p_value: float
+    noise_s: float
+    steps_before: int
+    steps_after: int
+    first_window_after: int  # the window that holds at_step
+
+    @property
+    def slower(self) -> bool:
+        return self.after_median_s > self.before_median_s
+
+    def to_event(self) -> dict:
+        delta = self.after_s - self.before_s
+        return {"kind": "change", "at_step": self.at_step, "direction": "slower" if self.slower else "faster",
+                "phase": self.phase, "before_s": self.before_s, "after_s": self.after_s,
+                "before_median_s": self.before_median_s, "after_median_s": self.after_median_s,
+                "phase_before_s": self.phase_before_s, "phase_after_s": self.phase_after_s,
+                "phases_before": self.phases_before, "phases_after": self.phases_after,
+                # what undoing the change would save per step (negative: the change made it faster)
+                "saving_s": delta, "saving_share": delta / self.after_s if self.after_s else None,
+                "test": {"rule": "pettitt", "p_value": self.p_value, "noise_s": self.noise_s,
+                         "effect_noises": abs(self.after_median_s - self.before_median_s) / self.noise_s
+                         if self.noise_s else None,
+                         "steps_before": self.steps_before, "steps_after": self.steps_after}}
+
+
+class ChangeDetector:
+    """Windows in, changes out. `add(number, steps)` takes a closed window's listener records (a
+    sample, in any order) and returns the Change it confirms, or None."""
+
+    def __init__(self, history: int = HISTORY_WINDOWS):
+        self._windows: deque = deque(maxlen=history)  # (number, records sorted by step)
+
+    def add(self, number: int, steps: list[dict]) -> Change | None:
+        recs = sorted(steps, key=lambda r: r["index"])
+        if not recs:
+            return None
+        self._windows.append((number, recs))
+        if len(self._windows) < MIN_BEFORE_WINDOWS + 1:
+            return None
+        series = [r for _, rs in self._windows for r in rs]
+        times = np.array([r["wall_s"] for r in series])
+        k, _, p = pettitt(times)
+        if p >= P_MAX:
+            return None
+        split = k + 1  # the first step after the split
+        sizes = [len(rs) for _, rs in self._windows]
+        bounds = np.cumsum(sizes)
+        last_start = int(bounds[-2])
+        if split > last_start:  # the new level has not held for a whole window yet
+            return None
+        before_windows = int(np.searchsorted(bounds, split, side="right"))  # whole windows before
+        if before_windows < MIN_BEFORE_WINDOWS:
+            return None
+        before, after = times[:split], times[split:]
+        meds = [float(np.median([r["wall_s"] for r in rs])) for _, rs in list(self._windows)[:before_windows]]
+        per_window = max(1.0, float(np.mean(sizes[:before_windows])))
+        noise = max(MAD_TO_SIGMA * _mad(meds),
+                    MEDIAN_SE * MAD_TO_SIGMA * _mad(before) / np.sqrt(per_window))
+        b_med, a_med = float(np.median(before)), float(np.median(after))
+        if noise <= 0 or abs(a_med - b_med) <= EFFECT_NOISES * noise:
+            return None
+        change = self._describe(series, split, p, noise, b_med, a_med)
+        # the new level is the next baseline: keep the windows from the one holding the split on
+        while self._windows and self._windows[0][0] < change.first_window_after:
+            self._windows.popleft()
+        return change
+
+    def _describe(self, series: list[dict], split: int, p: float, noise: float, b_med: float,
+                  a_med: float) -> Change:
+        from gpuprof.watch.windows import records
+
+        sb, sa = step_stats(records(series[:split])), step_stats(records(series[split:]))
+        names = set(sb.phases) | set(sa.phases)
+        grew = {ph: sa.seconds(ph) - sb.seconds(ph) for ph in names}
+        phase = (max if a_med > b_med else min)(grew, key=grew.get)
+        at = series[split]["index"]
+        window = next(num for num, rs in self._windows if rs[-1]["index"] >= at)
+        return Change(at_step=int(at), before_s=sb.step_s, after_s=sa.step_s, before_median_s=b_med,
+                      after_median_s=a_med, phase=phase, phase_before_s=sb.seconds(phase),
+                      phase_after_s=sa.seconds(phase),
+                      phases_before={k: v.seconds for k, v in sb.phases.items()},
+                      phases_after={k: v.seconds for k, v in sa.phases.items()},
+                      p_value=p, noise_s=noise, steps_before=split, steps_after=len(series) - split,
+                      first_window_after=window)
+
+
+class PeriodicFinder:
+    """Irregular steps in, periodic events out: `add(irregular)` takes a window's irregular steps
+    ({"step", "seconds", "phase", "phase_extra_s"}) and returns the periodic events it newly
+    recognises ({"kind": "periodic", "every_steps", "phase", "first_step", "occurrences",
+    "extra_s"}), each (phase, interval) once."""
+
+    def __init__(self, keep: int = 64):
+        self._seen: dict[str, deque] = {}
+        self._keep = keep
+        self.known: dict[tuple[str, int], dict] = {}
+
+    def add(self, irregular: list[dict]) -> list[dict]:
+        new = []
+        for s in irregular:
+            q = self._seen.setdefault(s["phase"], deque(maxlen=self._keep))
+            q.append((int(s["step"]), float(s["phase_extra_s"])))
+            ev = self._periodic(s["phase"], list(q))
+            if ev is not None:
+                key = (s["phase"], ev["every_steps"])
+                if key in self.known:
+                    self.known[key].update(occurrences=ev["occurrences"], extra_s=ev["extra_s"])
+                else:
+                    self.known[key] = ev
+                    new.append(ev)
+        return new
+
+    def periodic_steps(self) -> set[int]:
+        return {s for ph in self._seen.values() for s, _ in ph}
+
+    @staticmethod
+    def _periodic(phase: str, occ: list[tuple[int, float]]) -> dict | None:
+        """The last PERIODIC_MIN or more occurrences at one interval (±1 step), if they are."""
+        if len(occ) < PERIODIC_MIN:
+            return None
+        steps = [s for s, _ in occ]
+        gaps = np.diff(steps)
+        run = 1
+        if gaps[-1] < 2:  # back-to-back slow steps are a slow stretch, not a period
+            return None
+        for g in gaps[::-1]:  # the longest run of equal gaps ending at the latest occurrence
+            if abs(g - gaps[-1]) <= 1:
+                run += 1
+            else:
+                break
+        if run < PERIODIC_MIN:
+            return None
+        tail = occ[-run:]
+        every = int(round(float(np.median(gaps[-(run - 1):]))))
+        return {"kind": "periodic", "phase": phase, "every_steps": every, "first_step": tail[0][0],
+                "occurrences": run, "extra_s": float(np.median([e for _, e in tail]))}
