@@ -8,7 +8,8 @@ The rule (stated in docs/watch.md):
 2. Pettitt's rank test (Pettitt 1979, a non-parametric change-point test) finds the split k that
    maximises |U_k| = |2·Σ_{i≤k} r_i − k(n+1)| (r: the ranks of the times) and its p-value,
    p ≈ 2·exp(−6K²/(n³+n²)). Ranks make it blind to how large a spike is: an eval step, a
-   garbage collection or a checkpoint moves one rank, not the split.
+   garbage collection or a checkpoint moves one rank, not the split. The split is then placed
+   where the steps above and below the midpoint of the two levels separate best (`locate`).
 3. A change needs all of: p < P_MAX; at least MIN_BEFORE_WINDOWS windows' worth of steps before the
    split and one whole window after it (the new level must hold for a window: a one-window
    stall is not a change); and an effect |median after − median before| above EFFECT_NOISES ×
@@ -65,6 +66,20 @@ def pettitt(x) -> tuple[int, float, float]:
     big_k = float(abs(u[i]))
     p = float(min(1.0, 2.0 * np.exp(-6.0 * big_k ** 2 / (n ** 3 + n ** 2))))
     return i, big_k, p
+
+
+def locate(x, split: int) -> int:
+    """Where the new level begins, refined: Pettitt's rank sums place a split a few steps off when
+    values near it sit between the two levels, so the split is moved to the one that best
+    separates the steps above the midpoint of the two medians (Pettitt's split's) from those below
+    (the most steps on their side; a spike on the wrong side costs one step, however large)."""
+    x = np.asarray(x, dtype=float)
+    b, a = float(np.median(x[:split])), float(np.median(x[split:]))
+    mid = (a + b) / 2
+    after_like = (x > mid) if a > b else (x < mid)
+    before_ok = np.cumsum(~after_like)[:-1]  # steps 0..k-1 that look like the old level, k = 1..n-1
+    after_ok = after_like.sum() - np.cumsum(after_like)[:-1]  # steps k..n-1 that look like the new one
+    return int(np.argmax(before_ok + after_ok)) + 1
 
 
 def _mad(x) -> float:
@@ -132,7 +147,7 @@ class ChangeDetector:
         k, _, p = pettitt(times)
         if p >= P_MAX:
             return None
-        split = k + 1  # the first step after the split
+        split = locate(times, k + 1)  # the first step after the split
         sizes = [len(rs) for _, rs in self._windows]
         bounds = np.cumsum(sizes)
         last_start = int(bounds[-2])

@@ -1,0 +1,74 @@
+"""The change rule on synthetic step series (no run): Pettitt's split, a shift found at its step
+within one whole window, noise and periodic spikes never a change."""
+
+import numpy as np
+import pytest
+
+from gpuprof.watch.changes import ChangeDetector, PeriodicFinder, locate, pettitt
+
+
+def test_pettitt_finds_a_level_shift_and_locate_its_step():
+    x = np.r_[np.full(40, 10.0), np.full(20, 14.0)] + np.random.default_rng(0).normal(0, 0.3, 60)
+    k, _, p = pettitt(x)
+    assert p < 1e-6 and abs(k + 1 - 40) <= 3  # rank sums place it near the shift (here 38)
+    x[[10, 20, 30]] = 30.0  # spikes before the shift do not move the step either
+    assert locate(x, k + 1) == 40
+
+
+def test_pettitt_sees_no_change_in_noise():
+    _, _, p = pettitt(np.random.default_rng(1).normal(10, 1, 200))
+    assert p > 1e-3
+
+
+def _windows(times, size, data_extra=None):
+    """Listener records, one list per window of `size` steps."""
+    recs = [{"index": i, "wall_s": float(t), "tokens": 32, "micro_steps": 1,
+             "phases": {"data": float(t) - 0.005, "forward": 0.005}} for i, t in enumerate(times)]
+    return [recs[i:i + size] for i in range(0, len(recs), size)]
+
+
+def _run(times, size):
+    det, found = ChangeDetector(), []
+    for n, w in enumerate(_windows(times, size), 1):
+        c = det.add(n, w)
+        if c is not None:
+            found.append((n, c))
+    return found
+
+
+def test_a_slower_loader_is_a_change_at_its_step_naming_the_data_phase():
+    rng = np.random.default_rng(2)
+    times = np.r_[np.full(45, 0.010), np.full(35, 0.022)] + rng.normal(0, 0.0003, 80)
+    found = _run(times, 10)
+    assert len(found) == 1
+    window, c = found[0]
+    assert c.at_step == 45 and window == 6  # 45 is in window 5; the new level held through window 6
+    assert c.phase == "data" and c.slower
+    assert c.before_s == pytest.approx(0.010, rel=0.02) and c.after_s == pytest.approx(0.022, rel=0.02)
+    assert c.to_event()["saving_s"] == pytest.approx(0.012, rel=0.05)
+
+
+def test_periodic_spikes_and_noise_are_not_changes_but_the_spikes_are_periodic():
+    rng = np.random.default_rng(3)
+    times = 0.010 + rng.normal(0, 0.0005, 200)
+    times[7::7] += 0.030  # an eval every 7 steps
+    assert _run(times, 10) == []
+    finder, new = PeriodicFinder(), []
+    for s in range(7, 200, 7):
+        new += finder.add([{"step": s, "seconds": 0.04, "phase": "eval", "phase_extra_s": 0.03}])
+    assert [(e["phase"], e["every_steps"]) for e in new] == [("eval", 7)]
+    assert finder.known[("eval", 7)]["occurrences"] == len(range(7, 200, 7))
+
+
+def test_a_one_window_stall_is_not_a_change():
+    times = np.full(80, 0.010) + np.random.default_rng(4).normal(0, 0.0003, 80)
+    times[40:50] += 0.05  # one window slow, then back
+    assert _run(times, 10) == []
+
+
+def test_a_shift_within_the_noise_is_not_a_change():
+    rng = np.random.default_rng(5)
+    # windows whose medians wander by ~1 ms: a 0.5 ms shift is within the run's own noise
+    times = np.concatenate([np.full(10, 0.010 + rng.normal(0, 0.001)) + rng.normal(0, 0.0002, 10) for _ in range(8)])
+    times[50:] += 0.0005
+    assert _run(times, 10) == []
