@@ -368,6 +368,11 @@ def not_measured_lines(profile: Profile, analysis) -> list[str]:
         lines.append(f"ranking not settled: {st.between[0]} and {st.between[1]} stay tied within noise ({added} "
                      f"paired rounds; {st.why or 'the post-run budget ran out'}); --post-budget gives the "
                      f"rounds more time")
+    for d in st.noise:
+        if isinstance(d, dict) and d.get("within_noise") and (d.get("rounds_added") or 0) < (d.get("planned") or 0):
+            lines.append(f"{d.get('fix')} not decided: still within noise after {d.get('rounds_added') or 0} of the "
+                         f"{d.get('planned')} more paired rounds planned to decide it ({d.get('why') or 'the post-run budget ran out'}); "
+                         f"--post-budget gives the rounds more time")
     return lines
 
 

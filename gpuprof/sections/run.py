@@ -148,10 +148,14 @@ class PostRunSection(Section):
 @dataclass(frozen=True)
 class SettleSection(Section):
     """measurements.settle (measure/settle.py): two fixes whose savings' intervals overlapped, the
-    paired rounds added to order them, and whether that settled the ranking (`why` when not)."""
+    paired rounds added to order them, and whether that settled the ranking (`why` when not); and
+    the savings whose interval held no change, with the rounds added to decide them (`noise`)."""
 
     between: list = field(default_factory=list)
     rounds_before: list = field(default_factory=list)
     rounds_added: list = field(default_factory=list)
     settled: bool | None = None
     why: str | None = None
+    # a saving still within noise given more rounds: per fix, {fix, rounds_before, planned,
+    # rounds_added, within_noise, why (when the planned rounds did not all fit)}
+    noise: list = field(default_factory=list)
