@@ -9,7 +9,7 @@ from rich.console import Console
 from gpuprof.render.live import LiveProgress
 from gpuprof.report.watch import WatchSection, event_lines
 
-RECENT_STEPS = 512  # the live panel's figures are over the last steps (a run of days has millions)
+RECENT_STEPS = 256  # the live panel's figures are over the last steps (a run of days has millions)
 
 
 class WatchDisplay(LiveProgress):

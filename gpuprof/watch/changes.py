@@ -20,8 +20,9 @@ The rule (stated in docs/watch.md):
 
 Periodic events: a step far slower than its window's others (gpuprof.stats' irregular rule) is
 remembered with its phase; when at least PERIODIC_MIN of them, in one phase, fall at one step
-interval (±1), they are periodic (an eval or checkpoint every N steps): named once, and never a
-change, since the rank test does not see them.
+interval of 2 or more (other slow steps between them allowed, as long as they are fewer than
+half the chain), they are periodic (an eval or checkpoint every N steps): named once,
+and never a change, since the rank test does not see them.
 """
 
 from __future__ import annotations
@@ -207,12 +208,15 @@ class PeriodicFinder:
             q.append((int(s["step"]), float(s["phase_extra_s"])))
             ev = self._periodic(s["phase"], list(q))
             if ev is not None:
-                key = (s["phase"], ev["every_steps"])
+                # a missed occurrence doubles the interval it finds: a multiple of a known one is it
+                known = next((g for ph, g in self.known if ph == s["phase"] and ev["every_steps"] % g == 0), None)
+                key = (s["phase"], known or ev["every_steps"])
                 if key in self.known:
-                    self.known[key].update(occurrences=ev["occurrences"], extra_s=ev["extra_s"])
+                    self.known[key].update(occurrences=max(self.known[key]["occurrences"], ev["occurrences"]),
+                                           extra_s=ev["extra_s"])
                 else:
                     self.known[key] = ev
-                    new.append(ev)
+                    new.append(dict(ev))
         return new
 
     def periodic_steps(self) -> set[int]:
@@ -220,22 +224,32 @@ class PeriodicFinder:
 
     @staticmethod
     def _periodic(phase: str, occ: list[tuple[int, float]]) -> dict | None:
-        """The last PERIODIC_MIN or more occurrences at one interval (±1 step), if they are."""
+        """The interval g (2 steps or more) at which the latest occurrence s is preceded by the most
+        occurrences exactly one interval apart (s − g, s − 2g, ...), when that chain holds
+        PERIODIC_MIN or more; a spike between them (a garbage collection) does not break it, but
+        slow steps in most of its span make it a slow stretch, not a period."""
         if len(occ) < PERIODIC_MIN:
             return None
         steps = [s for s, _ in occ]
-        gaps = np.diff(steps)
-        run = 1
-        if gaps[-1] < 2:  # back-to-back slow steps are a slow stretch, not a period
+        seen = set(steps)
+        last = steps[-1]
+        best: tuple[int, int, list[int]] | None = None  # (chain length, -g, chain)
+        for g in sorted({last - s for s in steps[:-1] if last - s >= 2}):
+            chain, at = [last], last
+            while True:
+                prev = at - g
+                if prev not in seen:
+                    break
+                chain.append(prev)
+                at = prev
+            if len(chain) >= PERIODIC_MIN and (best is None or len(chain) > best[0]):
+                best = (len(chain), -g, chain)
+        if best is None:
             return None
-        for g in gaps[::-1]:  # the longest run of equal gaps ending at the latest occurrence
-            if abs(g - gaps[-1]) <= 1:
-                run += 1
-            else:
-                break
-        if run < PERIODIC_MIN:
-            return None
-        tail = occ[-run:]
-        every = int(round(float(np.median(gaps[-(run - 1):]))))
-        return {"kind": "periodic", "phase": phase, "every_steps": every, "first_step": tail[0][0],
-                "occurrences": run, "extra_s": float(np.median([e for _, e in tail]))}
+        chain = sorted(best[2])
+        if sum(chain[0] <= s <= last for s in steps) > 1.5 * len(chain):
+            return None  # slow steps in most of the span: a slow stretch, not a period
+        extra = {s: e for s, e in occ}
+        every = int(round(float(np.median(np.diff(chain)))))
+        return {"kind": "periodic", "phase": phase, "every_steps": every, "first_step": chain[0],
+                "occurrences": len(chain), "extra_s": float(np.median([extra[s] for s in chain]))}

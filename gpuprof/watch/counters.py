@@ -26,7 +26,7 @@ from gpuprof.measure.nvml import NvmlSampler, decode_throttle
 from gpuprof.measure.opened import OpenedFiles
 from gpuprof.measure.os_counters import core_counters, major_faults, proc_children
 
-MAX_SAMPLES = 4096
+MAX_SAMPLES = 1024  # 10 samples per second fill it in ~100 s; then an even thinning of the whole run
 MAX_NEW_FILES = 20  # per window: the first ones, and how many more
 
 

@@ -72,3 +72,15 @@ def test_a_shift_within_the_noise_is_not_a_change():
     times = np.concatenate([np.full(10, 0.010 + rng.normal(0, 0.001)) + rng.normal(0, 0.0002, 10) for _ in range(8)])
     times[50:] += 0.0005
     assert _run(times, 10) == []
+
+
+@pytest.mark.parametrize("steps, want", [
+    ([7, 9, 14, 21, 23, 28, 30, 35, 42], [(7, 3)]),  # an eval every 7, two garbage collections between
+    ([10, 11, 12, 13, 14], []),  # a slow stretch is not a period
+    ([4, 8, 9, 10, 11, 12, 13, 14, 15, 16], []),
+])
+def test_a_period_is_an_exact_interval_with_few_other_slow_steps(steps, want):
+    finder, new = PeriodicFinder(), []
+    for s in steps:
+        new += finder.add([{"step": s, "seconds": 0.04, "phase": "eval", "phase_extra_s": 0.03}])
+    assert [(e["every_steps"], e["occurrences"]) for e in new] == want

@@ -78,7 +78,8 @@ def _metrics(text: str) -> dict[str, float]:
 def test_the_report_then_the_changes_and_the_metrics_scraped_over_loopback(script, tmp_path):
     port, scraped, events = _free_port(), tmp_path / "scraped.txt", tmp_path / "ev.jsonl"
     res = runner.invoke(app, ["watch", "--every", "5steps", "--events", str(events), "--prometheus", str(port),
-                              *FAST, str(script), "--max_iters=60", "--slow_from=30", f"--scrape_port={port}",
+                              *FAST, str(script), "--max_iters=60", "--slow_from=30", "--delay=0.01", "--slow_delay=0.04",
+                              f"--scrape_port={port}",
                               "--scrape_at=24", f"--scrape_out={scraped}"])
     assert res.exit_code == 0, res.output
     out = " ".join(res.stdout.split())

@@ -1,0 +1,219 @@
+"""What `gpuprof watch` costs a long run: the step overhead against the plain script, and
+gpuprof's resident memory as the run goes on (issue #30: overhead goal ≤ 1.01, bar 1.05; memory
+bounded however long it runs).
+
+The nanoGPT-style fixture (tests/fixtures/nanogpt_train.py, on a generated token file) runs as a
+whole process, plain (`python train.py ...`) and under `python -m gpuprof watch --every 30s
+--events FILE --post-budget 0 train.py ...` (the samplers on, as by default), in ABBA order
+(plain, watch, watch, plain): one *pair*. Every run lasts the same number of iterations,
+calibrated first so that each lasts `--minutes` × 60 ÷ (4 × --pairs) seconds. Step times are the
+fixture's own printed `time T ms` and `cpu C ms` (its dt and process CPU per iteration), so both
+sides are timed by the same code; the first 5% of each run's iterations are skipped (iter 0 holds
+the eval and allocator warm-up). Per pair: median(watch iterations) ÷ median(plain iterations),
+for wall time, its 10th percentiles (other processes only add time) and CPU time.
+
+Memory: each run's resident set size (psutil, the process's RSS: the script and, under watch,
+gpuprof with it) every --rss-every seconds. Reported: watch's RSS minus plain's at the same
+fraction of the run (gpuprof's own memory), and each run's growth from 50% to 90% of its wall
+time (MiB per hour, least squares over its RSS samples; the last tenth holds the report): a bounded recorder levels
+off, where one that keeps every step would grow linearly with the steps.
+
+    python benchmarks/watch_overhead.py --minutes 20          # the long run (≈20 min)
+    python benchmarks/watch_overhead.py --minutes 2           # a short check
+    python benchmarks/watch_overhead.py --minutes 2 --json out.json
+
+Run it on a quiet machine (`nice` it on a shared one); the figures depend on the host's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "nanogpt_train.py"
+MODELS = {
+    "mid": ["--n_layer=2", "--n_head=4", "--n_embd=128", "--block_size=64", "--batch_size=4"],  # ~70 ms here
+    "tiny": [],  # the fixture's defaults: ~17 ms here
+}
+ITER = re.compile(r"^iter (\d+): loss \S+, time ([\d.]+)ms, mfu [-\d.]+%(?:, cpu ([\d.]+)ms)?", re.M)
+
+
+def script_args(data_dir: Path, out_dir: Path, model: str, iters: int) -> list[str]:
+    return [f"--data_dir={data_dir}", f"--out_dir={out_dir}", "--threads=1", "--cpu_time=True",
+            "--eval_interval=1000000000", f"--max_iters={iters}", *MODELS[model]]
+
+
+def run(cmd: list[str], cwd: Path, rss_every: float) -> dict:
+    """Run one command; its iterations (wall, cpu seconds) and its RSS samples (fraction of the
+    run's wall time, bytes)."""
+    import psutil
+
+    t0 = time.monotonic()
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.DEVNULL, env=dict(os.environ))
+        rss: list[tuple[float, int]] = []
+        ps = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                rss.append((time.monotonic() - t0, ps.memory_info().rss))
+            except psutil.Error:
+                pass
+            time.sleep(rss_every)
+        wall = time.monotonic() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd[:6])} ... exited with {proc.returncode}")
+        out.seek(0)
+        text = out.read()
+    its = [(int(m[1]), float(m[2]) / 1e3, float(m[3]) / 1e3 if m[3] else None) for m in ITER.finditer(text)]
+    skip = max(1, len(its) // 20)
+    return {"wall_s": wall, "iters": its[skip:], "rss": [(t / wall, b) for t, b in rss]}
+
+
+def rss_at(r: dict, frac: float) -> float | None:
+    pts = [b for f, b in r["rss"] if f <= frac]
+    return float(pts[-1]) if pts else None
+
+
+def growth_mib_per_h(r: dict) -> float | None:
+    """Least-squares slope of RSS from half to 90% of the run, MiB per hour (the last tenth holds
+    the end of the script and, under watch, the report: not the training's memory)."""
+    pts = [(f * r["wall_s"], b) for f, b in r["rss"] if 0.5 <= f <= 0.9]
+    if len(pts) < 3:
+        return None
+    t, b = np.array(pts, dtype=float).T
+    return float(np.polyfit(t, b, 1)[0]) * 3600 / 2**20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=20.0, help="Total wall time of the measured runs (default 20).")
+    ap.add_argument("--pairs", type=int, default=1, help="ABBA groups (4 runs each; default 1).")
+    ap.add_argument("--model", choices=sorted(MODELS), default="mid")
+    ap.add_argument("--every", default="30s", help="watch's window (default 30s).")
+    ap.add_argument("--rss-every", type=float, default=2.0, help="Seconds between RSS samples (default 2).")
+    ap.add_argument("--json", type=Path, help="Also write the figures here.")
+    ap.add_argument("--memory-only", type=float, metavar="SECONDS",
+                    help="Only gpuprof's memory: one watch run of about this long (no plain runs), its RSS over time.")
+    a = ap.parse_args()
+    if a.memory_only:
+        return memory_only(a)
+    if a.minutes <= 0 or a.pairs < 1:
+        raise SystemExit("--minutes must be positive and --pairs at least 1")
+    with tempfile.TemporaryDirectory(prefix="gpuprof-watch-bench-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "data").mkdir()
+        rng = np.random.default_rng(1)
+        for split in ("train", "val"):
+            rng.integers(0, 256, 200_000, dtype=np.uint16).tofile(tmp / "data" / f"{split}.bin")
+        train = tmp / "train.py"
+        train.write_text(FIXTURE.read_text())
+        plain = [sys.executable, str(train)]
+        cal = run(plain + script_args(tmp / "data", tmp / "out", a.model, 40), tmp, a.rss_every)
+        step = statistics.median(w for _, w, _ in cal["iters"])
+        run_s = a.minutes * 60 / (4 * a.pairs)
+        iters = max(50, int(run_s / step))
+        print(f"calibration: {step * 1e3:.1f} ms per iteration; {4 * a.pairs} runs of {iters} iterations "
+              f"(~{run_s:.0f} s each)", flush=True)
+        watch = [sys.executable, "-m", "gpuprof", "watch", "--every", a.every, "--events", str(tmp / "ev.jsonl"),
+                 "--post-budget", "0", str(train)]
+        pairs = []
+        for p in range(a.pairs):
+            runs = {"plain": [], "watch": []}
+            for side in ("plain", "watch", "watch", "plain"):
+                cmd = (plain if side == "plain" else watch) + script_args(tmp / "data", tmp / "out", a.model, iters)
+                r = run(cmd, tmp, a.rss_every)
+                runs[side].append(r)
+                print(f"pair {p + 1}: {side}: {len(r['iters'])} iterations in {r['wall_s']:.0f} s, median "
+                      f"{statistics.median(w for _, w, _ in r['iters']) * 1e3:.2f} ms, RSS at 90% "
+                      f"{(rss_at(r, 0.9) or 0) / 2**20:.0f} MiB", flush=True)
+            pairs.append(runs)
+        events = (tmp / "ev.jsonl").read_text().count('"kind": "window"')
+    rows = []
+    for runs in pairs:
+        def pooled(side, k):
+            return [it[k] for r in runs[side] for it in r["iters"] if it[k] is not None]
+        pw, ww = pooled("plain", 1), pooled("watch", 1)
+        pc, wc = pooled("plain", 2), pooled("watch", 2)
+        mem = {}
+        for frac in (0.25, 0.5, 0.9):
+            diffs = [rss_at(w, frac) - rss_at(p, frac) for w, p in zip(runs["watch"], runs["plain"])
+                     if rss_at(w, frac) is not None and rss_at(p, frac) is not None]
+            mem[f"gpuprof_rss_mib_at_{int(frac * 100)}pct"] = statistics.fmean(diffs) / 2**20 if diffs else None
+        rows.append({
+            "wall_ratio": statistics.median(ww) / statistics.median(pw),
+            "p10_ratio": float(np.quantile(ww, 0.1) / np.quantile(pw, 0.1)),
+            "cpu_ratio": statistics.median(wc) / statistics.median(pc) if pc and wc else None,
+            "plain_median_ms": statistics.median(pw) * 1e3, "watch_median_ms": statistics.median(ww) * 1e3,
+            "iterations_per_side": len(ww),
+            "watch_rss_mib_at_90pct": [rss_at(r, 0.9) / 2**20 for r in runs["watch"]],
+            "plain_rss_mib_at_90pct": [rss_at(r, 0.9) / 2**20 for r in runs["plain"]],
+            "watch_growth_mib_per_h": [growth_mib_per_h(r) for r in runs["watch"]],
+            "plain_growth_mib_per_h": [growth_mib_per_h(r) for r in runs["plain"]],
+            **mem,
+        })
+    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.processor() or platform.machine(),
+              "cpus": os.cpu_count(), "model": a.model, "minutes": a.minutes, "pairs": a.pairs, "every": a.every,
+              "iterations_per_run": iters, "windows_in_last_watch_run": events, "rows": rows,
+              "command": " ".join(["python", "benchmarks/watch_overhead.py", *sys.argv[1:]])}
+    for i, r in enumerate(rows, 1):
+        print(f"pair {i}: wall median ratio {r['wall_ratio']:.4f} (plain {r['plain_median_ms']:.2f} ms, watch "
+              f"{r['watch_median_ms']:.2f} ms), p10 ratio {r['p10_ratio']:.4f}, CPU ratio "
+              f"{r['cpu_ratio']:.4f}; gpuprof's own RSS (watch − plain) at 25/50/90% of the run: "
+              + ", ".join(f"{r[k]:.1f}" if r[k] is not None else "n/a" for k in
+                          ("gpuprof_rss_mib_at_25pct", "gpuprof_rss_mib_at_50pct", "gpuprof_rss_mib_at_90pct"))
+              + " MiB; RSS growth from 50 to 90% of the run (MiB/h): watch "
+              + ", ".join(f"{g:.1f}" if g is not None else "n/a" for g in r["watch_growth_mib_per_h"])
+              + ", plain " + ", ".join(f"{g:.1f}" if g is not None else "n/a" for g in r["plain_growth_mib_per_h"]))
+    if len(rows) > 1:
+        print(f"median over {len(rows)} pairs: wall {statistics.median(r['wall_ratio'] for r in rows):.4f}, "
+              f"p10 {statistics.median(r['p10_ratio'] for r in rows):.4f}")
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=2))
+
+
+def memory_only(a) -> None:
+    """One watch run of about `--memory-only` seconds: its RSS at each tenth of the run and its
+    growth from 50% to 90% (MiB/h). The caps (steps kept, sampler samples, the live panel's steps)
+    fill within the first ~2 minutes; after that a bounded recorder levels off."""
+    with tempfile.TemporaryDirectory(prefix="gpuprof-watch-mem-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "data").mkdir()
+        rng = np.random.default_rng(1)
+        for split in ("train", "val"):
+            rng.integers(0, 256, 200_000, dtype=np.uint16).tofile(tmp / "data" / f"{split}.bin")
+        train = tmp / "train.py"
+        train.write_text(FIXTURE.read_text())
+        cal = run([sys.executable, str(train)] + script_args(tmp / "data", tmp / "out", a.model, 40), tmp, a.rss_every)
+        step = statistics.median(w for _, w, _ in cal["iters"])
+        iters = max(50, int(a.memory_only / step))
+        watch = [sys.executable, "-m", "gpuprof", "watch", "--every", a.every, "--events", str(tmp / "ev.jsonl"),
+                 "--post-budget", "0", str(train)]
+        r = run(watch + script_args(tmp / "data", tmp / "out", a.model, iters), tmp, a.rss_every)
+    tenths = {f"{k * 10}%": (rss_at(r, k / 10) or 0) / 2**20 for k in range(1, 10)}
+    growth = growth_mib_per_h(r)
+    print(f"watch, {len(r['iters'])} iterations in {r['wall_s']:.0f} s: RSS (MiB) at "
+          + ", ".join(f"{k} {v:.1f}" for k, v in tenths.items())
+          + f"; growth from 50 to 90% {growth:.1f} MiB/h" if growth is not None else "")
+    if a.json:
+        a.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": a.model,
+                                      "seconds": r["wall_s"], "iterations": len(r["iters"]), "rss_mib": tenths,
+                                      "growth_mib_per_h": growth,
+                                      "command": " ".join(["python", "benchmarks/watch_overhead.py", *sys.argv[1:]])},
+                                     indent=2))
+
+
+if __name__ == "__main__":
+    main()
