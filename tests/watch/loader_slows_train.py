@@ -2,11 +2,12 @@
 `get_batch` that sleeps `delay` s, plus `slow_delay` from iter `slow_from` on (a loader that
 slows down mid-run); an eval every `eval_every` iters (`eval_iters` no_grad batches: a periodic
 spike); nanoGPT's `iter N: loss L, time T ms` line; on request a scrape of gpuprof's own metrics
-endpoint (`scrape_port`, at iter `scrape_at`, into `scrape_out`). One torch thread.
+endpoint (`scrape_port`, at iter `scrape_at`, into `scrape_out`); a Ctrl-C at iter `interrupt_at`.
+One torch thread.
 
     gpuprof watch --every 8steps tests/watch/loader_slows_train.py --slow_from=40 --max_iters=80
 """
-import sys, time, urllib.request
+import os, signal, sys, time, urllib.request
 import numpy as np
 import torch
 import torch.nn as nn
@@ -21,6 +22,7 @@ eval_iters = 4
 scrape_port = 0
 scrape_at = -1
 scrape_out = ""
+interrupt_at = -1  # send itself SIGINT (as Ctrl-C would) at that iter
 for arg in sys.argv[1:]:
     key, val = arg[2:].split("=", 1)
     globals()[key] = type(globals()[key])(val)
@@ -70,4 +72,6 @@ while iter_num < max_iters:
     if iter_num == scrape_at:
         with urllib.request.urlopen(f"http://127.0.0.1:{scrape_port}/metrics", timeout=10) as r:
             open(scrape_out, "wb").write(r.read())
+    if iter_num == interrupt_at:
+        os.kill(os.getpid(), signal.SIGINT)
     iter_num += 1

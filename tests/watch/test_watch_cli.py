@@ -103,6 +103,19 @@ def test_the_report_then_the_changes_and_the_metrics_scraped_over_loopback(scrip
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
 
+def test_ctrl_c_gives_the_report_over_the_steps_so_far_and_exit_130(script, tmp_path):
+    events = tmp_path / "ev.jsonl"
+    res = runner.invoke(app, ["watch", "--every", "5steps", "--events", str(events), *FAST, str(script),
+                              "--max_iters=1000", "--interrupt_at=21"])
+    assert res.exit_code == 130, res.output
+    assert "gpuprof diagnosis (partial):" in res.stdout and "What changed over the run (gpuprof watch)" in res.stdout
+    assert res.stderr.strip().endswith("gpuprof: interrupted")
+    evs = read_events(events)
+    windows = [e for e in evs if e["kind"] == "window"]
+    assert [w["steps"] for w in windows[:4]] == [[2, 6], [7, 11], [12, 16], [17, 21]]
+    assert evs[-1]["kind"] == "end" and evs[-1]["ended"] == "interrupted"
+
+
 def test_a_run_killed_with_kill_9_keeps_every_finished_window(script, tmp_path):
     events, log = tmp_path / "ev.jsonl", tmp_path / "stdout.txt"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
