@@ -105,7 +105,15 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gpuprof-gpu-check-"))
     checks: list[Check] = []
     interrupted = False
-    ctx = Ctx(tmp=tmp, smoke=args.cpu_smoke, deadline=t0 + args.budget, env=child_env(tmp))
+    env = child_env(tmp)
+    if args.cpu_smoke:
+        # One intra-op thread for the CPU children (as the suite's tests/conftest.py): on a shared
+        # 2-core machine torch's two OpenMP threads stall each other whenever another process
+        # takes a core (here, with other jobs running, the smoke's event-overhead child took 52 s, and
+        # 20 s on one thread). The smoke checks plumbing, not figures; a GPU run's children keep
+        # torch's default.
+        env["OMP_NUM_THREADS"] = "1"
+    ctx = Ctx(tmp=tmp, smoke=args.cpu_smoke, deadline=t0 + args.budget, env=env)
     meta: dict = {"title": "CPU smoke" if args.cpu_smoke else "GPU", "budget_s": args.budget}
     scrub = scrubber(tmp)
     try:

@@ -73,7 +73,8 @@ def _fixture_args(ctx: Ctx, *extra: str) -> list[str]:
 def check_nanogpt_data_delay(ctx: Ctx) -> Check:
     c = Check("nanogpt-data-delay")
     if ctx.smoke:
-        opts, dev = ["--steps", "3", "--warmup", "1", "--no-samplers", "--post-budget", "3"], ["--device=cpu", "--threads=1"]
+        # --post-budget 0: this check reads the data share only; default-diagnose runs the post-run parts
+        opts, dev = ["--steps", "3", "--warmup", "1", "--no-samplers", "--post-budget", "0"], ["--device=cpu", "--threads=1"]
     else:
         opts, dev = ["--steps", "6", "--warmup", "1"], ["--device=cuda", "--dtype=bfloat16"]
     script = _fixture_args(ctx, *dev, "--data_delay=0.02", *FIXTURE_MODEL)
