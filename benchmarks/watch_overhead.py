@@ -3,14 +3,18 @@ gpuprof's resident memory as the run goes on (issue #30: overhead goal ≤ 1.01,
 bounded however long it runs).
 
 The nanoGPT-style fixture (tests/fixtures/nanogpt_train.py, on a generated token file) runs as a
-whole process, plain (`python train.py ...`) and under `python -m gpuprof watch --every 30s
---events FILE --post-budget 0 train.py ...` (the samplers on, as by default), in ABBA order
-(plain, watch, watch, plain): one *pair*. Every run lasts the same number of iterations,
-calibrated first so that each lasts `--minutes` × 60 ÷ (4 × --pairs) seconds. Step times are the
+whole process, plain (`python train.py ...`), under `python -m gpuprof diagnose --no-stop
+--post-budget 0 train.py ...` and under `python -m gpuprof watch --every 30s --events FILE
+--post-budget 0 train.py ...` (the samplers on, as by default), in ABCCBA order (plain, diagnose,
+watch, watch, diagnose, plain): one *group* (`--no-diagnose`: ABBA, plain and watch only). Every
+run lasts the same number of iterations, calibrated first so that each lasts `--minutes` × 60 ÷
+(runs per group × --pairs) seconds. The issue's bar is watch's overhead no higher than
+diagnose's: both are measured in the same groups. Step times are the
 fixture's own printed `time T ms` and `cpu C ms` (its dt and process CPU per iteration), so both
 sides are timed by the same code; the first 5% of each run's iterations are skipped (iter 0 holds
-the eval and allocator warm-up). Per pair: median(watch iterations) ÷ median(plain iterations),
-for wall time, its 10th percentiles (other processes only add time) and CPU time.
+the eval and allocator warm-up). Per group: median(watch iterations) ÷ median(plain iterations), and
+the same for diagnose, for wall time, its 10th percentiles (other processes only add time) and
+CPU time.
 
 Memory: each run's resident set size (psutil, the process's RSS: the script and, under watch,
 gpuprof with it) every --rss-every seconds. Reported: watch's RSS minus plain's at the same
@@ -100,10 +104,11 @@ def growth_mib_per_h(r: dict) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=20.0, help="Total wall time of the measured runs (default 20).")
-    ap.add_argument("--pairs", type=int, default=1, help="ABBA groups (4 runs each; default 1).")
+    ap.add_argument("--pairs", type=int, default=1, help="ABCCBA groups (6 runs each, 4 with --no-diagnose; default 1).")
     ap.add_argument("--model", choices=sorted(MODELS), default="mid")
     ap.add_argument("--every", default="30s", help="watch's window (default 30s).")
     ap.add_argument("--rss-every", type=float, default=2.0, help="Seconds between RSS samples (default 2).")
+    ap.add_argument("--no-diagnose", action="store_true", help="ABBA of plain and watch only (no diagnose runs).")
     ap.add_argument("--json", type=Path, help="Also write the figures here.")
     ap.add_argument("--memory-only", type=float, metavar="SECONDS",
                     help="Only gpuprof's memory: one watch run of about this long (no plain runs), its RSS over time.")
@@ -123,20 +128,24 @@ def main() -> None:
         plain = [sys.executable, str(train)]
         cal = run(plain + script_args(tmp / "data", tmp / "out", a.model, 40), tmp, a.rss_every)
         step = statistics.median(w for _, w, _ in cal["iters"])
-        run_s = a.minutes * 60 / (4 * a.pairs)
+        order = ("plain", "watch", "watch", "plain") if a.no_diagnose else (
+            "plain", "diagnose", "watch", "watch", "diagnose", "plain")
+        run_s = a.minutes * 60 / (len(order) * a.pairs)
         iters = max(50, int(run_s / step))
-        print(f"calibration: {step * 1e3:.1f} ms per iteration; {4 * a.pairs} runs of {iters} iterations "
+        print(f"calibration: {step * 1e3:.1f} ms per iteration; {len(order) * a.pairs} runs of {iters} iterations "
               f"(~{run_s:.0f} s each)", flush=True)
         watch = [sys.executable, "-m", "gpuprof", "watch", "--every", a.every, "--events", str(tmp / "ev.jsonl"),
                  "--post-budget", "0", str(train)]
+        diagnose = [sys.executable, "-m", "gpuprof", "diagnose", "--no-stop", "--post-budget", "0", str(train)]
+        commands = {"plain": plain, "watch": watch, "diagnose": diagnose}
         pairs = []
         for p in range(a.pairs):
-            runs = {"plain": [], "watch": []}
-            for side in ("plain", "watch", "watch", "plain"):
-                cmd = (plain if side == "plain" else watch) + script_args(tmp / "data", tmp / "out", a.model, iters)
+            runs = {"plain": [], "watch": [], "diagnose": []}
+            for side in order:
+                cmd = commands[side] + script_args(tmp / "data", tmp / "out", a.model, iters)
                 r = run(cmd, tmp, a.rss_every)
                 runs[side].append(r)
-                print(f"pair {p + 1}: {side}: {len(r['iters'])} iterations in {r['wall_s']:.0f} s, median "
+                print(f"group {p + 1}: {side}: {len(r['iters'])} iterations in {r['wall_s']:.0f} s, median "
                       f"{statistics.median(w for _, w, _ in r['iters']) * 1e3:.2f} ms, RSS at 90% "
                       f"{(rss_at(r, 0.9) or 0) / 2**20:.0f} MiB", flush=True)
             pairs.append(runs)
@@ -145,8 +154,8 @@ def main() -> None:
     for runs in pairs:
         def pooled(side, k):
             return [it[k] for r in runs[side] for it in r["iters"] if it[k] is not None]
-        pw, ww = pooled("plain", 1), pooled("watch", 1)
-        pc, wc = pooled("plain", 2), pooled("watch", 2)
+        pw, ww, dw = pooled("plain", 1), pooled("watch", 1), pooled("diagnose", 1)
+        pc, wc, dc = pooled("plain", 2), pooled("watch", 2), pooled("diagnose", 2)
         mem = {}
         for frac in (0.25, 0.5, 0.9):
             diffs = [rss_at(w, frac) - rss_at(p, frac) for w, p in zip(runs["watch"], runs["plain"])
@@ -156,6 +165,9 @@ def main() -> None:
             "wall_ratio": statistics.median(ww) / statistics.median(pw),
             "p10_ratio": float(np.quantile(ww, 0.1) / np.quantile(pw, 0.1)),
             "cpu_ratio": statistics.median(wc) / statistics.median(pc) if pc and wc else None,
+            "diagnose_wall_ratio": statistics.median(dw) / statistics.median(pw) if dw else None,
+            "diagnose_p10_ratio": float(np.quantile(dw, 0.1) / np.quantile(pw, 0.1)) if dw else None,
+            "diagnose_cpu_ratio": statistics.median(dc) / statistics.median(pc) if dc and pc else None,
             "plain_median_ms": statistics.median(pw) * 1e3, "watch_median_ms": statistics.median(ww) * 1e3,
             "iterations_per_side": len(ww),
             "watch_rss_mib_at_90pct": [rss_at(r, 0.9) / 2**20 for r in runs["watch"]],
@@ -169,17 +181,22 @@ def main() -> None:
               "iterations_per_run": iters, "windows_in_last_watch_run": events, "rows": rows,
               "command": " ".join(["python", "benchmarks/watch_overhead.py", *sys.argv[1:]])}
     for i, r in enumerate(rows, 1):
-        print(f"pair {i}: wall median ratio {r['wall_ratio']:.4f} (plain {r['plain_median_ms']:.2f} ms, watch "
+        print(f"group {i}: watch: wall median ratio {r['wall_ratio']:.4f} (plain {r['plain_median_ms']:.2f} ms, watch "
               f"{r['watch_median_ms']:.2f} ms), p10 ratio {r['p10_ratio']:.4f}, CPU ratio "
-              f"{r['cpu_ratio']:.4f}; gpuprof's own RSS (watch − plain) at 25/50/90% of the run: "
+              f"{r['cpu_ratio']:.4f}"
+              + (f"; diagnose --no-stop: wall {r['diagnose_wall_ratio']:.4f}, p10 {r['diagnose_p10_ratio']:.4f}, "
+                 f"CPU {r['diagnose_cpu_ratio']:.4f}" if r["diagnose_wall_ratio"] is not None else "")
+              + f"; gpuprof's own RSS (watch − plain) at 25/50/90% of the run: "
               + ", ".join(f"{r[k]:.1f}" if r[k] is not None else "n/a" for k in
                           ("gpuprof_rss_mib_at_25pct", "gpuprof_rss_mib_at_50pct", "gpuprof_rss_mib_at_90pct"))
               + " MiB; RSS growth from 50 to 90% of the run (MiB/h): watch "
               + ", ".join(f"{g:.1f}" if g is not None else "n/a" for g in r["watch_growth_mib_per_h"])
               + ", plain " + ", ".join(f"{g:.1f}" if g is not None else "n/a" for g in r["plain_growth_mib_per_h"]))
     if len(rows) > 1:
-        print(f"median over {len(rows)} pairs: wall {statistics.median(r['wall_ratio'] for r in rows):.4f}, "
-              f"p10 {statistics.median(r['p10_ratio'] for r in rows):.4f}")
+        print(f"median over {len(rows)} groups: watch wall {statistics.median(r['wall_ratio'] for r in rows):.4f}, "
+              f"p10 {statistics.median(r['p10_ratio'] for r in rows):.4f}"
+              + (f"; diagnose wall {statistics.median(r['diagnose_wall_ratio'] for r in rows):.4f}"
+                 if rows[0]["diagnose_wall_ratio"] is not None else ""))
     if a.json:
         a.json.write_text(json.dumps(result, indent=2))
 
