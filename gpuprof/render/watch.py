@@ -10,6 +10,7 @@ from gpuprof.render.live import LiveProgress
 from gpuprof.report.watch import WatchSection, event_lines
 
 RECENT_STEPS = 256  # the live panel's figures are over the last steps (a run of days has millions)
+RENDER_EVERY_S = 0.25  # the panel is redrawn at most this often (rich refreshes it 4 times a second)
 
 
 class WatchDisplay(LiveProgress):
@@ -17,10 +18,23 @@ class WatchDisplay(LiveProgress):
     each window, change and periodic event printed as a line on stderr (above the panel on a
     terminal)."""
 
+    _rendered = -1e9
+
     def on_step(self, rec: dict) -> None:
         super().on_step(rec)
         if len(self._records) > 2 * RECENT_STEPS:
             del self._records[:RECENT_STEPS]
+
+    def _show(self, final: bool = False) -> None:
+        """On a terminal, the panel's figures (the typical step over up to 2 × RECENT_STEPS steps)
+        are computed at most every RENDER_EVERY_S, not at every step: a step of a few ms must not
+        pay a few hundred µs of statistics each time."""
+        if self._live is not None and not final:
+            now = self._clock()
+            if now - self._rendered < RENDER_EVERY_S:
+                return
+            self._rendered = now
+        super()._show(final)
 
     def on_event(self, ev: dict) -> None:
         if not self.enabled:

@@ -48,3 +48,28 @@ def test_a_window_keeps_a_bounded_sample_of_its_steps_and_exact_counts():
     assert max(r["index"] for r in w.steps) > 500  # a sample over the whole window, not its start
     assert w.full(Every(steps=1000), now=0.0) and not w.full(Every(steps=1001), now=0.0)
     assert w.full(Every(seconds=5.0), now=5.0) and not w.full(Every(seconds=5.0), now=4.9)
+
+
+def test_the_live_panel_holds_the_recent_steps_and_redraws_at_most_4_times_a_second():
+    import io
+
+    from rich.console import Console
+
+    from gpuprof.render import watch as rw
+
+    class Clock:
+        t = 0.0
+
+        def __call__(self):
+            return self.t
+
+    clock = Clock()
+    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    drawn = []
+    with rw.WatchDisplay(console, what="train.py", warmup=0, steps=None, live=True, clock=clock) as d:
+        d._render = lambda *a, _r=d._render: drawn.append(1) or _r(*a)
+        for i in range(2000):
+            d.on_step(_rec(i, 0.01, 0.004))
+            clock.t += 0.01  # 2000 steps of 10 ms: 20 s
+    assert 2 * rw.RECENT_STEPS >= len(d._records) >= rw.RECENT_STEPS
+    assert len(drawn) <= 20 / rw.RENDER_EVERY_S + 2
