@@ -61,8 +61,8 @@ def likely_causes(before: list[dict], after: list[dict], *, filesystem=None) -> 
     if new or reads_grew:
         files = []
         for f in new[:5]:
-            entry = {"path": f["path"]}
-            if filesystem is not None:
+            entry = {k: v for k, v in f.items() if k != "t_s"}  # the path, its filesystem when named
+            if filesystem is not None and "fstype" not in entry:
                 try:
                     entry.update(filesystem(f["path"]))
                 except Exception:  # noqa: BLE001 - a fact about a file, never the run
