@@ -28,6 +28,24 @@ def gpuprof(*args, timeout=180, cwd=None, **popen) -> subprocess.CompletedProces
                           text=True, timeout=timeout, cwd=cwd, env=env, **popen)
 
 
+def gpuprof_here(*args) -> subprocess.CompletedProcess:
+    """gpuprof's own entry point in this process, for a verb that launches nothing (merge): the
+    exit code, stdout and stderr a process of its own gives, without a Python start-up."""
+    import contextlib
+    import io
+
+    from gpuprof.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([*map(str, args)])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return subprocess.CompletedProcess(["gpuprof", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
 def finding(profile: dict, fid: str) -> dict | None:
     """A finding of a saved profile's analysis (a --out file: {..., "analysis": {"findings": [...]}})."""
     return next((f for f in profile["analysis"]["findings"] if f["id"] == fid), None)

@@ -17,7 +17,7 @@ import pytest
 from gpuprof.errors import GpuprofError
 from gpuprof.runners import launch
 
-from ddp_helpers import DDP_SCRIPT, gpuprof
+from ddp_helpers import DDP_SCRIPT, gpuprof_here
 
 
 def _no_torchelastic_folders_added(before: set) -> list:
@@ -30,7 +30,9 @@ def _torchelastic() -> set:
 
 def test_more_ranks_than_cores_is_refused_before_anything_starts(data_dir):
     before = _torchelastic()
-    r = gpuprof("diagnose", "--nproc-per-node", "1000", DDP_SCRIPT, f"--data_dir={data_dir}", timeout=60)
+    # in this process: the refusal comes before torchrun or any rank starts (a process of its own
+    # only added a Python and torch start-up)
+    r = gpuprof_here("diagnose", "--nproc-per-node", "1000", DDP_SCRIPT, f"--data_dir={data_dir}")
     cores = len(os.sched_getaffinity(0))
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
