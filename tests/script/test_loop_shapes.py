@@ -82,13 +82,19 @@ def test_an_inference_loop_is_stopped_after_a_bounded_number_of_forwards(tmp_pat
     assert "|    10/" in out and "|    20/" not in out
 
 
-def test_no_training_step_is_one_line_and_exit_2_through_the_cli(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "gpuprof", "diagnose", "--no-samplers", "--steps", "2",
-                           "--warmup", "1", WORD_LM, *SMALL, "--save", str(tmp_path / "m.pt"), "--no-backward"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    errors = [x for x in proc.stderr.splitlines() if x.startswith("gpuprof: error:")]
-    assert len(errors) == 1 and "Traceback" not in proc.stderr
+def test_no_training_step_is_one_line_and_exit_2_through_the_cli(tmp_path, monkeypatch, capsys):
+    # gpuprof's entry point in this process (as the run_script tests above run this script): the
+    # script is stopped before any step, so nothing of it outlives the call
+    from gpuprof.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["diagnose", "--no-samplers", "--steps", "2", "--warmup", "1", WORD_LM, *SMALL,
+              "--save", str(tmp_path / "m.pt"), "--no-backward"])
+    _, stderr = capsys.readouterr()
+    assert exc.value.code == 2, stderr
+    errors = [x for x in stderr.splitlines() if x.startswith("gpuprof: error:")]
+    assert len(errors) == 1 and "Traceback" not in stderr
     assert "no training step seen, so the script was stopped: 32 forwards with gradients enabled and no backward" \
         in errors[0] and "0 backward calls" in errors[0]
 
