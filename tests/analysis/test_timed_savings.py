@@ -296,3 +296,44 @@ def test_a_phase_a_higher_fix_saves_in_part_leaves_its_share_of_the_untimed_code
                            "untimed_loop_phases": {"data": 0.06}})
     got = {f.id: f for f in rank([mb, data_fix], stats)}["micro-batch-too-small"]
     assert got.evidence["saving_high_s"] == pytest.approx(0.012 + 0.045)
+
+
+def test_the_share_interval_divides_each_reading_by_its_own_step():
+    """The evening series of 2026-12-03 (docs/measurements/2026-12-03-advice-repeat.md): the run's
+    bf16 forward+backward 0.518 s of a 0.525 s step, the rounds' own 0.707 s for the same work, the
+    ratio 0.134-0.142. Over the run's step the rounds' reading read up to 98.6%; each reading over
+    its own step (the rounds' step: 0.525 − 0.518 + 0.707) gives 84.6-85.7%, and the plain reruns
+    saved 84.4-86.7%."""
+    from gpuprof.analysis.rules.intervals import share_bounds, timed_saving
+    from gpuprof.measure.paired import Interval
+
+    iv = Interval(0.1385, 0.1342, 0.1422, 0.9297, 0.9, 8, "sign")
+    ts = timed_saving(iv.as_dict(), 0.5177, iv.estimate, timed_s=0.7067, step_s=0.5248)
+    ev = ts.evidence
+    assert ev["saving_high_s"] / 0.5248 == pytest.approx(0.986, abs=0.001)  # the mixed reading, in seconds
+    assert ev["share_low"] == pytest.approx(0.5177 * (1 - 0.1422) / 0.5248)
+    assert ev["share_high"] == pytest.approx(0.7067 * (1 - 0.1342) / (0.5248 - 0.5177 + 0.7067))
+    assert 0.846 <= ev["share_low"] <= 0.847 and 0.856 <= ev["share_high"] <= 0.858
+    # no transfer: one reading, the seconds over the step
+    one = timed_saving(iv.as_dict(), 0.5177, iv.estimate, step_s=0.5248).evidence
+    assert (one["share_low"], one["share_high"]) == pytest.approx((one["saving_low_s"] / 0.5248,
+                                                                   one["saving_high_s"] / 0.5248))
+    # the loop code the high end adds, and never above the whole step
+    lo, hi = share_bounds(iv, 0.5177, None, 0.5248, extra_high_s=0.003)
+    assert hi == pytest.approx((0.5177 * (1 - 0.1342) + 0.003) / 0.5248)
+    assert share_bounds(iv, 0.5, None, 0.5, extra_high_s=0.4)[1] == 1.0
+    assert share_bounds(iv, 0.5, None, None) is None  # no step: no shares
+
+
+def test_the_saves_line_reads_the_share_interval_from_the_evidence(profile_factory):
+    a, b, iv = _rounds(0.6)
+    ctx = _precision_ctx(profile_factory, _switch(iv, a=a, b=b))
+    from gpuprof.analysis.engine import with_share
+    from gpuprof.report.model import finding_view
+    from gpuprof.units import pct_range
+
+    (f,) = precision.precision_slow(ctx)
+    ev = f.evidence
+    assert ev["share_low"] < ev["share_high"] and "timed_part_s" in ev
+    line = finding_view(with_share(f, ctx.stats.step_s)).saves
+    assert f"of the typical step, {pct_range(ev['share_low'], ev['share_high'])}" in line

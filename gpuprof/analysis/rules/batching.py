@@ -7,7 +7,7 @@ import statistics
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, on_cuda, step_s
-from gpuprof.analysis.rules.intervals import timed_saving
+from gpuprof.analysis.rules.intervals import interval_of, share_bounds, timed_saving
 from gpuprof.units import gib, join_notes, pct, seconds, times
 
 FIXED_SHARE_MIN = 0.10  # fixed per-micro-step cost worth acting on
@@ -135,8 +135,8 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         n2 = n * batch // b2
         runs = (mb.pair.round_seconds or {}).get("run") or []
         k = mb.pair.micro_steps_each or b2 // batch
-        timed = timed_saving(mb.pair.interval, fwd_bwd, mb.pair.ratio,
-                             timed_s=statistics.median(runs) * n / k if runs and k else None)
+        timed_s = statistics.median(runs) * n / k if runs and k else None
+        timed = timed_saving(mb.pair.interval, fwd_bwd, mb.pair.ratio, timed_s=timed_s, step_s=total)
         because += (f"; timed after the run in {mb.pair.rounds} paired rounds, {b2 // batch} micro-steps of "
                     f"batch_size {batch} against 1 of {b2} (the same tokens) took {times(mb.pair.ratio)} the time")
         ev.update({"new_batch_size": b2, "new_grad_accum": n2, "new_batch_measured": True, **timed.evidence})
@@ -156,6 +156,9 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
             extra = sum(per_phase.values())
             ev.update(untimed_loop_s=extra, untimed_loop_phases=per_phase,
                       saving_high_s=min(ev["saving_high_s"] + extra, step_s(ctx) or float("inf")))
+            shares = share_bounds(interval_of(mb.pair.interval), fwd_bwd, timed_s, total, extra_high_s=extra)
+            if shares is not None:
+                ev.update(share_low=shares[0], share_high=shares[1])
             note = join_notes(note, f"the interval's high end adds up to {seconds(extra)} of the data, copy and "
                                     f"other loop code ({seconds(loop)} per step) running {n2} times in place of "
                                     f"{n}, not timed")
