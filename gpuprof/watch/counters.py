@@ -109,11 +109,13 @@ class WindowCounters:
         if dt <= 0:
             return out
         own = max(0.0, (cur["own_cpu_s"] - prev["own_cpu_s"]) / dt)
+        if "cores" in cur:  # known whether or not the kernel's CPU times moved since the last read
+            out["cpu_count"] = cur["cores"]
         if "total_s" in cur and "total_s" in prev and cur["total_s"] > prev["total_s"]:
             busy = (cur["busy_s"] - prev["busy_s"]) / (cur["total_s"] - prev["total_s"]) * cur["cores"]
             busy = min(max(busy, 0.0), float(cur["cores"]))
             own = min(own, float(cur["cores"]))
-            out.update(cpu_busy_cores=busy, cpu_count=cur["cores"], others_cpu_cores=max(0.0, busy - own))
+            out.update(cpu_busy_cores=busy, others_cpu_cores=max(0.0, busy - own))
         out["own_cpu_cores"] = own
         for key, name in (("read_bytes", "read_bytes_s"), ("read_chars", "read_chars_s"), ("majflt", "major_faults_s")):
             if cur.get(key) is not None and prev.get(key) is not None:
