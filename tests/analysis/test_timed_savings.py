@@ -202,42 +202,51 @@ def test_micro_batch_high_end_holds_the_loop_code_that_runs_once_per_micro_step(
 
 
 # ------------------------------------------------------------------ the transfer from the rounds to the run
-def test_interval_spans_the_ratio_and_the_rounds_difference_when_the_eager_way_was_not_the_run():
-    """The rounds' run way took 0.4 s where the run's part is 0.3 s: the saving is promised from
-    0.3 × (1 − high) to 0.4 × (1 − low), the estimate staying 0.3 × (1 − estimate)."""
+def test_the_promise_allows_the_ratio_the_transfer_the_run_way_showed():
+    """The rounds' run way took 0.4 s where the run's part is 0.3 s (τ = 4/3): nothing measured how
+    the changed way moved, so the promised ratio runs from low ÷ τ to high × τ, on the run's part;
+    the estimate and the claim stay the rounds' own."""
     from gpuprof.analysis.rules.intervals import timed_saving
 
     a, b, iv = _rounds(0.6)
-    plain = timed_saving(iv.as_dict(), 0.3, iv.estimate)
-    spanned = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.4)
+    plain = timed_saving(iv.as_dict(), 0.3, iv.estimate, step_s=0.5)
+    spanned = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.4, step_s=0.5)
     assert plain.evidence["saving_low_s"] == pytest.approx(0.3 * (1 - iv.high))
+    assert plain.evidence["share_low"] == pytest.approx(0.3 * (1 - iv.high) / 0.5)
     assert spanned.estimate == pytest.approx(plain.estimate) and spanned.saving_s == pytest.approx(plain.saving_s)
-    assert spanned.evidence["saving_low_s"] == pytest.approx(0.3 * (1 - iv.high))
-    assert spanned.evidence["saving_high_s"] == pytest.approx(0.4 * (1 - iv.low))
+    tau = 0.4 / 0.3
+    assert spanned.evidence["transfer_factor"] == pytest.approx(tau)
+    assert spanned.evidence["saving_low_s"] == pytest.approx(0.3 * (1 - iv.high * tau))
+    assert spanned.evidence["saving_high_s"] == pytest.approx(0.3 * (1 - iv.low / tau))
     assert spanned.evidence["ratio_saving_high_s"] == pytest.approx(0.3 * (1 - iv.low))
-    assert spanned.evidence["timed_part_s"] == 0.4 and "as the rounds' difference" in spanned.note
-    # an eager way 0.8x the run's: the low end moves down instead
-    below = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.24)
-    assert below.evidence["saving_low_s"] == pytest.approx(0.24 * (1 - iv.high))
-    assert below.evidence["saving_high_s"] == pytest.approx(0.3 * (1 - iv.low))
-    # within 2%: one figure, nothing spanned
-    close = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.303)
-    assert close.evidence == plain.evidence and "timed_part_s" not in close.evidence
+    assert spanned.evidence["share_high"] == pytest.approx(spanned.evidence["saving_high_s"] / 0.5)
+    assert spanned.evidence["timed_part_s"] == 0.4 and "moved by the 1.33x" in spanned.note
+    # an eager way 0.8x the run's: the same factor, the same interval
+    below = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.24, step_s=0.5)
+    assert below.evidence["saving_low_s"] == pytest.approx(0.3 * (1 - iv.high * 1.25))
+    # the same seconds: the rounds' own interval, nothing added
+    same = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.3, step_s=0.5)
+    assert same.evidence == plain.evidence and "timed_part_s" not in same.evidence
+    # the claim is the rounds': a saving they show stays claimed however wide the transfer makes it
+    wide = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.9, step_s=0.5)
+    assert wide.saving_s == pytest.approx(plain.saving_s) and not wide.within_noise
+    assert wide.evidence["saving_low_s"] < 0 and wide.confidence == "low"
 
 
 def test_precision_promise_spans_the_eager_model_and_the_run(profile_factory):
     """precision-slow passes the rounds' run-dtype seconds at the step's scale (per micro-step ×
     micro-steps): a run whose eager model took 0.08 s per micro-step against its own 0.3 s of
-    forward+backward per step widens the interval downward to 0.08 × micro × (1 − high)."""
+    forward+backward per step widens the promised ratio by their factor."""
     a, b, iv = _rounds(0.6)
     ctx = _precision_ctx(profile_factory, _switch(iv, a=a, b=b))
     from gpuprof.analysis.rules.common import micro_steps
 
     (f,) = precision.precision_slow(ctx)
     timed = 0.08 * micro_steps(ctx)
+    tau = max(timed / 0.3, 0.3 / timed)
     assert f.evidence["timed_part_s"] == pytest.approx(timed)
-    assert f.evidence["saving_low_s"] == pytest.approx(min(0.3, timed) * (1 - iv.high))
-    assert f.evidence["saving_high_s"] == pytest.approx(max(0.3, timed) * (1 - iv.low))
+    assert f.evidence["saving_low_s"] == pytest.approx(0.3 * (1 - iv.high * tau))
+    assert f.evidence["saving_high_s"] == pytest.approx(0.3 * (1 - iv.low / tau))
 
 
 def test_untimed_loop_code_a_higher_fix_already_saves_is_not_counted_again(profile_factory):
@@ -265,15 +274,15 @@ def test_untimed_loop_code_a_higher_fix_already_saves_is_not_counted_again(profi
 
 
 def test_the_spanned_high_end_never_exceeds_the_part_and_too_few_rounds_do_not_crash(profile_factory):
-    """The rounds' seconds above the run's part: the ratio on them could promise more than the part
-    holds (0.125 × 0.85 > 0.10); the high end stops at the part. A micro-batch pair of 3 rounds (no
+    """The rounds' seconds above the run's part: the promise is on the run's part, so its high end
+    stays under the part however far the transfer widens the ratio. A micro-batch pair of 3 rounds (no
     interval) with loop phases gives the point figure, not a KeyError."""
     from gpuprof.analysis.rules.intervals import timed_saving
     from gpuprof.measure.paired import Interval
 
     iv = Interval(estimate=0.5, low=0.15, high=0.8, level=0.93, requested=0.9, n=8, statistic="sign")
     ts = timed_saving(iv.as_dict(), 0.10, 0.5, timed_s=0.125)
-    assert ts.evidence["saving_high_s"] == pytest.approx(0.10) and ts.evidence["saving_low_s"] <= ts.estimate
+    assert ts.evidence["saving_high_s"] < 0.10 and ts.evidence["saving_low_s"] <= ts.estimate
     a, b, few = _rounds(0.5, n=3)
     (f,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, _pair(few)))
     assert f.evidence["interval_measured"] is False and "untimed_loop_s" not in f.evidence
@@ -298,31 +307,22 @@ def test_a_phase_a_higher_fix_saves_in_part_leaves_its_share_of_the_untimed_code
     assert got.evidence["saving_high_s"] == pytest.approx(0.012 + 0.045)
 
 
-def test_the_share_interval_divides_each_reading_by_its_own_step():
+def test_the_share_interval_is_the_promise_over_the_step():
     """The evening series of 2026-12-03 (docs/measurements/2026-12-03-advice-repeat.md): the run's
-    bf16 forward+backward 0.518 s of a 0.525 s step, the rounds' own 0.707 s for the same work, the
-    ratio 0.134-0.142. Over the run's step the rounds' reading read up to 98.6%; each reading over
-    its own step (the rounds' step: 0.525 − 0.518 + 0.707) gives 84.6-85.7%, and the plain reruns
-    saved 84.4-86.7%."""
-    from gpuprof.analysis.rules.intervals import share_bounds, timed_saving
+    bf16 forward+backward 0.518 s of a 0.525 s step, the rounds' own 0.707 s for the same work
+    (τ = 1.365), the ratio 0.134-0.142. The old span's high end, the rounds' seconds × (1 − low)
+    over the run's step, read 98.6%; the promise on the run's part with the ratio widened by τ
+    reads 79.5-88.9%, and the plain reruns saved 84.4-86.7%."""
+    from gpuprof.analysis.rules.intervals import timed_saving
     from gpuprof.measure.paired import Interval
 
     iv = Interval(0.1385, 0.1342, 0.1422, 0.9297, 0.9, 8, "sign")
-    ts = timed_saving(iv.as_dict(), 0.5177, iv.estimate, timed_s=0.7067, step_s=0.5248)
-    ev = ts.evidence
-    assert ev["saving_high_s"] / 0.5248 == pytest.approx(0.986, abs=0.001)  # the mixed reading, in seconds
-    assert ev["share_low"] == pytest.approx(0.5177 * (1 - 0.1422) / 0.5248)
-    assert ev["share_high"] == pytest.approx(0.7067 * (1 - 0.1342) / (0.5248 - 0.5177 + 0.7067))
-    assert 0.846 <= ev["share_low"] <= 0.847 and 0.856 <= ev["share_high"] <= 0.858
-    # no transfer: one reading, the seconds over the step
-    one = timed_saving(iv.as_dict(), 0.5177, iv.estimate, step_s=0.5248).evidence
-    assert (one["share_low"], one["share_high"]) == pytest.approx((one["saving_low_s"] / 0.5248,
-                                                                   one["saving_high_s"] / 0.5248))
-    # the loop code the high end adds, and never above the whole step
-    lo, hi = share_bounds(iv, 0.5177, None, 0.5248, extra_high_s=0.003)
-    assert hi == pytest.approx((0.5177 * (1 - 0.1342) + 0.003) / 0.5248)
-    assert share_bounds(iv, 0.5, None, 0.5, extra_high_s=0.4)[1] == 1.0
-    assert share_bounds(iv, 0.5, None, None) is None  # no step: no shares
+    ev = timed_saving(iv.as_dict(), 0.5177, iv.estimate, timed_s=0.7067, step_s=0.5248).evidence
+    tau = 0.7067 / 0.5177
+    assert ev["share_low"] == pytest.approx(0.5177 * (1 - 0.1422 * tau) / 0.5248)
+    assert ev["share_high"] == pytest.approx(0.5177 * (1 - 0.1342 / tau) / 0.5248)
+    assert 0.794 <= ev["share_low"] <= 0.796 and 0.888 <= ev["share_high"] <= 0.890
+    assert "share_low" not in timed_saving(iv.as_dict(), 0.5177, iv.estimate).evidence  # no step, no shares
 
 
 def test_the_saves_line_reads_the_share_interval_from_the_evidence(profile_factory):

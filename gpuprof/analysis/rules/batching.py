@@ -7,7 +7,7 @@ import statistics
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, on_cuda, step_s
-from gpuprof.analysis.rules.intervals import interval_of, share_bounds, timed_saving
+from gpuprof.analysis.rules.intervals import timed_saving
 from gpuprof.units import gib, join_notes, pct, seconds, times
 
 FIXED_SHARE_MIN = 0.10  # fixed per-micro-step cost worth acting on
@@ -156,9 +156,8 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
             extra = sum(per_phase.values())
             ev.update(untimed_loop_s=extra, untimed_loop_phases=per_phase,
                       saving_high_s=min(ev["saving_high_s"] + extra, step_s(ctx) or float("inf")))
-            shares = share_bounds(interval_of(mb.pair.interval), fwd_bwd, timed_s, total, extra_high_s=extra)
-            if shares is not None:
-                ev.update(share_low=shares[0], share_high=shares[1])
+            if total:
+                ev["share_high"] = ev["saving_high_s"] / total
             note = join_notes(note, f"the interval's high end adds up to {seconds(extra)} of the data, copy and "
                                     f"other loop code ({seconds(loop)} per step) running {n2} times in place of "
                                     f"{n}, not timed")
