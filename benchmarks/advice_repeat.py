@@ -247,12 +247,33 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write every run's figures here")
     ap.add_argument("--keep", help="keep each diagnose's profile in this folder (run1.json, ...)")
     ap.add_argument("--verdicts-of", metavar="JSON", help="judge the runs a --json file holds again; nothing run")
+    ap.add_argument("--reanalyze", metavar="DIR", help="with --verdicts-of: the --keep folder of those runs; each "
+                    "profile is analysed again by today's rules (the promise read anew, the plain rounds as kept)")
     a = ap.parse_args(argv)
     if a.verdicts_of:
         runs = json.loads(Path(a.verdicts_of).read_text())
         for r in runs:  # judged again by today's rule (older files: the mean-based share)
-            for c in r["cover"].values():
+            fresh = _reanalyzed(Path(a.reanalyze) / f"run{r['run']}.json") if a.reanalyze else None
+            if fresh is not None:
+                r["fixes"] = fresh
+                claimed = [f for f in fresh if f["saving_s"] is not None]
+                top = max(claimed, key=lambda f: f["saving_s"]) if claimed else None
+                r["top"], r["top_tied"] = (top["id"], top["tied_with"]) if top else (None, [])
+            for fid, c in r["cover"].items():
+                f = next((x for x in (fresh or []) if x["id"] == fid), None)
+                if f is not None and f["low"] is not None:
+                    step = r["step_s"]
+                    c.update(low=f["low"], high=f["high"], promised=f["saving_s"],
+                             share_low=f["share_low"] if f.get("share_low") is not None else f["low"] / step,
+                             share_high=f["share_high"] if f.get("share_high") is not None else f["high"] / step)
                 judge(c)
+            if a.reanalyze:
+                for f in r["fixes"]:
+                    c = r["cover"].get(f["id"])
+                    print(f"run {r['run']}: {f['id']:24} {f['kind']:4} promised "
+                          + (f"{c['share_low']:.1%}-{c['share_high']:.1%}, achieved {c['share']:.1%} "
+                             f"(rounds {c['share_rounds_low']:.1%}-{c['share_rounds_high']:.1%}): "
+                             f"{'inside' if c['covered'] else 'OUTSIDE'}" if c else "(not timed plain)"))
         return _print_verdicts(runs)
     global BEFORE
     BEFORE = SCENARIOS[a.scenario]
@@ -281,6 +302,18 @@ def main(argv=None) -> int:
                 f.pop("finding")
         Path(a.json).write_text(json.dumps(runs, indent=1))
     return _print_verdicts(runs)
+
+
+def _reanalyzed(path: Path) -> list[dict] | None:
+    """The fixes of a kept profile, analysed again by today's rules (None when it was not kept)."""
+    from gpuprof.analysis.pipeline import AnalysisOptions, analyze
+    from gpuprof.profile import from_data
+
+    if not path.exists():
+        return None
+    prof = json.loads(path.read_text())
+    prof["analysis"] = analyze(from_data(prof), AnalysisOptions()).to_dict()
+    return fixes_of(prof)
 
 
 def _print_verdicts(runs: list[dict]) -> int:
