@@ -25,9 +25,8 @@ The bars (issue #29): the top fix is the same in every run, or a run says the to
 so (shown as "within noise" information); the promised interval holds the achieved saving in at
 least 4 of 5 runs, for each of the two fixes claimed.
 
-The promise is judged as a share of the step: the finding's share interval (evidence share_low/
-share_high: each reading over its own step, rules/intervals.share_bounds; older profiles: the
-interval ÷ the diagnosed typical step) against the achieved share of the plain BEFORE step. A seconds figure holds only at the speed the machine
+The promise is judged as a share of the step: the interval ÷ the diagnosed typical step against
+the achieved share of the plain BEFORE step. A seconds figure holds only at the speed the machine
 ran at when it was measured; on this VM the plain BEFORE step moved 447-530 ms between runs and
 gpuprof's own step 435-666 ms (docs/measurements/2026-12-03-advice-repeat.md), so a saving in
 seconds is judged at the diagnosed speed only for information (`covered_s`).
@@ -159,8 +158,7 @@ def fixes_of(prof: dict) -> list[dict]:
         if f["kind"] != "fix" and not ev.get("within_noise"):
             continue
         out.append({"id": f["id"], "kind": f["kind"], "saving_s": f.get("saving_s"), "low": ev.get("saving_low_s"),
-                    "high": ev.get("saving_high_s"), "share_low": ev.get("share_low"), "share_high": ev.get("share_high"),
-                    "level": ev.get("interval_level"), "rounds": ev.get("rounds"),
+                    "high": ev.get("saving_high_s"), "level": ev.get("interval_level"), "rounds": ev.get("rounds"),
                     "within_noise": bool(ev.get("within_noise")), "tied_with": f.get("tied_with") or [],
                     "confidence": f.get("confidence"), "overlaps": f.get("overlaps") or [],
                     # capped by a higher-ranked fix's claim (engine.rank notes it): its figure is what
@@ -190,10 +188,7 @@ def one_run(k: int, tokens: Path, tmp: Path, pairs: int, post_budget: float, kee
         got = achieved(tokens, after, pairs)
         step = prof["analysis"]["steps"]["step_s"]
         cover[f["id"]] = judge(dict(got, low=f["low"], high=f["high"], promised=f["saving_s"], step_s=step,
-                                    # the interval as shares, each reading over its own step (rules/intervals)
-                                    share_low=f["share_low"] if f.get("share_low") is not None else f["low"] / step,
-                                    share_high=f["share_high"] if f.get("share_high") is not None else f["high"] / step,
-                                    args=after))
+                                    share_low=f["low"] / step, share_high=f["high"] / step, args=after))
     return {"run": k, "step_s": prof["analysis"]["steps"]["step_s"], "fixes": fixes, "plain": list(PLAIN_LOG),
             "top": top["id"] if top else None, "top_tied": top["tied_with"] if top else [], "cover": cover}
 
@@ -264,8 +259,7 @@ def main(argv=None) -> int:
                 if f is not None and f["low"] is not None:
                     step = r["step_s"]
                     c.update(low=f["low"], high=f["high"], promised=f["saving_s"],
-                             share_low=f["share_low"] if f.get("share_low") is not None else f["low"] / step,
-                             share_high=f["share_high"] if f.get("share_high") is not None else f["high"] / step)
+                             share_low=f["low"] / step, share_high=f["high"] / step)
                 judge(c)
             if a.reanalyze:
                 for f in r["fixes"]:

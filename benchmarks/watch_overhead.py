@@ -119,15 +119,8 @@ def main() -> None:
         raise SystemExit("--minutes must be positive and --pairs at least 1")
     with tempfile.TemporaryDirectory(prefix="gpuprof-watch-bench-") as tmp:
         tmp = Path(tmp)
-        (tmp / "data").mkdir()
-        rng = np.random.default_rng(1)
-        for split in ("train", "val"):
-            rng.integers(0, 256, 200_000, dtype=np.uint16).tofile(tmp / "data" / f"{split}.bin")
-        train = tmp / "train.py"
-        train.write_text(FIXTURE.read_text())
+        train, step = prepare(tmp, a)
         plain = [sys.executable, str(train)]
-        cal = run(plain + script_args(tmp / "data", tmp / "out", a.model, 40), tmp, a.rss_every)
-        step = statistics.median(w for _, w, _ in cal["iters"])
         order = ("plain", "watch", "watch", "plain") if a.no_diagnose else (
             "plain", "diagnose", "watch", "watch", "diagnose", "plain")
         run_s = a.minutes * 60 / (len(order) * a.pairs)
@@ -201,20 +194,26 @@ def main() -> None:
         a.json.write_text(json.dumps(result, indent=2))
 
 
+def prepare(tmp: Path, a) -> tuple[Path, float]:
+    """The fixture copied into `tmp` with its token files, and one plain iteration's seconds (a
+    40-iteration calibration run)."""
+    (tmp / "data").mkdir()
+    rng = np.random.default_rng(1)
+    for split in ("train", "val"):
+        rng.integers(0, 256, 200_000, dtype=np.uint16).tofile(tmp / "data" / f"{split}.bin")
+    train = tmp / "train.py"
+    train.write_text(FIXTURE.read_text())
+    cal = run([sys.executable, str(train)] + script_args(tmp / "data", tmp / "out", a.model, 40), tmp, a.rss_every)
+    return train, statistics.median(w for _, w, _ in cal["iters"])
+
+
 def memory_only(a) -> None:
     """One watch run of about `--memory-only` seconds: its RSS at each tenth of the run and its
     growth from 50% to 90% (MiB/h). The caps (steps kept, sampler samples, the live panel's steps)
     fill within the first ~2 minutes; after that a bounded recorder levels off."""
     with tempfile.TemporaryDirectory(prefix="gpuprof-watch-mem-") as tmp:
         tmp = Path(tmp)
-        (tmp / "data").mkdir()
-        rng = np.random.default_rng(1)
-        for split in ("train", "val"):
-            rng.integers(0, 256, 200_000, dtype=np.uint16).tofile(tmp / "data" / f"{split}.bin")
-        train = tmp / "train.py"
-        train.write_text(FIXTURE.read_text())
-        cal = run([sys.executable, str(train)] + script_args(tmp / "data", tmp / "out", a.model, 40), tmp, a.rss_every)
-        step = statistics.median(w for _, w, _ in cal["iters"])
+        train, step = prepare(tmp, a)
         iters = max(50, int(a.memory_only / step))
         watch = [sys.executable, "-m", "gpuprof", "watch", "--every", a.every, "--events", str(tmp / "ev.jsonl"),
                  "--post-budget", "0", str(train)]

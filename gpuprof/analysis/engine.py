@@ -43,7 +43,7 @@ def rank(findings: list[Finding], stats=None) -> list[Finding]:
             out.append(f)
             continue
         capped, overlaps = 0.0, list(f.overlaps)
-        f = _untimed_left(f, budget, owners, whole, step_s)
+        f = _untimed_left(f, budget, owners, whole)
         for phase, sec in f.claims.items():
             left = budget.setdefault(phase, sec)
             if phase in owners:
@@ -59,8 +59,7 @@ def rank(findings: list[Finding], stats=None) -> list[Finding]:
             why = (f"it shares time with {', '.join(overlaps)}" if overlaps
                    else "the phases it comes out of take less than that per step")
             f = with_share(replace(f, note=join_notes(f.note, f"saving capped from {seconds(f.saving_s)}: {why}"),
-                                   saving_s=new, overlaps=overlaps,
-                                   evidence=_capped_interval(f.evidence, new, step_s)),
+                                   saving_s=new, overlaps=overlaps, evidence=_capped_interval(f.evidence, new)),
                            step_s)
         elif overlaps != f.overlaps:
             f = replace(f, overlaps=overlaps)
@@ -68,7 +67,7 @@ def rank(findings: list[Finding], stats=None) -> list[Finding]:
     return mark_ties(sorted(out, key=_key))
 
 
-def _untimed_left(f: Finding, budget: dict, owners: dict, whole: dict, step_s: float | None = None) -> Finding:
+def _untimed_left(f: Finding, budget: dict, owners: dict, whole: dict) -> Finding:
     """A high end that holds untimed seconds of phases it does not claim (evidence
     `untimed_loop_phases`, e.g. the loop code fewer micro-steps run less often) keeps of each the
     share the higher-ranked fixes left of that phase (untimed × left ÷ the phase): a phase another
@@ -88,26 +87,18 @@ def _untimed_left(f: Finding, budget: dict, owners: dict, whole: dict, step_s: f
     cut = sum(over.values())
     high = max(ev["saving_high_s"] - cut, f.saving_s if f.saving_s is not None else ev["saving_low_s"])
     who = sorted({o for p in over for o in owners[p]})
-    shares = {}
-    if "share_high" in ev and step_s:  # the same seconds out of the share's high end
-        floor = (f.saving_s if f.saving_s is not None else ev["saving_low_s"]) / step_s
-        shares = {"share_high": max(ev["share_high"] - cut / step_s, min(floor, ev["share_high"]))}
     return replace(f, evidence={**ev, "saving_high_s": high, "untimed_loop_s": ev.get("untimed_loop_s", 0.0) - cut,
-                                "untimed_claimed_by": who, **shares},
+                                "untimed_claimed_by": who},
                    note=join_notes(f.note, f"{seconds(cut)} of that untimed loop code is already saved by "
                                            f"{', '.join(who)}: not counted again"))
 
 
-def _capped_interval(evidence: dict, cap: float, step_s: float | None = None) -> dict:
-    """A capped saving's interval, capped too (no end above what is left of its phases), its
-    shares of the step as well."""
+def _capped_interval(evidence: dict, cap: float) -> dict:
+    """A capped saving's interval, capped too (no end above what is left of its phases)."""
     if "saving_low_s" not in evidence:
         return evidence
-    out = {**evidence, "saving_low_s": min(evidence["saving_low_s"], cap),
-           "saving_high_s": min(evidence["saving_high_s"], cap)}
-    if "share_low" in evidence and step_s:
-        out.update(share_low=min(evidence["share_low"], cap / step_s), share_high=min(evidence["share_high"], cap / step_s))
-    return out
+    return {**evidence, "saving_low_s": min(evidence["saving_low_s"], cap),
+            "saving_high_s": min(evidence["saving_high_s"], cap)}
 
 
 def _interval(f: Finding):

@@ -90,9 +90,7 @@ def saving_text(f: Finding) -> str | None:
     if f.saving_s <= 1e-9 and f.overlaps:  # its whole interval is another fix's saving
         return f"nothing more: its time is already counted in {', '.join(f.overlaps)}"
     share = pct(f.saving_share)
-    if timed and "share_low" in ev and "share_high" in ev:  # each reading over its own step (rules/intervals)
-        share += f" of the typical step, {pct_range(ev['share_low'], ev['share_high'])}"
-    elif timed and f.saving_share and f.saving_s:  # older profiles: the interval over the same typical step
+    if timed and f.saving_share and f.saving_s:  # the interval as shares of the same typical step
         per = f.saving_share / f.saving_s
         share += f" of the typical step, {pct_range(ev['saving_low_s'] * per, ev['saving_high_s'] * per)}"
     else:

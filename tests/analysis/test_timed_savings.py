@@ -209,26 +209,24 @@ def test_the_promise_allows_the_ratio_the_transfer_the_run_way_showed():
     from gpuprof.analysis.rules.intervals import timed_saving
 
     a, b, iv = _rounds(0.6)
-    plain = timed_saving(iv.as_dict(), 0.3, iv.estimate, step_s=0.5)
-    spanned = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.4, step_s=0.5)
+    plain = timed_saving(iv.as_dict(), 0.3, iv.estimate)
+    spanned = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.4)
     assert plain.evidence["saving_low_s"] == pytest.approx(0.3 * (1 - iv.high))
-    assert plain.evidence["share_low"] == pytest.approx(0.3 * (1 - iv.high) / 0.5)
     assert spanned.estimate == pytest.approx(plain.estimate) and spanned.saving_s == pytest.approx(plain.saving_s)
     tau = 0.4 / 0.3
     assert spanned.evidence["transfer_factor"] == pytest.approx(tau)
     assert spanned.evidence["saving_low_s"] == pytest.approx(0.3 * (1 - iv.high * tau))
     assert spanned.evidence["saving_high_s"] == pytest.approx(0.3 * (1 - iv.low / tau))
     assert spanned.evidence["ratio_saving_high_s"] == pytest.approx(0.3 * (1 - iv.low))
-    assert spanned.evidence["share_high"] == pytest.approx(spanned.evidence["saving_high_s"] / 0.5)
     assert spanned.evidence["timed_part_s"] == 0.4 and "moved by the 1.33x" in spanned.note
     # an eager way 0.8x the run's: the same factor, the same interval
-    below = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.24, step_s=0.5)
+    below = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.24)
     assert below.evidence["saving_low_s"] == pytest.approx(0.3 * (1 - iv.high * 1.25))
     # the same seconds: the rounds' own interval, nothing added
-    same = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.3, step_s=0.5)
+    same = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.3)
     assert same.evidence == plain.evidence and "timed_part_s" not in same.evidence
     # the claim is the rounds': a saving they show stays claimed however wide the transfer makes it
-    wide = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.9, step_s=0.5)
+    wide = timed_saving(iv.as_dict(), 0.3, iv.estimate, timed_s=0.9)
     assert wide.saving_s == pytest.approx(plain.saving_s) and not wide.within_noise
     assert wide.evidence["saving_low_s"] < 0 and wide.confidence == "low"
 
@@ -317,15 +315,15 @@ def test_the_share_interval_is_the_promise_over_the_step():
     from gpuprof.measure.paired import Interval
 
     iv = Interval(0.1385, 0.1342, 0.1422, 0.9297, 0.9, 8, "sign")
-    ev = timed_saving(iv.as_dict(), 0.5177, iv.estimate, timed_s=0.7067, step_s=0.5248).evidence
+    ev = timed_saving(iv.as_dict(), 0.5177, iv.estimate, timed_s=0.7067).evidence
     tau = 0.7067 / 0.5177
-    assert ev["share_low"] == pytest.approx(0.5177 * (1 - 0.1422 * tau) / 0.5248)
-    assert ev["share_high"] == pytest.approx(0.5177 * (1 - 0.1342 / tau) / 0.5248)
-    assert 0.794 <= ev["share_low"] <= 0.796 and 0.888 <= ev["share_high"] <= 0.890
-    assert "share_low" not in timed_saving(iv.as_dict(), 0.5177, iv.estimate).evidence  # no step, no shares
+    assert ev["saving_low_s"] == pytest.approx(0.5177 * (1 - 0.1422 * tau))
+    assert ev["saving_high_s"] == pytest.approx(0.5177 * (1 - 0.1342 / tau))
+    low, high = ev["saving_low_s"] / 0.5248, ev["saving_high_s"] / 0.5248  # as shares of the step
+    assert 0.794 <= low <= 0.796 and 0.888 <= high <= 0.890
 
 
-def test_the_saves_line_reads_the_share_interval_from_the_evidence(profile_factory):
+def test_the_saves_line_gives_the_promise_as_shares_of_the_step(profile_factory):
     a, b, iv = _rounds(0.6)
     ctx = _precision_ctx(profile_factory, _switch(iv, a=a, b=b))
     from gpuprof.analysis.engine import with_share
@@ -333,7 +331,7 @@ def test_the_saves_line_reads_the_share_interval_from_the_evidence(profile_facto
     from gpuprof.units import pct_range
 
     (f,) = precision.precision_slow(ctx)
-    ev = f.evidence
-    assert ev["share_low"] < ev["share_high"] and "timed_part_s" in ev
-    line = finding_view(with_share(f, ctx.stats.step_s)).saves
-    assert f"of the typical step, {pct_range(ev['share_low'], ev['share_high'])}" in line
+    ev, step = f.evidence, ctx.stats.step_s
+    assert ev["saving_low_s"] < ev["saving_high_s"] and "timed_part_s" in ev
+    line = finding_view(with_share(f, step)).saves
+    assert f"of the typical step, {pct_range(ev['saving_low_s'] / step, ev['saving_high_s'] / step)}" in line

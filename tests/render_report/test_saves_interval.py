@@ -84,18 +84,3 @@ def test_a_capped_saving_caps_its_interval():
     assert second.saving_s == pytest.approx(0.010) == second.evidence["saving_high_s"]
     assert second.evidence["saving_low_s"] == 0.010  # its low end was already under what is left
 
-
-def test_a_capped_saving_caps_its_share_interval_too():
-    """Two fixes claiming the same forward+backward: the second keeps what the first left, its
-    interval's shares capped with its seconds (no share above what is left of its phases)."""
-    from types import SimpleNamespace
-
-    first = _timed("precision-slow", 0.08, 0.07, 0.09, claims={"forward": 0.08})
-    second = _timed("micro-batch-too-small", 0.05, 0.04, 0.06, claims={"forward": 0.05})
-    second = Finding(second.id, second.title, second.saving_s, claims=second.claims,
-                     evidence={**second.evidence, "share_low": 0.2, "share_high": 0.3})
-    stats = SimpleNamespace(step_s=0.2, phases={"forward": SimpleNamespace(seconds=0.1)})
-    ranked = {f.id: f for f in rank([first, second], stats)}
-    capped = ranked["micro-batch-too-small"]
-    assert capped.saving_s == pytest.approx(0.02)
-    assert capped.evidence["share_high"] == pytest.approx(0.02 / 0.2) and capped.evidence["share_low"] == pytest.approx(0.1)

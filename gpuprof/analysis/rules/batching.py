@@ -136,7 +136,7 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         runs = (mb.pair.round_seconds or {}).get("run") or []
         k = mb.pair.micro_steps_each or b2 // batch
         timed_s = statistics.median(runs) * n / k if runs and k else None
-        timed = timed_saving(mb.pair.interval, fwd_bwd, mb.pair.ratio, timed_s=timed_s, step_s=total)
+        timed = timed_saving(mb.pair.interval, fwd_bwd, mb.pair.ratio, timed_s=timed_s)
         because += (f"; timed after the run in {mb.pair.rounds} paired rounds, {b2 // batch} micro-steps of "
                     f"batch_size {batch} against 1 of {b2} (the same tokens) took {times(mb.pair.ratio)} the time")
         ev.update({"new_batch_size": b2, "new_grad_accum": n2, "new_batch_measured": True, **timed.evidence})
@@ -156,8 +156,6 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
             extra = sum(per_phase.values())
             ev.update(untimed_loop_s=extra, untimed_loop_phases=per_phase,
                       saving_high_s=min(ev["saving_high_s"] + extra, step_s(ctx) or float("inf")))
-            if total:
-                ev["share_high"] = ev["saving_high_s"] / total
             note = join_notes(note, f"the interval's high end adds up to {seconds(extra)} of the data, copy and "
                                     f"other loop code ({seconds(loop)} per step) running {n2} times in place of "
                                     f"{n}, not timed")

@@ -156,7 +156,7 @@ def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, 
     part_f = min(timing.by_hand_forward_s * times_each, fwd)
     part_b = min(timing.by_hand_backward_s * times_each, bwd)
     ratio = ratio_of(timing, fused / hand if hand else 1.0)
-    ts = timed_saving(timing.interval, part_f + part_b, ratio, step_s=step_s(ctx))
+    ts = timed_saving(timing.interval, part_f + part_b, ratio)
     ev.update(by_hand_layer_s=hand, sdpa_layer_s=fused, timed_layers=layers, micro_steps=micro,
               attention_s=part_f + part_b, ratio=ratio, measured_saving_s=ts.estimate, **ts.evidence)
     unit, way_a, way_b = ways
@@ -243,7 +243,7 @@ def vocab_not_padded(ctx: Context) -> list[Finding]:
     micro = micro_steps(ctx)
     ratio = ratio_of(timing, timing.padded_s / timing.vocab_s if timing.vocab_s else 1.0)
     part = min(timing.vocab_s * micro, ctx.seconds("forward") + ctx.seconds("backward"))
-    ts = timed_saving(timing.interval, part, ratio, step_s=step_s(ctx))
+    ts = timed_saving(timing.interval, part, ratio)
     verdict = outcome(ts, total)
     if verdict == "slower":
         return []  # padding does not help on this device
@@ -286,7 +286,7 @@ def fused_optimizer_saving(ctx: Context) -> tuple[TimedSaving, str, dict] | None
     phase = ctx.seconds("optimizer")
     ratio = ratio_of(t, t.fused_s / t.current_s)
     part = min(t.current_s, phase)
-    ts = timed_saving(t.interval, part, ratio, step_s=step_s(ctx))
+    ts = timed_saving(t.interval, part, ratio)
     words = (f"one {o.class_} step on a copy of the {count(t.parameters)} parameters took {seconds(t.current_s)} "
              f"as configured ({o.mode}) and {seconds(t.fused_s)} with fused=True ({times(ratio)} the "
              f"time{medians(t)}); the run's optimizer phase is {seconds(phase)} per step")

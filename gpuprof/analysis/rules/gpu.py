@@ -248,8 +248,7 @@ def _compile_measured(ctx: Context) -> list[Finding] | None:
     fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
     total = step_s(ctx)
     ratio = ratio_of(c, comp / eager)
-    ts = timed_saving(c.interval, fwd + bwd, ratio, timed_s=eager * micro_steps(ctx) if c.interval else None,
-                      step_s=total)
+    ts = timed_saving(c.interval, fwd + bwd, ratio, timed_s=eager * micro_steps(ctx) if c.interval else None)
     ev = {"compile": False, "eager_fwd_bwd_s": eager, "compiled_fwd_bwd_s": comp, "compile_s": cost,
           "ratio": ratio, "measured_saving_s": ts.estimate, **ts.evidence}
     because = (f"the model's forward+backward at the run's micro-batch, timed after the run: {seconds(eager)} eager, "

@@ -17,7 +17,7 @@ run's way at another speed than the rounds did, and nothing measures how the cha
 scaled alike (the ratio holds), not at all (the loop's ratio is the rounds' ÷ τ: the run's part
 less the changed way's timed seconds), or by as much the other way. The promise allows the ratio
 to have moved by up to τ either way: ratio ∈ [low ÷ τ, high × τ], saving = of_s × (1 − ratio), so
-the seconds and the shares of the step (`share_low`/`share_high`, seconds ÷ the step) read one
+the seconds and their shares of the step (the report divides them by the typical step) are one
 interval at the run's speed. The claim itself (a saving, or within noise) is the rounds' own
 interval: they time the change directly; the confidence label is the promised interval's.
 
@@ -71,13 +71,12 @@ def widened(iv: Interval, tau: float) -> Interval:
 
 
 def timed_saving(interval: dict | None, of_s: float, ratio: float, why_none: str = "",
-                 timed_s: float | None = None, step_s: float | None = None) -> TimedSaving:
+                 timed_s: float | None = None) -> TimedSaving:
     """The saving on `of_s` seconds per step (the part of the step the change scales) from the
     stored ratio interval; without one, from the point `ratio`. `why_none`: why there is no
     interval (default: a profile written before paired rounds). `timed_s`: the seconds per step the
     run's way took in the rounds for the same work, when known (the interval then spans the
-    transfer, above). `step_s`: the typical step, for the interval as shares of it (evidence
-    share_low/share_high)."""
+    transfer, above)."""
     iv = interval_of(interval)
     if iv is None or not iv.enough:
         est = of_s * (1 - (iv.estimate if iv is not None else ratio))
@@ -96,8 +95,6 @@ def timed_saving(interval: dict | None, of_s: float, ratio: float, why_none: str
         ev.update(timed_part_s=timed_s, transfer_factor=tau, promised_ratio_low=promise.low,
                   promised_ratio_high=promise.high, ratio_saving_low_s=rounds_say.low,
                   ratio_saving_high_s=rounds_say.high)
-    if step_s and step_s > 0:
-        ev.update(share_low=s.low / step_s, share_high=s.high / step_s)
     words = interval_text(s.low, s.high, s.level, s.n)
     how = ("sign-test interval of paired rounds, the ratio allowed to have moved by the "
            f"{tau:.2f}x between the rounds' {seconds(timed_s)} and the run's {seconds(of_s)} for the same work"

@@ -87,7 +87,7 @@ def precision_slow(ctx: Context) -> list[Finding]:
         # Measured: the model itself, forward+backward in the faster dtype vs the run's.
         eager_run = (switch.eager_fwd_bwd_per_micro_s * micro_steps(ctx)
                      if switch.interval is not None and switch.eager_fwd_bwd_per_micro_s else None)
-        timed = timed_saving(switch.interval, compute, switch.ratio, timed_s=eager_run, step_s=step_s(ctx))
+        timed = timed_saving(switch.interval, compute, switch.ratio, timed_s=eager_run)
         if switch.interval is not None:
             vs = (f"{seconds(switch.eager_fwd_bwd_per_micro_s)} in {current}, both eager, medians of "
                   f"{switch.rounds} paired rounds")
