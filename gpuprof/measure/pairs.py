@@ -91,7 +91,7 @@ def alternate(clock: Clock, variants: dict, seconds: float, now=time.perf_counte
 
 
 def alternate_rounds(clock: Clock, variants: dict, seconds: float, now=time.perf_counter, *,
-                     max_rounds: int = MAX_ROUNDS, min_rounds: int = 2, until=None) -> dict:
+                     max_rounds: int = MAX_ROUNDS, min_rounds: int = 2, until=None, lead_in: int = 0) -> dict:
     """Every round's seconds of variants {name: [part fns]}, for paired intervals: the same warm-up
     and deadline as `alternate` (a warm-up of each; TimeoutError when it leaves no room for 2
     rounds), then rounds of one run of each, round r in the given order when r is even and
@@ -99,8 +99,13 @@ def alternate_rounds(clock: Clock, variants: dict, seconds: float, now=time.perf
     (judged by the warm-up round's seconds), up to `max_rounds`, at least `min_rounds`; an even
     count is kept when the deadline allows one more round rather than two. `until(result)`, asked
     after each even round from `min_rounds` on, stops early when it returns True (say, once the
-    interval is decided). Returns {"times": {name: [[part seconds] per round]}, "order": [[names]
-    per round], "rounds": n, "best": {name: [best seconds of each part]}, "warm_up_s": s}."""
+    interval is decided). With `lead_in` n, each variant's first n parts run in every round but
+    are not kept: the parts timed then run after the variant's own (a loop's micro-steps run after
+    one of their own, not after the other way's: benchmarks/alternation_bias.py). Returns
+    {"times": {name: [[part seconds] per round]}, "order": [[names] per round], "rounds": n,
+    "best": {name: [best seconds of each part]}, "warm_up_s": s}."""
+    if any(len(parts) <= lead_in for parts in variants.values()):
+        raise ValueError(f"a lead-in of {lead_in} part(s) leaves a variant nothing to time")
     deadline, one_round = _warm_up(clock, variants, seconds, now)
     names = list(variants)
     res = {"times": {name: [] for name in names}, "order": [], "rounds": 0, "best": {}, "warm_up_s": one_round}
@@ -113,7 +118,7 @@ def alternate_rounds(clock: Clock, variants: dict, seconds: float, now=time.perf
                 break
         order = names if r % 2 == 0 else names[::-1]
         for name in order:
-            res["times"][name].append(clock.spans(*variants[name]))
+            res["times"][name].append(clock.spans(*variants[name])[lead_in:])
         res["order"].append(list(order))
         res["rounds"] = r + 1
     res["best"] = {name: [min(p) for p in zip(*res["times"][name])] for name in names}

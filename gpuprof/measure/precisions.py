@@ -23,6 +23,7 @@ from gpuprof.hardware import TRAIN_DTYPES, torch_dtype
 
 MAX_SHAPES = 3
 MIN_CELL_S = 0.02  # below this per (shape, dtype) a rate is mostly call overhead
+LEAD_IN = 1  # time_steps_paired: untimed calls of a way before its timed one in each round
 
 
 def model_matmuls(model, example_args, max_shapes: int = MAX_SHAPES, example_kwargs=None) -> dict:
@@ -222,7 +223,11 @@ def time_steps_paired(model, example_args, device: str, current: str, other: str
     """The model's forward+backward on the run's micro-batch in the run's dtype (`current`) and
     in `other`, eagerly, in paired rounds (pairs.alternate_rounds: a warm-up of each, then rounds
     of one of each in ABBA order within `seconds`, at least `min_rounds`, up to 16, stopping
-    early once the interval is `high`). Returns the interval of other/current
+    early once the interval is `high`). Each way's timed call runs after an untimed one of its
+    own (LEAD_IN), as the loop's micro-steps run after each other: timed straight after the other
+    way, the faster one ran cold (fp32 9.62-9.69 ms after a bf16 call against 8.60-8.74 ms in a
+    row, benchmarks/alternation_bias.py) and the promise fell under what the switch achieved in 9
+    of 10 quiet runs (docs/measurements/2026-12-03-advice-repeat.md). Returns the interval of other/current
     (measure/paired.py, the sign-test interval) as a dict, the rounds, each round's seconds per
     dtype, and the median seconds of each. Raises TimeoutError when the warm-up leaves no room
     for 2 rounds. Gradients it creates are dropped."""
@@ -231,7 +236,7 @@ def time_steps_paired(model, example_args, device: str, current: str, other: str
     from gpuprof.stats import median
 
     args, kwargs = tuple(example_args or ()), dict(example_kwargs or {})
-    variants = {d: [fwd_bwd_in(model, args, kwargs, device, d)] for d in (current, other)}
+    variants = {d: [fwd_bwd_in(model, args, kwargs, device, d)] * (LEAD_IN + 1) for d in (current, other)}
 
     def decided(res):
         return confidence(interval_from_rounds(res, current, other)) == "high"
@@ -241,11 +246,12 @@ def time_steps_paired(model, example_args, device: str, current: str, other: str
     try:
         with _class_forward(model), rng_kept(device):
             res = alternate_rounds(clock or Clock(device), variants, seconds, now,
-                                   min_rounds=min_rounds, until=decided)
+                                   min_rounds=min_rounds, until=decided, lead_in=LEAD_IN)
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was_training)
     iv = interval_from_rounds(res, current, other)
     secs = {d: round_seconds(res, d) for d in (current, other)}
     return {"interval": iv.as_dict(), "rounds": res["rounds"], "round_seconds": secs, "ratio": iv.estimate,
+            "lead_in": LEAD_IN,
             "median_s": {d: median(v) for d, v in secs.items()}}

@@ -206,6 +206,17 @@ def test_alternate_rounds_keeps_every_round_in_abba_order():
     assert iv.estimate == pytest.approx(0.8) and iv.n == 6
 
 
+def test_a_lead_in_runs_every_round_and_is_not_kept():
+    clock = Ticks({"a": [0.5, 0.3], "b": [0.6, 0.4]})  # each variant: its lead-in part, then the timed one
+    two_parts = {n: [n, n] for n in ("a", "b")}
+    res = pairs.alternate_rounds(clock, two_parts, seconds=100.0, now=clock.now, max_rounds=4, lead_in=1)
+    assert res["times"] == {"a": [[0.3]] * 4, "b": [[0.4]] * 4} and res["best"] == {"a": [0.3], "b": [0.4]}
+    assert res["warm_up_s"] == pytest.approx(1.8)  # the deadline plans rounds with their lead-ins
+    assert paired.interval_from_rounds(res, "a", "b").estimate == pytest.approx(0.4 / 0.3)
+    with pytest.raises(ValueError, match="nothing to time"):
+        pairs.alternate_rounds(Ticks({"a": [1.0], "b": [1.0]}), _variants("a", "b"), 100.0, lead_in=1)
+
+
 def test_three_variants_reverse_their_order_every_other_round():
     clock = Ticks({"a": [0.1], "b": [0.1], "c": [0.1]})
     res = pairs.alternate_rounds(clock, _variants("a", "b", "c"), seconds=100.0, now=clock.now, max_rounds=3)
