@@ -157,7 +157,8 @@ def pair_sizes(batch: int, micro_steps: int) -> list[int]:
 
 def plan_pair(batch: int, micro_steps: int, t_batch_s: float, seconds: float) -> tuple[int | None, int]:
     """(b2, rounds): the largest of pair_sizes whose warm-up and ADVISED_ROUNDS paired rounds fit
-    `seconds` (a round: b2/B micro-steps of B and one of b2, ≈ 2·(b2/B)·t(B)); else the smallest
+    `seconds` (a round: one untimed micro-step of B, then b2/B of them; one untimed of b2, then
+    one: ≈ (3·(b2/B) + 1)·t(B)); else the smallest
     with what fits (at least 2 rounds, too few for an interval: the rule then says so); (None, 0)
     when not even that fits or t(B) is unknown."""
     from gpuprof.measure.paired import ADVISED_ROUNDS
@@ -166,7 +167,7 @@ def plan_pair(batch: int, micro_steps: int, t_batch_s: float, seconds: float) ->
     if not sizes or not t_batch_s:
         return None, 0
     def one_round(b2):
-        return 2 * (b2 / batch) * t_batch_s * PAIR_MARGIN
+        return (3 * (b2 / batch) + 1) * t_batch_s * PAIR_MARGIN
     fit = [b2 for b2 in sizes if (1 + ADVISED_ROUNDS) * one_round(b2) <= seconds]
     if fit:
         return fit[-1], ADVISED_ROUNDS
@@ -210,10 +211,16 @@ def time_pair(model, args: tuple, kwargs: dict, device: str, autocast_dtype, b2:
     """The run's micro-batch B, b2/B micro-steps (one optimizer step's worth of its
     accumulation), against one micro-step of b2: the same tokens, forward+backward each,
     gradients accumulated as the run does, in paired rounds (pairs.alternate_rounds, ABBA, up to
-    16, at least `min_rounds`, stopping once the interval is `high`). Returns the sizes, the
-    interval of larger/run (Interval.as_dict), the rounds and each round's seconds."""
+    16, at least `min_rounds`, stopping once the interval is `high`). In each round each way is
+    timed after an untimed call of its own shape (a micro-step of B; one of b2), as the loop runs
+    it after its own: timed straight after the other way, the larger call ran cold (benchmarks/
+    alternation_bias.py, the fixture's GPT on this project's EPYC VM: batch 8 after the 4 x 2 way
+    30.2 ms, after a batch-8 call 26.9 ms; the ratio 0.984 where each after its own gave 0.890).
+    Returns the sizes, the interval of larger/run (Interval.as_dict), the rounds, each round's
+    seconds, and a round's planned seconds (`round_s`, its untimed calls included)."""
     from gpuprof.measure.paired import confidence, interval_from_rounds
     from gpuprof.measure.pairs import Clock, alternate_rounds, how, rng_kept, round_seconds
+    from gpuprof.stats import median
 
     batch = batch_size_of(args, kwargs)
     k = b2 // batch
@@ -239,6 +246,9 @@ def time_pair(model, args: tuple, kwargs: dict, device: str, autocast_dtype, b2:
         for _ in range(k):
             fwd_bwd(args, kwargs)
 
+    def one_micro_step():
+        fwd_bwd(args, kwargs)
+
     def larger():
         model.zero_grad(set_to_none=True)
         fwd_bwd(*big)
@@ -256,18 +266,21 @@ def time_pair(model, args: tuple, kwargs: dict, device: str, autocast_dtype, b2:
             # 245, 175 ms... against a steady 161 ms in one run); the script, many steps in, does
             # not. Each way is run until two calls agree, so the rounds time the steady state.
             spent = settle(clock, (larger, run_way), seconds * SETTLE_SHARE, now, total=seconds)
-            res = alternate_rounds(clock, {"run": [run_way], "larger": [larger]}, seconds - spent, now,
-                                   min_rounds=min_rounds, until=decided)
+            res = alternate_rounds(clock, {"run": [one_micro_step, run_way], "larger": [larger, larger]},
+                                   seconds - spent, now, min_rounds=min_rounds, until=decided, lead_in=1)
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was_training)
     iv = interval_from_rounds(res, "run", "larger")
+    secs = {"run": round_seconds(res, "run"), "larger": round_seconds(res, "larger")}
+    run_s, larger_s = median(secs["run"]), median(secs["larger"])
     return {"batch_size": batch, "new_batch_size": b2, "micro_steps_each": k, "interval": iv.as_dict(),
-            "ratio": iv.estimate, "rounds": res["rounds"],
-            "round_seconds": {"run": round_seconds(res, "run"), "larger": round_seconds(res, "larger")},
+            "ratio": iv.estimate, "rounds": res["rounds"], "round_seconds": secs,
+            "round_s": run_s * (1 + 1 / k) + 2 * larger_s,
             "method": (f"{k} forward+backward of micro-batch {batch} against 1 of {b2} (the same tokens), "
-                       f"{res['rounds']} paired rounds (ABBA) after a warm-up, {how(device)}; the ratio is the "
-                       "median of the rounds' larger/run with its sign-test interval")}
+                       f"{res['rounds']} paired rounds (ABBA) after a warm-up, each way after an untimed call of "
+                       f"its own size, {how(device)}; the ratio is the median of the rounds' larger/run with its "
+                       "sign-test interval")}
 
 
 def batch_size_of(args: tuple, kwargs: dict) -> int | None:

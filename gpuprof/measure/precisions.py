@@ -23,7 +23,7 @@ from gpuprof.hardware import TRAIN_DTYPES, torch_dtype
 
 MAX_SHAPES = 3
 MIN_CELL_S = 0.02  # below this per (shape, dtype) a rate is mostly call overhead
-LEAD_IN = 1  # time_steps_paired: untimed calls of a way before its timed one in each round
+RUN_CALLS = 4  # time_steps_paired: each way's calls in a row per round, the first one untimed
 
 
 def model_matmuls(model, example_args, max_shapes: int = MAX_SHAPES, example_kwargs=None) -> dict:
@@ -223,20 +223,25 @@ def time_steps_paired(model, example_args, device: str, current: str, other: str
     """The model's forward+backward on the run's micro-batch in the run's dtype (`current`) and
     in `other`, eagerly, in paired rounds (pairs.alternate_rounds: a warm-up of each, then rounds
     of one of each in ABBA order within `seconds`, at least `min_rounds`, up to 16, stopping
-    early once the interval is `high`). Each way's timed call runs after an untimed one of its
-    own (LEAD_IN), as the loop's micro-steps run after each other: timed straight after the other
-    way, the faster one ran cold (fp32 9.62-9.69 ms after a bf16 call against 8.60-8.74 ms in a
-    row, benchmarks/alternation_bias.py) and the promise fell under what the switch achieved in 9
-    of 10 quiet runs (docs/measurements/2026-12-03-advice-repeat.md). Returns the interval of other/current
+    early once the interval is `high`). In each round a way runs RUN_CALLS calls in a row, as the
+    loop's micro-steps run, and the calls after the first are timed (their seconds per call):
+    timed straight after the other way, a call runs cold. On this project's EPYC VM (the fixture's
+    GPT, one thread; benchmarks/alternation_bias.py) an fp32 forward+backward after a bf16 one took
+    9.04 ms, then 8.53, 8.23, 8.13, 8.13, 8.01 ms as the 2nd-6th in a row (batch 1 x 64: 3.62, then
+    3.27, 3.15, 3.08 ms); one call of each way per round had put the promise under the achieved
+    saving in 9 of 10 quiet runs, and one untimed call before a timed one still in 4 of 10
+    (docs/measurements/2026-12-03-advice-repeat.md). Returns the interval of other/current
     (measure/paired.py, the sign-test interval) as a dict, the rounds, each round's seconds per
-    dtype, and the median seconds of each. Raises TimeoutError when the warm-up leaves no room
+    call per dtype, the median seconds of each, and a round's planned seconds (`round_s`, its
+    untimed calls included). Raises TimeoutError when the warm-up leaves no room
     for 2 rounds. Gradients it creates are dropped."""
     from gpuprof.measure.paired import confidence, interval_from_rounds
     from gpuprof.measure.pairs import Clock, alternate_rounds, rng_kept, round_seconds
     from gpuprof.stats import median
 
     args, kwargs = tuple(example_args or ()), dict(example_kwargs or {})
-    variants = {d: [fwd_bwd_in(model, args, kwargs, device, d)] * (LEAD_IN + 1) for d in (current, other)}
+    variants = {d: [fwd_bwd_in(model, args, kwargs, device, d)] * RUN_CALLS for d in (current, other)}
+    timed = RUN_CALLS - 1
 
     def decided(res):
         return confidence(interval_from_rounds(res, current, other)) == "high"
@@ -246,12 +251,12 @@ def time_steps_paired(model, example_args, device: str, current: str, other: str
     try:
         with _class_forward(model), rng_kept(device):
             res = alternate_rounds(clock or Clock(device), variants, seconds, now,
-                                   min_rounds=min_rounds, until=decided, lead_in=LEAD_IN)
+                                   min_rounds=min_rounds, until=decided, lead_in=1)
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was_training)
     iv = interval_from_rounds(res, current, other)
-    secs = {d: round_seconds(res, d) for d in (current, other)}
+    secs = {d: [s / timed for s in round_seconds(res, d)] for d in (current, other)}  # per call
     return {"interval": iv.as_dict(), "rounds": res["rounds"], "round_seconds": secs, "ratio": iv.estimate,
-            "lead_in": LEAD_IN,
+            "calls_per_round": RUN_CALLS, "round_s": RUN_CALLS * sum(median(v) for v in secs.values()),
             "median_s": {d: median(v) for d, v in secs.items()}}

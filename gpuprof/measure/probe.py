@@ -189,7 +189,7 @@ class CeilingProbe:
         from gpuprof.hardware import pick_faster, runner_up
         from gpuprof.measure.budget import per_micro_s
         from gpuprof.measure.paired import ADVISED_ROUNDS
-        from gpuprof.measure.precisions import LEAD_IN, time_steps_paired
+        from gpuprof.measure.precisions import RUN_CALLS, time_steps_paired
 
         precision = getattr(ctx, "precision", None) or {}
         current = precision.get("compute_dtype")
@@ -207,9 +207,9 @@ class CeilingProbe:
         if best in ("fp32", "tf32") and precision.get("param_dtype") in ("bfloat16", "float16"):
             out["not_measured"] = "the weights are half precision: running fp32 needs a cast model copy"
             return out
-        # One round: the run's dtype (eager) and the faster one (at the measured rate ratio), each
-        # after its lead-in call.
-        one_round = t_run * (1 + rates[current] / rates[best]) * (1 + LEAD_IN) * ROUND_MARGIN
+        # One round: RUN_CALLS calls of the run's dtype (eager) and of the faster one (at the
+        # measured rate ratio).
+        one_round = t_run * (1 + rates[current] / rates[best]) * RUN_CALLS * ROUND_MARGIN
         if not t_run or 3 * one_round > seconds:  # a warm-up and 2 rounds: alternate_rounds' least
             skipped.append(f"the model timed in {best}")
             out["not_measured"] = (f"~{3 * one_round:.1f} s needed, {max(seconds, 0):.1f} s left in the post-run budget"
@@ -227,10 +227,10 @@ class CeilingProbe:
                            f"{ADVISED_ROUNDS} fit")
         out.update(fwd_bwd_per_micro_s=paired["median_s"][best], eager_fwd_bwd_per_micro_s=paired["median_s"][current],
                    ratio=paired["ratio"], interval=paired["interval"], rounds=paired["rounds"],
-                   round_seconds=paired["round_seconds"], lead_in=paired["lead_in"],
+                   round_seconds=paired["round_seconds"], round_s=paired["round_s"],
                    method=(f"eager model, forward+backward at the run's micro-batch in {current} and in {best}, "
-                           f"{paired['rounds']} paired rounds (ABBA) after a warm-up, each way timed after "
-                           f"{paired['lead_in']} untimed call of its own; the ratio is the median of "
+                           f"{paired['rounds']} paired rounds (ABBA) after a warm-up, each way {paired['calls_per_round']} "
+                           f"calls in a row, the first untimed; the ratio is the median of "
                            f"the rounds' {best}/{current} with its sign-test interval"))
         return out
 

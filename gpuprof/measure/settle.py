@@ -54,9 +54,9 @@ def _pool(d: dict, a: str, b: str, more: dict) -> Interval:
 
 
 def _round_s(d: dict) -> float:
-    """One more round's seconds: the medians of both ways' rounds so far, with each way's untimed
-    lead-in calls (the precision rounds': precisions.LEAD_IN)."""
-    return sum(median(v) for v in d["round_seconds"].values()) * (1 + int(d.get("lead_in") or 0))
+    """One more round's seconds: what the timing planned (`round_s`: its untimed calls included),
+    else the medians of both ways' rounds so far."""
+    return d.get("round_s") or sum(median(v) for v in d["round_seconds"].values())
 
 
 def _undecided(d: dict) -> Interval | None:

@@ -26,11 +26,12 @@ class Switch(Section):
     eager_fwd_bwd_per_micro_s: float | None = None
     method: str | None = None
     # Paired rounds (measure/paired.py): the ratio's interval (Interval.as_dict), the rounds, and
-    # each round's seconds per dtype. None in profiles written before them: the ratio then
-    # compared the faster dtype's best of 2 with the run's own forward+backward.
+    # each round's seconds per dtype (per call). None in profiles written before them: the ratio
+    # then compared the faster dtype's best of 2 with the run's own forward+backward.
     interval: dict | None = None
     rounds: int | None = None
     round_seconds: dict | None = None
+    round_s: float | None = None  # one round's planned seconds, its untimed calls included (measure/settle.py)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class MicrobatchPair(Section):
     interval: dict | None = None
     rounds: int | None = None
     round_seconds: dict | None = None
+    round_s: float | None = None  # one round's planned seconds, its untimed calls included (measure/settle.py)
     method: str | None = None
 
 

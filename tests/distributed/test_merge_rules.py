@@ -99,11 +99,11 @@ def test_a_failing_mark_never_raises_into_the_users_backward(fake_cuda):
                              "a mark failed: RuntimeError: CUDA error: out of memory"]
 
 
-def _rank_profile(rank, data_s, exposed_s, *, steps=4, other=0.01, rounds=1, micro=2):
+def _rank_profile(rank, data_s, exposed_s, *, steps=4, other=0.01, rounds=1, micro=2, others=None):
     recs = []
     for i in range(1, steps + 1):
         phases = {"data": data_s, "h2d": 0.0, "forward": 0.02, "backward": 0.03 + exposed_s,
-                  "optimizer": 0.005, "other": other}
+                  "optimizer": 0.005, "other": others[i - 1] if others else other}
         recs.append(StepRecord(index=i, wall_s=sum(phases.values()), phases=phases, tokens=512, micro_steps=micro))
     prof = Profile(run={"mode": "script", "rank": rank, "world_size": 2, "config": {}}, steps=recs)
     prof.measurements["comm"] = {
@@ -114,6 +114,22 @@ def _rank_profile(rank, data_s, exposed_s, *, steps=4, other=0.01, rounds=1, mic
                       "extra_rounds_in_flight_s": 0.0} for i in range(1, steps + 1)]}
     return {"rank": rank, "local_rank": rank, "node_rank": 0, "host": "h", "world_size": 2, "status": "ok",
             "error": None, "profile": prof.to_dict()}
+
+
+def test_a_ranks_busy_seconds_sit_within_its_step_whatever_the_steps_spread():
+    """Steps of 66, 66, 76, 76, 76 ms with 1 ms exposed: the median step less its wait (75 ms) is
+    longer than the typical step (their mean, 72 ms). busy is taken over the same steps as the
+    step, so it is the step less the mean wait, within it (a two-node run read 12.45 ms busy
+    outside its step)."""
+    entries = [_rank_profile(rank, data_s=0.01, exposed_s=0.001, steps=5, others=(0.0, 0.0, 0.01, 0.01, 0.01))
+               for rank in (0, 1)]
+    merged = merge_entries(entries)
+    analysis = analyze(merged)
+    for r in analysis.distributed.ranks:
+        assert r.step_s == pytest.approx(0.072)  # 66 ms of phases, other 6 ms on average
+        assert r.busy_s == pytest.approx(r.step_s - 0.001)
+        assert r.own_phases["backward"] == pytest.approx(0.03)
+    assert violations(merged, analysis) == []
 
 
 def test_merge_finds_the_straggler_exactly():

@@ -17,7 +17,7 @@ from gpuprof.analysis.pipeline import Analysis
 from gpuprof.merge import merge_entries
 from gpuprof.profile import Profile
 
-from ddp_helpers import DDP_SCRIPT, FAST, finding, free_port, gpuprof, load, rank_stats
+from ddp_helpers import DDP_SCRIPT, FAST, finding, free_port, gpuprof, gpuprof_here, load, rank_stats
 
 DELAY_S = 0.05  # rank 1 sleeps this long in every get_batch: 2 per step (accum 4 over 2 ranks)
 
@@ -33,12 +33,27 @@ def straggler_run(tmp_path_factory, data_dir):
 
 
 @pytest.fixture(scope="module")
-def clean_run(tmp_path_factory, data_dir):
-    """nanoGPT's require_backward_grad_sync toggling, no injected delay."""
-    out = tmp_path_factory.mktemp("clean") / "merged.json"
-    r = gpuprof("diagnose", "--nproc-per-node", "2", *FAST, "--out", out, DDP_SCRIPT, f"--data_dir={data_dir}")
-    assert r.returncode == 0, r.stderr[-3000:]
-    return load(out), r
+def two_nodes(tmp_path_factory, data_dir):
+    """Two 'nodes' on this machine (static rendezvous on localhost), one rank each; each node
+    writes its file, and `gpuprof merge` joins them (all.json). nanoGPT's
+    require_backward_grad_sync toggling, no injected delay: the clean run of a world of 2 ranks
+    that test_no_sync_toggling_not_flagged reads too (one run of 4 processes for both)."""
+    tmp = tmp_path_factory.mktemp("two-nodes")
+    port = free_port()
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "1", "--nnodes", "2",
+               "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port), *FAST,
+               "--out", str(tmp / f"node{node}.json"), DDP_SCRIPT, f"--data_dir={data_dir}"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-3000:]
+    nodes = [load(tmp / f"node{n}.json") for n in (0, 1)]
+    # merge runs nothing: in this process (the nodes above are the processes of their own)
+    r = gpuprof_here("merge", tmp / "node1.json", tmp / "node0.json", "--out", tmp / "all.json")
+    assert r.returncode == 0, r.stderr
+    return tmp, nodes, load(tmp / "all.json")
 
 
 def test_merged_profile_holds_both_ranks(straggler_run):
@@ -82,8 +97,8 @@ def test_sync_every_micro_step_detected(straggler_run):
     assert comm["rounds_per_step"] == 2 and type(comm["rounds_per_step"]) is int  # a count, saved as one
 
 
-def test_no_sync_toggling_not_flagged(clean_run):
-    prof, _ = clean_run
+def test_no_sync_toggling_not_flagged(two_nodes):
+    _, _, prof = two_nodes  # both ranks' merged profile: DDP over 2 ranks, toggling its sync
     assert finding(prof, "ddp-sync-every-micro-step") is None
     comm = prof["analysis"]["distributed"]["communication"]
     assert comm["rounds_per_step"] == 1 and comm["micro_steps"] == 2
@@ -133,32 +148,19 @@ def test_builtin_loop_data_parallel(tmp_path):
     assert finding(prof, "ddp-sync-every-micro-step") is None
 
 
-def test_two_nodes_merge_equals_all_ranks(tmp_path, data_dir):
-    """Two 'nodes' on this machine (static rendezvous on localhost), one rank each; each node
-    writes its file; `gpuprof merge` joins them into what merging all ranks at once gives."""
-    port = free_port()
-    procs = []
-    for node in (0, 1):
-        cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "1", "--nnodes", "2",
-               "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port), *FAST,
-               "--out", str(tmp_path / f"node{node}.json"), DDP_SCRIPT, f"--data_dir={data_dir}"]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for p in procs:
-        _, err = p.communicate(timeout=180)
-        assert p.returncode == 0, err[-3000:]
-    nodes = [load(tmp_path / f"node{n}.json") for n in (0, 1)]
+def test_two_nodes_merge_equals_all_ranks(two_nodes):
+    """Each node's file holds its rank; `gpuprof merge` joins them (exit 0, in the fixture) into
+    what merging all ranks at once gives."""
+    tmp_path, nodes, merged = two_nodes
     assert [[e["rank"] for e in n["ranks"]] for n in nodes] == [[0], [1]]
     assert nodes[0]["analysis"]["distributed"]["absent_ranks"] == [1]
-    r = gpuprof("merge", tmp_path / "node1.json", tmp_path / "node0.json", "--out", tmp_path / "all.json")
-    assert r.returncode == 0, r.stderr
-    merged = load(tmp_path / "all.json")
     entries = [e for n in nodes for e in n["ranks"]]
     expected = merge_entries(entries)
     assert merged["ranks"] == expected.ranks
     assert merged["analysis"]["distributed"] == json.loads(json.dumps(distributed_stats(entries, 2).to_dict()))
     assert merged["run"]["launch"] == {"nnodes": 2, "nproc_per_node": 1, "world_size": 2}
     assert merged["steps"] == [s.to_dict() for s in expected.steps]
-    again = gpuprof("merge", tmp_path / "node0.json", tmp_path / "node0.json")
+    again = gpuprof_here("merge", tmp_path / "node0.json", tmp_path / "node0.json")
     assert again.returncode == 2 and "rank 0 is in both" in again.stderr
 
 

@@ -79,39 +79,50 @@ class ColdClock(FakeClock):
         return out
 
 
-def test_each_way_is_timed_after_a_call_of_its_own():
-    """Timed straight after the other way, both ways would carry the cold penalty only half the
-    rounds (ABBA) and the ratio would move; with the lead-in every timed call follows its own way
-    and the interval holds the injected warm ratio, 0.7."""
+def test_each_way_is_timed_as_a_run_of_its_own_calls():
+    """Timed straight after the other way, both ways would carry the cold penalty and the ratio
+    would move; in a run of RUN_CALLS calls the first (cold) one is untimed, the others follow
+    their own way, and the interval holds the injected warm ratio, 0.7, per call."""
+    from gpuprof.measure.precisions import RUN_CALLS
+
     model = Tiny()
     clock = ColdClock({"fwd_bwd_fp32": 0.010, "fwd_bwd_bf16": 0.007}, noise=0.0)
     out = time_steps_paired(model, (torch.randn(4, 8),), "cpu", "fp32", "bf16", 10.0,
                             min_rounds=ADVISED_ROUNDS, clock=clock, now=clock.now)
-    assert out["lead_in"] == 1 and out["ratio"] == pytest.approx(0.7)
-    assert out["median_s"] == {"fp32": pytest.approx(0.010), "bf16": pytest.approx(0.007)}
-    assert len(clock.calls) == 4 * (out["rounds"] + 1)  # warm-up and rounds: lead-in + timed, each way
-    assert all(a == b for a, b in zip(clock.calls[::2], clock.calls[1::2]))  # pairs of the same way
+    assert out["calls_per_round"] == RUN_CALLS == 4 and out["ratio"] == pytest.approx(0.7)
+    assert out["median_s"] == {"fp32": pytest.approx(0.010), "bf16": pytest.approx(0.007)}  # per call
+    assert out["round_s"] == pytest.approx(4 * 0.017)  # the untimed calls planned too
+    assert len(clock.calls) == 2 * RUN_CALLS * (out["rounds"] + 1)  # the warm-up and the rounds
+    runs = [clock.calls[i:i + RUN_CALLS] for i in range(0, len(clock.calls), RUN_CALLS)]
+    assert all(len(set(r)) == 1 for r in runs)  # each way's calls in a row
 
 
 def test_the_larger_micro_batch_runs_the_same_tokens():
     model = Tiny()
-    clock = FakeClock({"run_way": 4 * 0.003, "larger": 0.009})  # 4 x B=2 against one of 8
+    clock = FakeClock({"run_way": 4 * 0.003, "one_micro_step": 0.003, "larger": 0.009})  # 4 x B=2 against one of 8
     out = time_pair(model, (torch.randn(2, 8),), {}, "cpu", None, 8, 10.0, min_rounds=ADVISED_ROUNDS,
                     clock=clock, now=clock.now)
     assert out["batch_size"] == 2 and out["new_batch_size"] == 8 and out["micro_steps_each"] == 4
     iv = Interval.from_dict(out["interval"])
     assert iv.low <= 0.75 <= iv.high < 1 and out["rounds"] >= ADVISED_ROUNDS
     sizes = [b for b, _ in model.seen]
-    assert set(sizes) == {2, 8} and sizes.count(2) == 4 * sizes.count(8)  # equal tokens each way
+    runs, ones = clock.calls.count("run_way"), clock.calls.count("one_micro_step")
+    assert set(sizes) == {2, 8} and sizes.count(2) == 4 * runs + ones and sizes.count(8) == clock.calls.count("larger")
+    # every timed way follows an untimed call of its own size: the run way one micro-step of 2
+    rounds = clock.calls[-4 * out["rounds"]:]
+    assert all(b == {"run_way": "one_micro_step", "larger": "larger"}[a]
+               for b, a in zip(rounds[::2], rounds[1::2]))
+    assert out["round_s"] == pytest.approx(0.012 * 1.25 + 2 * 0.009, rel=0.06)
 
 
 def test_pair_sizes_and_plan():
     assert pair_sizes(8, 4) == [16, 32] and pair_sizes(8, 1) == [] and pair_sizes(1, 32) == [2, 4, 8]
     assert pair_sizes(4, 6) == [8]  # 24 tokens: 16 does not divide them
-    # t(B) = 10 ms, a round of b2 = 2·(b2/B)·t(B)·1.25; a warm-up and 8 rounds
+    # t(B) = 10 ms, a round of b2 = (3·(b2/B) + 1)·t(B)·1.25 (each way after an untimed call of its
+    # own size); a warm-up and 8 rounds
     assert plan_pair(8, 4, 0.010, 100.0) == (32, ADVISED_ROUNDS)
-    assert plan_pair(8, 4, 0.010, 0.5) == (16, ADVISED_ROUNDS)  # 32 would need 0.9 s
-    assert plan_pair(8, 4, 0.010, 0.2) == (16, 3)  # 8 rounds of 16 do not fit: what fits
+    assert plan_pair(8, 4, 0.010, 1.0) == (16, ADVISED_ROUNDS)  # 32 would need 1.46 s
+    assert plan_pair(8, 4, 0.010, 0.4) == (16, 3)  # 8 rounds of 16 (0.79 s) do not fit: what fits
     assert plan_pair(8, 4, 0.010, 0.1) == (None, 0) and plan_pair(8, 4, 0.0, 100.0) == (None, 0)
 
 
@@ -168,20 +179,20 @@ def test_the_probe_says_when_the_rounds_do_not_fit(fake_clock):
     skipped = []
     out = CeilingProbe._switch(ctx, {"tflops": {"fp32": 1.0, "bf16": 2.0}}, 5.0, skipped)
     assert "interval" not in out and "needed" in out["not_measured"] and skipped
-    skipped = []  # a round is each way after its lead-in call: 3.75 s planned, 3.2 s taken
-    out = CeilingProbe._switch(ctx, {"tflops": {"fp32": 1.0, "bf16": 2.0}}, 16.0, skipped)
+    skipped = []  # a round is 4 calls of each way: 7.5 s planned, 6.4 s taken
+    out = CeilingProbe._switch(ctx, {"tflops": {"fp32": 1.0, "bf16": 2.0}}, 40.0, skipped)
     assert 2 <= out["rounds"] < ADVISED_ROUNDS and skipped == [f"paired rounds of the model in fp32 and bf16: "
                                                                 f"{out['rounds']} of 8 fit"]
 
 
 def test_the_curve_probe_times_the_pair_whatever_the_curves_fixed_share(fake_clock):
-    made = fake_clock({"run_way": 2 * 0.010, "larger": 0.012})
+    made = fake_clock({"run_way": 2 * 0.010, "one_micro_step": 0.010, "larger": 0.012})
     ctx = _ctx(Tiny(), 0.010, micro_steps=4)
     args = ctx.example_args
     curve = {"batch_size": 4, "fixed_share_at_batch": 0.5}
     skipped = []
-    out = MicroBatchProbe()._pair(ctx, args, {}, curve, 4, 0.010, 0.6, skipped)
-    assert out["new_batch_size"] == 8 and out["rounds"] >= ADVISED_ROUNDS and skipped == []  # 16 needs 0.9 s
+    out = MicroBatchProbe()._pair(ctx, args, {}, curve, 4, 0.010, 1.0, skipped)
+    assert out["new_batch_size"] == 8 and out["rounds"] >= ADVISED_ROUNDS and skipped == []  # 16 needs 1.46 s
     assert Interval.from_dict(out["interval"]).high < 1 and len(made) == 1
     # a fixed share under any gate is timed too: the rounds' interval decides, never the one unpaired
     # figure (issue #29: a gate at 5% left one run of five with no interval and the fix gone)
@@ -214,7 +225,8 @@ class DecayingClock(FakeClock):
 def test_the_larger_micro_batch_is_settled_before_the_rounds():
     """Without settling, the slow first calls (one per warm-up and the early rounds) pull the
     median ratio up; settled, the rounds time the steady 9 ms against 12 ms: 0.75."""
-    clock = DecayingClock({"run_way": 4 * 0.003, "larger": 0.009}, first=[0.05, 0.03, 0.015])
+    clock = DecayingClock({"run_way": 4 * 0.003, "one_micro_step": 0.003, "larger": 0.009},
+                          first=[0.05, 0.03, 0.015])
     out = time_pair(Tiny(), (torch.randn(2, 8),), {}, "cpu", None, 8, 10.0, min_rounds=ADVISED_ROUNDS,
                     clock=clock, now=clock.now)
     iv = Interval.from_dict(out["interval"])

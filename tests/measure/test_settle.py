@@ -47,7 +47,7 @@ def test_tied_fixes_get_more_rounds_and_are_ordered(fake_clock):
     sec = _sections()
     sw, pr = sec["probe"]["precisions"]["switch"], sec["microbatch"]["pair"]
     assert tied(_saved(sw), _saved(pr))
-    fake_clock({"fwd_bwd_fp32": 0.010, "fwd_bwd_bf16": 0.006, "run_way": 4 * 0.0025, "larger": 0.009})
+    fake_clock({"fwd_bwd_fp32": 0.010, "fwd_bwd_bf16": 0.006, "run_way": 4 * 0.0025, "one_micro_step": 0.0025, "larger": 0.009})
     budget = PostRunBudget(100.0)
     out = settle(sec, _ctx(), budget)
     assert out["settled"] is True and out["between"] == ["precision-slow", "micro-batch-too-small"]
@@ -85,7 +85,7 @@ def test_the_post_run_parts_end_with_the_settling_rounds(fake_clock):
     from gpuprof.measure.instruments import stop_instruments
 
     sec = _sections()
-    fake_clock({"fwd_bwd_fp32": 0.010, "fwd_bwd_bf16": 0.006, "run_way": 4 * 0.0025, "larger": 0.009})
+    fake_clock({"fwd_bwd_fp32": 0.010, "fwd_bwd_bf16": 0.006, "run_way": 4 * 0.0025, "one_micro_step": 0.0025, "larger": 0.009})
 
     class Part:
         def __init__(self, name):
