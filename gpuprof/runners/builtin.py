@@ -44,6 +44,22 @@ class LoopFaults:
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
+CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")  # the modes that run the model as CUDA graph trees
+CUDAGRAPH_ACCUM_BUG = "pytorch/pytorch#169545"
+
+
+def cudagraph_accumulation_problem(compile_mode: str | None, micro_steps: int, cuda: bool) -> str | None:
+    """Why CUDA graph trees cannot run this loop, or None. With more than one micro-step per
+    optimizer step, a backward's CUDA-graph output installed as a parameter's .grad is overwritten
+    by the next micro-step's replay: torch raises "accessing tensor output of CUDAGraphs that has
+    been overwritten" (an H200, torch 2.11, this loop at --grad-accum 2: docs/measurements/
+    2026-12-04-nvidia-h200.md) or accumulates a wrong gradient (pytorch/pytorch#169545, #96693)."""
+    if not cuda or compile_mode not in CUDAGRAPH_MODES or micro_steps <= 1:
+        return None
+    return (f"--compile-mode {compile_mode} runs CUDA graphs, which cannot accumulate gradients over "
+            f"{micro_steps} micro-steps (the next replay overwrites the last backward's gradients, "
+            f"{CUDAGRAPH_ACCUM_BUG}); use --grad-accum 1 with a larger --batch-size, or "
+            "--compile-mode max-autotune-no-cudagraphs")
 
 
 @dataclass
@@ -88,6 +104,11 @@ class LoopConfig:
             raise GpuprofError(f"unknown device {dev!r}; use cpu, cuda or cuda:N") from None
         if d.type not in ("cpu", "cuda"):
             raise GpuprofError(f"unsupported device {dev!r}; use cpu, cuda or cuda:N")
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)  # under torchrun each rank runs grad_accum / world
+        problem = cudagraph_accumulation_problem(self.compile_mode, max(1, self.grad_accum // max(world, 1)),
+                                                 d.type == "cuda")
+        if problem:
+            raise GpuprofError(problem)
         if d.type == "cuda":
             if not torch.cuda.is_available():
                 raise GpuprofError(f"device {dev!r} requested but CUDA is not available here")
@@ -233,6 +254,8 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
     scaler = torch.amp.GradScaler(device_type, enabled=(cfg.dtype == "fp16" and cuda))
     optimizer = _adamw(model, cfg, cuda)
     step_model = torch.compile(model, mode=cfg.compile_mode) if cfg.compile else model
+    # CUDA graph trees: each optimizer step is a new generation (validate refused >1 micro-step)
+    cudagraphs = cuda and cfg.compile and cfg.compile_mode in CUDAGRAPH_MODES
     ddp = None
     if ddp_info is not None:  # nanoGPT's order: compile, then wrap in DDP
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -256,6 +279,8 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
         with interrupts.interruptible():  # a stop lands in the loop, never while its steps are read
             for it in range(total):
                 copied = dict(loader.copied)
+                if cudagraphs:
+                    torch.compiler.cudagraph_mark_step_begin()
                 timer.start_step()
                 for micro in range(accum):
                     # DDP: all-reduce the gradients only on the last micro-step (no_sync on the others).

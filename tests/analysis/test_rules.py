@@ -181,13 +181,24 @@ def test_compile_warmup_and_missing(profile_factory):
 
 
 def test_launch_bound(profile_factory):
-    p = profile_factory({"forward": 0.1, "backward": 0.2}, device="cuda",
+    p = profile_factory({"forward": 0.1, "backward": 0.2}, device="cuda", micro_steps=1,
                         gpu_phases={"forward": 0.1, "backward": 0.2})
     (f,) = gpu.launch_bound(ctx_of(p))
     assert f.evidence["host_fwd_bwd_s"] == pytest.approx(0.3)
     busy = profile_factory({"forward": 0.01, "backward": 0.02}, device="cuda",
                            gpu_phases={"forward": 0.1, "backward": 0.2})
     assert gpu.launch_bound(ctx_of(busy)) == []
+    assert "reduce-overhead" in f.fix and "169545" not in f.fix  # one micro-step: CUDA graphs can run it
+
+
+def test_launch_bound_never_sends_gradient_accumulation_to_cuda_graphs(profile_factory):
+    """CUDA graph trees overwrite an accumulated .grad on the next micro-step's replay
+    (pytorch/pytorch#169545; the built-in loop crashed so on an H200): with 4 micro-steps the fix
+    says so and leads with fewer, larger micro-batches."""
+    p = profile_factory({"forward": 0.1, "backward": 0.2}, device="cuda", micro_steps=4,
+                        gpu_phases={"forward": 0.1, "backward": 0.2})
+    (f,) = gpu.launch_bound(ctx_of(p))
+    assert f.fix.startswith("fewer, larger micro-batches") and "169545" in f.fix
 
 
 def test_sync_in_step(profile_factory):

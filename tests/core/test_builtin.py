@@ -106,3 +106,27 @@ def test_compile_mode_implies_compile_and_is_validated():
     assert cfg.compile is True
     with pytest.raises(GpuprofError, match="--compile-mode 'fast': use one of default, reduce-overhead"):
         LoopConfig(**{**SMALL, "compile_mode": "fast"}).validate()
+
+
+def test_cuda_graphs_with_gradient_accumulation_are_refused_up_front(monkeypatch):
+    """reduce-overhead (and max-autotune) run CUDA graph trees: the next micro-step's replay
+    overwrites the gradients the last backward left in .grad, and torch raised mid-run on an H200
+    (docs/measurements/2026-12-04-nvidia-h200.md). The loop refuses in one line before it starts,
+    per rank under torchrun; CPU runs no CUDA graphs and is left alone."""
+    from gpuprof.errors import GpuprofError
+    from gpuprof.runners.builtin import cudagraph_accumulation_problem
+
+    assert cudagraph_accumulation_problem("reduce-overhead", 2, cuda=True)
+    assert cudagraph_accumulation_problem("max-autotune", 4, cuda=True)
+    assert cudagraph_accumulation_problem("max-autotune-no-cudagraphs", 4, cuda=True) is None
+    assert cudagraph_accumulation_problem("default", 4, cuda=True) is None
+    assert cudagraph_accumulation_problem("reduce-overhead", 1, cuda=True) is None
+    assert cudagraph_accumulation_problem("reduce-overhead", 4, cuda=False) is None
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    cfg = LoopConfig(**{**SMALL, "device": "cuda", "grad_accum": 2, "compile_mode": "reduce-overhead"})
+    with pytest.raises(GpuprofError, match=r"cannot accumulate gradients over 2 micro-steps.*--grad-accum 1"):
+        cfg.validate()
+    LoopConfig(**{**SMALL, "grad_accum": 2, "compile_mode": "reduce-overhead"}).validate()  # CPU: fine
+    monkeypatch.setenv("WORLD_SIZE", "2")  # one micro-step per rank: CUDA graphs can run it
+    with pytest.raises(GpuprofError, match="CUDA is not available"):
+        cfg.validate()

@@ -302,7 +302,10 @@ def launch_bound(ctx: Context) -> list[Finding]:
                  f"{seconds(gpu)} to run them ({times(host / gpu)}); {seconds(host / n)} of host time "
                  f"per micro-step over {n} micro-steps"),
         note="the GPU waits for Python and kernel launches; how much a fix saves needs a kernel trace",
-        fix="torch.compile (mode='reduce-overhead' for CUDA graphs), or fewer, larger micro-batches",
+        fix=("torch.compile (mode='reduce-overhead' for CUDA graphs), or fewer, larger micro-batches" if n <= 1 else
+             "fewer, larger micro-batches, or torch.compile (its CUDA graphs, mode='reduce-overhead', need one "
+             "micro-step per optimizer step: with gradient accumulation they fail or corrupt the gradients, "
+             "pytorch/pytorch#169545)"),
         config_overrides={"compile": True} if not ctx.config.get("compile") else {},
     )]
 
