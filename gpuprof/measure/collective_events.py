@@ -32,7 +32,16 @@ def _stream(args, i):
     return args[i] if len(args) > i else None
 
 
+def _is_stream(obj) -> bool:
+    """A torch.Stream / torch.cuda.Stream (what Event.record accepts; it raises "expected stream to
+    be a torch.Stream or torch.cuda.Stream object" for anything else). An event has a `device`
+    too, but no `stream_id`: on an H200 (torch 2.11) every end event failed so, read as a stream."""
+    return obj is not None and hasattr(obj, "stream_id") and hasattr(obj, "device")
+
+
 def _on_device(stream, device) -> bool:
+    if not _is_stream(stream):
+        return False
     dev = getattr(stream, "device", None)
     return dev is not None and getattr(dev, "type", None) == "cuda" and dev.index == device.index
 
@@ -48,13 +57,20 @@ class CollectiveEvents:
         self.seconds: dict = {}  # step index -> kind -> [gpu_seconds, gpu_backward_seconds]
         self.read = 0
         self.not_on_device = 0
+        self.not_streams: dict[str, int] = {}  # type name -> count: what stood where a stream was expected
         self._calls = 0
+
+    def _note_not_stream(self, obj) -> None:
+        name = type(obj).__name__
+        self.not_streams[name] = self.not_streams.get(name, 0) + 1
 
     def start(self, kind: str, args):
         """The first event, before the call (None: not timed)."""
         spec = STREAMS.get(kind)
         stream = _stream(args, spec[0]) if spec else None
         if stream is None or not _on_device(stream, self.events.device):
+            if stream is not None and not _is_stream(stream):
+                self._note_not_stream(stream)
             self.not_on_device += spec is not None
             return None
         return self.events.record_on(stream)
@@ -64,9 +80,13 @@ class CollectiveEvents:
         if start is None or step_index is None:
             return
         stream = _stream(args, STREAMS[kind][1])
-        if kind == "reduce_scatter" and isinstance(out, tuple) and len(out) > 2 and out[2] is not None:
+        if kind == "reduce_scatter" and isinstance(out, tuple) and len(out) > 2 and _is_stream(out[2]):
             stream = out[2]  # foreach_reduce's post-reduce stream: HSDP's all-reduce comes last
+        elif kind == "reduce_scatter" and isinstance(out, tuple) and len(out) > 2 and out[2] is not None:
+            self._note_not_stream(out[2])  # another torch's return order: end on the reduce-scatter stream
         if not _on_device(stream, self.events.device):
+            if stream is not None and not _is_stream(stream):
+                self._note_not_stream(stream)
             self.not_on_device += 1
             return
         end = self.events.record_on(stream)
@@ -112,4 +132,5 @@ class CollectiveEvents:
         return {"gpu": ("CUDA events on FSDP's all-gather copy-in/all-gather streams and on its reduce-scatter/"
                         "post-reduce streams: time in flight, some of it hidden behind compute"),
                 "gpu_calls_read": self.read, "gpu_calls_unread": len(self.pending),
-                "gpu_streams_elsewhere": self.not_on_device, "gpu_events": self.events.report()}
+                "gpu_streams_elsewhere": self.not_on_device, "gpu_not_streams": dict(self.not_streams),
+                "gpu_events": self.events.report()}

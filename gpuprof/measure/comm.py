@@ -136,6 +136,8 @@ class CommMeter:
         ddp = getattr(ctx, "ddp", None)
         if ddp is None and is_sharded(getattr(ctx, "model", None)):
             return  # FSDP2 / tensor parallel: its collectives are the `comm` phase (collective_hooks)
+        if ddp is None and int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+            return  # one process, not data-parallel: no all-reduce to measure
         if ddp is None:
             raise RuntimeError("no DistributedDataParallel module was found in the run (a model "
                                "data-parallel by other means is not measured)")

@@ -180,7 +180,8 @@ class CudaEvents:
             self.recorded += 1
             return ev
         except Exception as exc:  # noqa: BLE001 - never raise inside the user's step
-            self.failed = self.failed or f"recording a CUDA event failed: {exc.__class__.__name__}: {exc}"
+            self.failed = self.failed or (f"recording a CUDA event on a {type(stream).__name__} failed: "
+                                          f"{exc.__class__.__name__}: {exc}")
             return None
 
     def _capturing(self) -> bool:

@@ -45,7 +45,9 @@ def default_instruments(device: str, data_path: str | None, *, samplers: bool = 
     measure_compile: time the model compiled after everything else (outside the budget)."""
     # DynamoRecords stops early: torch's logging is restored before the post-run work compiles anything.
     out: list = [SyncCounter(), DynamoRecords(), StorageFacts(data_path)]
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank under torchrun: DDP's all-reduces
+    # a rank under torchrun, one rank too (its DDP all-reduces, across no link: the GPU check on
+    # an H200 found a one-rank NCCL run with no `comm` when this asked for WORLD_SIZE > 1)
+    if "WORLD_SIZE" in os.environ:
         out.append(CommMeter())
     if samplers and is_cuda(device):
         out.append(NvmlSampler(interval_s))

@@ -402,3 +402,24 @@ def _gone_after(nccl, n):
         return real(tensor, group=group, async_op=async_op)
 
     return all_reduce
+
+
+def test_one_rank_under_torchrun_still_measures_its_all_reduce(monkeypatch):
+    """torchrun --nproc-per-node 1 sets WORLD_SIZE=1: the rank's DDP still all-reduces (across no
+    link), and the GPU check on an H200 found such a run with no `comm` at all when the meter asked
+    for WORLD_SIZE > 1. A single process that is not data-parallel gets no meter complaint."""
+    from gpuprof.measure.instruments import default_instruments
+
+    def meters():
+        return [i for i in default_instruments("cpu", None, samplers=False, microbatch=False, flops=False,
+                                               probe=False) if isinstance(i, CommMeter)]
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert meters() == []
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    (meter,) = meters()
+    meter.start(types.SimpleNamespace(ddp=None, model=None, device="cpu", timer=None))  # no DDP, one rank: quiet
+    assert meter.stop(types.SimpleNamespace(profile=None)) is None
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match="no DistributedDataParallel"):
+        CommMeter().start(types.SimpleNamespace(ddp=None, model=None, device="cpu", timer=None))

@@ -119,6 +119,8 @@ def _event_class(fake: "FakeCuda"):
         def record(self, stream=None):
             if stream is None:
                 stream = fake.current_stream()  # torch: the CURRENT device's current stream
+            if not isinstance(stream, FakeStream):  # as torch's binding: an event (it has a device) is refused
+                raise RuntimeError("expected stream to be a torch.Stream or torch.cuda.Stream object")
             if self.device_index is None:
                 self.device_index = stream.device_index
                 fake.events_created += 1

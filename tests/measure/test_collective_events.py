@@ -83,6 +83,30 @@ def test_a_reduce_scatter_ends_on_the_post_reduce_stream_it_returns(fake):
     assert rs["gpu_seconds"] == pytest.approx(0.007) and rs["gpu_backward_seconds"] == pytest.approx(0.007)
 
 
+def test_an_event_where_the_post_reduce_stream_was_is_never_recorded_on(fake):
+    """A torch whose foreach_reduce returns an event third (it has a `device`, as a stream has):
+    Event.record refuses it ("expected stream to be a torch.Stream", as on an H200 with torch
+    2.11, where no FSDP collective got its end event). The reduce-scatter then ends on its own
+    stream, and what stood there is named."""
+    h, timer = _hooks(fake)
+    rs_stream = torch.cuda.Stream(0)
+
+    def foreach_reduce(fsdp_params, unsharded_grads, group, reduce_scatter_stream, *rest):
+        fake.enqueue(0.004, reduce_scatter_stream)
+        done = torch.cuda.Event()
+        done.record(reduce_scatter_stream)
+        return (None, done, done, None, None, None)
+
+    with pytest.raises(RuntimeError, match="expected stream to be a torch.Stream"):  # the fake is as strict
+        torch.cuda.Event().record(torch.cuda.Event())
+    h.timer.switch("backward")
+    h._wrap_collective(foreach_reduce, "reduce_scatter")([], [torch.zeros(100)], None, rs_stream, None)
+    (rec,), how = _close(h, timer, fake)
+    assert rec.extra["collectives"]["reduce_scatter"]["gpu_seconds"] == pytest.approx(0.004)
+    assert how["gpu_events"]["record_error"] is None
+    assert how["gpu_not_streams"] == {"FakeEvent": 1} and how["gpu_calls_read"] == 1
+
+
 def test_streams_of_another_device_are_not_timed_and_unfinished_work_is_never_waited_for(fake):
     h, timer = _hooks(fake)
     wrapped = h._wrap_collective(_all_gather(fake), "all_gather")
