@@ -22,6 +22,11 @@ SYNC_K, SYNC_J = 3, 2  # .item() and torch.cuda.synchronize() calls per step in 
 _ITER_SLEPT = re.compile(r"^iter (\d+): .*?time ([0-9.]+)ms.*?, slept ([0-9.]+)ms", re.M)
 
 
+def iter_times(output: str) -> dict[int, float]:
+    """iter N -> its `time` in ms, from the fixture's lines with `slept`."""
+    return {int(m.group(1)): float(m.group(2)) for m in _ITER_SLEPT.finditer(output)}
+
+
 def data_share_truth(output: str, step_indices) -> dict | None:
     """The injected data share from the fixture's own iter lines: slept ÷ iteration time.
 

@@ -302,7 +302,9 @@ class CannedCtx(gc.Ctx):
     def run(self, argv, budget_s):
         self.argvs.append(argv)
         key = next((k for k in self.outputs if k in " ".join(argv)), None)
-        return gc.Proc(argv, self.rc, self.outputs.get(key, ""), 0.5, False, budget_s)
+        out = self.outputs.get(key, "")
+        rc, out = out if isinstance(out, tuple) else (self.rc, out)  # (exit code, output) where canned
+        return gc.Proc(argv, rc, out, 0.5, False, budget_s)
 
     def run_until(self, argv, line_prefix, sig, budget_s):
         self.argvs.append(argv)
@@ -326,7 +328,7 @@ def _canned_profiles():
     pageable = h200_profile(analysis__findings=[finding("h2d-pageable", saving_s=0.004, saving_share=0.004 / 0.21,
                                                         evidence={"copies": 20})])
     pair = {"method": "…, timed alternately, best of each; CUDA events"}
-    kernels = {"attention": {"by_hand": [{"module": f"blocks.{i}.attn", "shape": [8, 12, 1024, 64]} for i in (0, 1)],
+    kernels = {"attention": {"by_hand": [{"module": f"blocks.{i}.attn", "shape": [8, 12, 1024, 64]} for i in range(4)],
                              "timing": dict(pair, by_hand_forward_s=0.004, by_hand_backward_s=0.008,
                                             sdpa_forward_s=0.001, sdpa_backward_s=0.003)},
                "vocab": {"vocab": 50257, "timing": dict(pair, vocab_s=0.011, padded_s=0.009)},
@@ -393,6 +395,8 @@ SCENARIO_OUTPUTS = {
     "scenario list": "pageable-copies  run  cuda\nsync-every-micro-step  run  cuda\n",
     "scenario run": "✓ top finding: h2d-pageable\nMATCH\n",
     "timing_overhead.py": OVERHEAD_OUTPUT,
+    "--compile-mode reduce-overhead --grad-accum 2": (2, "gpuprof: error: --compile-mode reduce-overhead runs CUDA "
+                                                        "graphs, which cannot accumulate gradients over 2 micro-steps"),
 }
 
 
