@@ -6,6 +6,8 @@ A scenario is a TOML file (the top-level scenarios/ folder):
     description = "..."
     kind = "run"            # run: the built-in loop; log: a nanoGPT log analysed without running
     device = "cpu"          # cpu | cuda: where a run scenario can run
+    post_budget = 4         # optional: seconds for the post-run measurements (as --post-budget);
+                            # default: diagnose's, max(15 s, 25% of the run)
     [config]                # LoopConfig fields (model, batch_size, block_size, grad_accum, ...)
     [inject]                # read_latency_s, read_bandwidth_bytes_s, batch_delay_s,
                             # sync_every_micro, eval_every_step, pin_memory = false
@@ -45,6 +47,7 @@ class Scenario:
     expect: dict
     log: Path | None = None
     gpu: str | None = None
+    post_budget: float | None = None
 
 
 @dataclass
@@ -84,6 +87,10 @@ def load(path: str | Path) -> Scenario:
     unknown = set(inject) - INJECT_KEYS
     if unknown:
         raise GpuprofError(f"scenario {path}: unknown [inject] keys {sorted(unknown)}")
+    post_budget = data.get("post_budget")
+    if post_budget is not None and (isinstance(post_budget, bool) or not isinstance(post_budget, (int, float))
+                                    or post_budget < 0):
+        raise GpuprofError(f"scenario {path}: post_budget must be seconds (a number, 0 or more), got {post_budget!r}")
     log = None
     if kind == "log":
         if "log" not in data:
@@ -91,7 +98,8 @@ def load(path: str | Path) -> Scenario:
         log = (path.parent / data["log"]).resolve()
     return Scenario(name=data.get("name", path.stem), path=path, description=data.get("description", ""),
                     kind=kind, device=data.get("device", "cpu"), config=data.get("config") or {},
-                    inject=inject, expect=expect, log=log, gpu=data.get("gpu"))
+                    inject=inject, expect=expect, log=log, gpu=data.get("gpu"),
+                    post_budget=None if post_budget is None else float(post_budget))
 
 
 def discover(folder: str | Path | None = None) -> list[Scenario]:
@@ -156,7 +164,7 @@ def run(sc: Scenario, *, on_step=None, instruments=None) -> ScenarioResult:
     )
     if instruments is None:
         instruments = default_instruments(sc.device, cfg.data, probe=False)
-    profile = run_builtin(cfg, instruments=instruments, on_step=on_step, faults=faults)
+    profile = run_builtin(cfg, instruments=instruments, on_step=on_step, faults=faults, post_budget_s=sc.post_budget)
     profile.run["scenario"] = sc.name
     findings = list(analyze(profile).findings)
     top = findings[0].id if findings else None

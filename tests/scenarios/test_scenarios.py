@@ -50,6 +50,11 @@ def test_bad_scenario_files(tmp_path):
     bad.write_text("name = 'x'\n")
     with pytest.raises(GpuprofError, match="needs `top`"):
         S.load(bad)
+    bad.write_text("post_budget = -1\n[expect]\ntop = 'x'\n")
+    with pytest.raises(GpuprofError, match="post_budget must be seconds"):
+        S.load(bad)
+    bad.write_text("post_budget = 2.5\n[expect]\ntop = 'x'\n")
+    assert S.load(bad).post_budget == 2.5
     bad.write_text("= broken")
     with pytest.raises(GpuprofError, match="not valid TOML"):
         S.load(bad)
