@@ -110,6 +110,8 @@ def main() -> None:
     ap.add_argument("--rss-every", type=float, default=2.0, help="Seconds between RSS samples (default 2).")
     ap.add_argument("--no-diagnose", action="store_true", help="ABBA of plain and watch only (no diagnose runs).")
     ap.add_argument("--json", type=Path, help="Also write the figures here.")
+    ap.add_argument("--with-plain", action="store_true",
+                    help="With --memory-only: the plain script beside the watch run, as long, for its RSS.")
     ap.add_argument("--memory-only", type=float, metavar="SECONDS",
                     help="Only gpuprof's memory: one watch run of about this long (no plain runs), its RSS over time.")
     a = ap.parse_args()
@@ -210,23 +212,38 @@ def prepare(tmp: Path, a) -> tuple[Path, float]:
 def memory_only(a) -> None:
     """One watch run of about `--memory-only` seconds: its RSS at each tenth of the run and its
     growth from 50% to 90% (MiB/h). The caps (steps kept, sampler samples, the live panel's steps)
-    fill within the first ~2 minutes; after that a bounded recorder levels off."""
+    fill within the first ~2 minutes; after that a bounded recorder levels off. --with-plain runs
+    the plain script beside it, at the same time and for as many iterations (one thread each, one
+    core each), so that what grows in both (the script, torch) is told from what grows under
+    watch only (gpuprof)."""
     with tempfile.TemporaryDirectory(prefix="gpuprof-watch-mem-") as tmp:
         tmp = Path(tmp)
         train, step = prepare(tmp, a)
         iters = max(50, int(a.memory_only / step))
         watch = [sys.executable, "-m", "gpuprof", "watch", "--every", a.every, "--events", str(tmp / "ev.jsonl"),
                  "--post-budget", "0", str(train)]
-        r = run(watch + script_args(tmp / "data", tmp / "out", a.model, iters), tmp, a.rss_every)
-    tenths = {f"{k * 10}%": (rss_at(r, k / 10) or 0) / 2**20 for k in range(1, 10)}
-    growth = growth_mib_per_h(r)
-    print(f"watch, {len(r['iters'])} iterations in {r['wall_s']:.0f} s: RSS (MiB) at "
-          + ", ".join(f"{k} {v:.1f}" for k, v in tenths.items())
-          + f"; growth from 50 to 90% {growth:.1f} MiB/h" if growth is not None else "")
+        cmds = {"watch": watch + script_args(tmp / "data", tmp / "out", a.model, iters)}
+        if a.with_plain:
+            cmds["plain"] = [sys.executable, str(train)] + script_args(tmp / "data", tmp / "out-plain", a.model, iters)
+        results: dict = {}
+        threads = [threading.Thread(target=lambda k=k, c=c: results.__setitem__(k, run(c, tmp, a.rss_every)))
+                   for k, c in cmds.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    out = {}
+    for name, r in results.items():
+        tenths = {f"{k * 10}%": (rss_at(r, k / 10) or 0) / 2**20 for k in range(1, 10)}
+        growth = growth_mib_per_h(r)
+        print(f"{name}, {len(r['iters'])} iterations in {r['wall_s']:.0f} s: RSS (MiB) at "
+              + ", ".join(f"{k} {v:.1f}" for k, v in tenths.items())
+              + (f"; growth from 50 to 90% {growth:.1f} MiB/h" if growth is not None else ""))
+        out[name] = {"seconds": r["wall_s"], "iterations": len(r["iters"]), "rss_mib": tenths,
+                     "growth_mib_per_h": growth}
     if a.json:
         a.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": a.model,
-                                      "seconds": r["wall_s"], "iterations": len(r["iters"]), "rss_mib": tenths,
-                                      "growth_mib_per_h": growth,
+                                      "runs": out,
                                       "command": " ".join(["python", "benchmarks/watch_overhead.py", *sys.argv[1:]])},
                                      indent=2))
 
