@@ -86,10 +86,10 @@ def check_nanogpt_data_delay(ctx: Ctx) -> Check:
     typical = lookup(prof, "analysis.steps.typical")
     measured = [s.get("index") for s in prof.get("steps") or []]
     truth = data_share_truth(proc.output, typical if isinstance(typical, list) and typical else measured)
-    c.figures["fixture iter times (ms), measured steps"] = ", ".join(
-        f"{i}: {t:.1f}" for i, t in iter_times(proc.output).items() if i in measured) or Missing("no iter lines")
     c.figures = {k: lookup(prof, k) for k in ("analysis.steps.timeline", "analysis.steps.step_s", "analysis.steps.phases.data.seconds",
                                               "analysis.steps.phases.data.share", "measurements.timer.gpu_timeline")}
+    c.figures["fixture iter times (ms), measured steps"] = ", ".join(
+        f"{i}: {t:.1f}" for i, t in iter_times(proc.output).items() if i in measured) or Missing("no iter lines")
     for k in ("truth", "lines", "slept_ms_per_iter", "time_ms_per_iter"):
         c.figures[f"injected: {k}"] = truth.get(k) if truth else Missing("no iter line with `slept`")
     c.figures["findings"] = ", ".join(finding_ids(prof)) or "none"

@@ -418,6 +418,7 @@ def test_every_check_passes_on_canned_healthy_gpu_runs(tmp_path):
     assert any("ddp_train.py" in c and "--backend=nccl" in c and "--nproc-per-node 1" in c for c in cmds)
     assert any("--compile-mode reduce-overhead" in c for c in cmds)
     assert "| analysis.mfu.mfu | 0.27 |" in text and "| injected: truth |" in text
+    assert "| fixture iter times (ms), measured steps |" in text  # each iteration's time beside the truth
 
 
 def test_checks_fail_with_reasons_and_tails_when_gpuprof_breaks(tmp_path):
