@@ -22,6 +22,18 @@ fraction of the run (gpuprof's own memory), and each run's growth from 50% to 90
 time (MiB per hour, least squares over its RSS samples; the last tenth holds the report): a bounded recorder levels
 off, where one that keeps every step would grow linearly with the steps.
 
+Side by side (`--memory-only SECONDS --with-plain`): the plain script and the script under watch
+run at the same time, one core each, for as many iterations; each iteration's line is stamped
+as it arrives, and over each `--bucket` seconds of their common span the ratio of their median
+iterations (wall and CPU) is taken; the median of those ratios is the overhead. Runs one after
+another meet a machine whose speed drifts by several percent over minutes (its other tenants,
+its clock: plain runs of one group differed by 3.5%); runs side by side meet the same machine
+in each bucket. What side by side cannot give: watch's sampler threads need CPU, and on a
+2-core machine with both cores busy the scheduler takes it from either process, so the wall
+ratio can understate watch's cost by up to that; the CPU ratio (each process's own CPU per
+iteration, its threads included) does not.
+
+    python benchmarks/watch_overhead.py --memory-only 1200 --with-plain   # 20 min side by side
     python benchmarks/watch_overhead.py --minutes 20          # the long run (≈20 min)
     python benchmarks/watch_overhead.py --minutes 2           # a short check
     python benchmarks/watch_overhead.py --minutes 2 --json out.json
@@ -61,29 +73,73 @@ def script_args(data_dir: Path, out_dir: Path, model: str, iters: int) -> list[s
 
 
 def run(cmd: list[str], cwd: Path, rss_every: float) -> dict:
-    """Run one command; its iterations (wall, cpu seconds) and its RSS samples (fraction of the
-    run's wall time, bytes)."""
+    """Run one command; its iterations (index, wall s, cpu s, when its line arrived: monotonic s)
+    and its RSS samples (fraction of the run's wall time, bytes)."""
     import psutil
 
     t0 = time.monotonic()
-    with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.DEVNULL, env=dict(os.environ))
-        rss: list[tuple[float, int]] = []
-        ps = psutil.Process(proc.pid)
-        while proc.poll() is None:
-            try:
-                rss.append((time.monotonic() - t0, ps.memory_info().rss))
-            except psutil.Error:
-                pass
-            time.sleep(rss_every)
-        wall = time.monotonic() - t0
-        if proc.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd[:6])} ... exited with {proc.returncode}")
-        out.seek(0)
-        text = out.read()
-    its = [(int(m[1]), float(m[2]) / 1e3, float(m[3]) / 1e3 if m[3] else None) for m in ITER.finditer(text)]
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=dict(os.environ))
+    lines: list[tuple[float, str]] = []
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append((time.monotonic(), line))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    rss: list[tuple[float, int]] = []
+    ps = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        try:
+            rss.append((time.monotonic() - t0, ps.memory_info().rss))
+        except psutil.Error:
+            pass
+        time.sleep(rss_every)
+    reader.join()
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:6])} ... exited with {proc.returncode}")
+    its = []
+    for at, line in lines:
+        m = ITER.match(line)
+        if m:
+            its.append((int(m[1]), float(m[2]) / 1e3, float(m[3]) / 1e3 if m[3] else None, at))
     skip = max(1, len(its) // 20)
     return {"wall_s": wall, "iters": its[skip:], "rss": [(t / wall, b) for t, b in rss]}
+
+
+def side_by_side(watch: dict, plain: dict, bucket_s: float) -> dict:
+    """The step overhead of two runs that ran at the same time (one core each): in each bucket of
+    `bucket_s` seconds of their common span, the median iteration of each (wall and CPU) and
+    their ratio; the median and quartiles of those ratios. Both runs meet the same machine (its
+    other tenants, its clock) in each bucket, which whole runs one after another do not."""
+    lo = max(watch["iters"][0][3], plain["iters"][0][3])
+    hi = min(watch["iters"][-1][3], plain["iters"][-1][3])
+    rows = []
+    t = lo
+    while t + bucket_s <= hi + 1e-9:
+        w = [it for it in watch["iters"] if t <= it[3] < t + bucket_s]
+        p = [it for it in plain["iters"] if t <= it[3] < t + bucket_s]
+        if len(w) >= 5 and len(p) >= 5:
+            row = {"t_s": round(t - lo, 1), "watch_ms": statistics.median(x[1] for x in w) * 1e3,
+                   "plain_ms": statistics.median(x[1] for x in p) * 1e3}
+            row["wall_ratio"] = row["watch_ms"] / row["plain_ms"]
+            if w[0][2] is not None and p[0][2] is not None:
+                row["cpu_ratio"] = statistics.median(x[2] for x in w) / statistics.median(x[2] for x in p)
+            rows.append(row)
+        t += bucket_s
+
+    def summary(key):
+        xs = [r[key] for r in rows if r.get(key) is not None]
+        if not xs:
+            return None
+        q = np.quantile(xs, [0.25, 0.5, 0.75])
+        return {"median": float(q[1]), "q1": float(q[0]), "q3": float(q[2]), "min": min(xs), "max": max(xs),
+                "buckets": len(xs)}
+
+    return {"bucket_s": bucket_s, "common_s": hi - lo, "wall_ratio": summary("wall_ratio"),
+            "cpu_ratio": summary("cpu_ratio"), "buckets": rows}
 
 
 def rss_at(r: dict, frac: float) -> float | None:
@@ -112,6 +168,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="Also write the figures here.")
     ap.add_argument("--with-plain", action="store_true",
                     help="With --memory-only: the plain script beside the watch run, as long, for its RSS.")
+    ap.add_argument("--bucket", type=float, default=60.0,
+                    help="With --memory-only --with-plain: seconds per bucket of the side-by-side overhead (default 60).")
     ap.add_argument("--memory-only", type=float, metavar="SECONDS",
                     help="Only gpuprof's memory: one watch run of about this long (no plain runs), its RSS over time.")
     a = ap.parse_args()
@@ -141,7 +199,7 @@ def main() -> None:
                 r = run(cmd, tmp, a.rss_every)
                 runs[side].append(r)
                 print(f"group {p + 1}: {side}: {len(r['iters'])} iterations in {r['wall_s']:.0f} s, median "
-                      f"{statistics.median(w for _, w, _ in r['iters']) * 1e3:.2f} ms, RSS at 90% "
+                      f"{statistics.median(it[1] for it in r['iters']) * 1e3:.2f} ms, RSS at 90% "
                       f"{(rss_at(r, 0.9) or 0) / 2**20:.0f} MiB", flush=True)
             pairs.append(runs)
         events = (tmp / "ev.jsonl").read_text().count('"kind": "window"')
@@ -206,7 +264,7 @@ def prepare(tmp: Path, a) -> tuple[Path, float]:
     train = tmp / "train.py"
     train.write_text(FIXTURE.read_text())
     cal = run([sys.executable, str(train)] + script_args(tmp / "data", tmp / "out", a.model, 40), tmp, a.rss_every)
-    return train, statistics.median(w for _, w, _ in cal["iters"])
+    return train, statistics.median(it[1] for it in cal["iters"])
 
 
 def memory_only(a) -> None:
@@ -241,9 +299,17 @@ def memory_only(a) -> None:
               + (f"; growth from 50 to 90% {growth:.1f} MiB/h" if growth is not None else ""))
         out[name] = {"seconds": r["wall_s"], "iterations": len(r["iters"]), "rss_mib": tenths,
                      "growth_mib_per_h": growth}
+    overhead = None
+    if "plain" in results:
+        overhead = side_by_side(results["watch"], results["plain"], a.bucket)
+        for key in ("wall_ratio", "cpu_ratio"):
+            v = overhead[key]
+            if v:
+                print(f"side by side, {v['buckets']} buckets of {a.bucket:g} s: watch ÷ plain {key.split('_')[0]} "
+                      f"median {v['median']:.4f} (IQR {v['q1']:.4f}–{v['q3']:.4f}; min–max {v['min']:.4f}–{v['max']:.4f})")
     if a.json:
         a.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": a.model,
-                                      "runs": out,
+                                      "runs": out, "side_by_side": overhead,
                                       "command": " ".join(["python", "benchmarks/watch_overhead.py", *sys.argv[1:]])},
                                      indent=2))
 

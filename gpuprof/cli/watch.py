@@ -16,7 +16,7 @@ from gpuprof.cli import options
 from gpuprof.cli.app import app, guarded
 from gpuprof.cli.options import peak_options
 from gpuprof.cli.output import emit, exit_for, plan_outputs
-from gpuprof.errors import ScriptFailed
+from gpuprof.errors import GpuprofError, InterruptedEmpty, ScriptFailed
 from gpuprof.render.watch import WatchDisplay, render_watch_section
 from gpuprof.report.watch import watch_section
 
@@ -27,12 +27,15 @@ from gpuprof.report.watch import watch_section
 )
 @guarded
 def watch(
-    script: str = typer.Argument(..., help="The training script to run, unmodified, to its end."),
+    script: Optional[str] = typer.Argument(None, help="The training script to run, unmodified, to its end (or --pid)."),
     script_args: Optional[List[str]] = typer.Argument(None, help="Arguments passed to the script untouched."),
     every: str = typer.Option("30s", "--every", help="Window length: a duration (30s, 5m, 1h) or a step count (100steps)."),
     events: Optional[Path] = typer.Option(None, "--events", help="Write one JSON object per line here: a header, then each window, change and periodic event, flushed and fsync'd as written (an existing file only when it is gpuprof's own events file)."),
     prometheus: Optional[int] = typer.Option(None, "--prometheus", help="Serve the current window's figures as Prometheus metrics on this port (figures only: no command line, environment or path)."),
     prometheus_addr: str = typer.Option("127.0.0.1", "--prometheus-addr", help="The address the metrics port listens on (default: this machine only)."),
+    pid: Optional[int] = typer.Option(None, "--pid", help="Watch a training process that is already running, from outside (attach's py-spy sampler, window after window) instead of a script."),
+    rate: int = typer.Option(100, "--rate", help="With --pid: py-spy's stack samples per second."),
+    grad_accum: Optional[int] = typer.Option(None, "--grad-accum", help="With --pid: micro-steps per optimizer step, when you know them (else inferred, as attach does)."),
     warmup: int = typer.Option(2, help="Steps before the first window (compile, allocator warm-up)."),
     samplers: bool = typer.Option(True, "--samplers/--no-samplers", help="NVML/host sampling and the post-run probes, as diagnose's."),
     post_budget: Optional[float] = typer.Option(None, "--post-budget", help="Seconds the measurements after the run share (default 15)."),
@@ -63,6 +66,14 @@ def watch(
 
     err = Console(stderr=True)
     peak_options(peak_tflops)
+    if pid is not None:
+        if script is not None:
+            raise GpuprofError("give a script to run or --pid PID to watch one that is running, not both")
+        return _watch_pid(pid, every=every, events=events, prometheus=prometheus, prometheus_addr=prometheus_addr,
+                          rate=rate, grad_accum=grad_accum, out=out, as_json=as_json, gpu=gpu,
+                          peak_tflops=peak_tflops, force=force, details=details, err=err)
+    if script is None:
+        raise GpuprofError("give the training script to run (gpuprof watch train.py ARGS...) or --pid PID")
     opts = WatchOptions(parse_every(every), warmup=warmup, samplers=samplers, post_budget=post_budget,
                         gpu=gpu, peak_tflops=peak_tflops).validate()
     check_script(script)
@@ -101,3 +112,89 @@ def watch(
         raise KeyboardInterrupt
     exit_for(saved)
 
+
+
+class _Lines:
+    """watch --pid's display: each window, change and periodic event as a line on stderr."""
+
+    def __init__(self, console: Console, enabled: bool):
+        self.console, self.enabled = console, enabled
+
+    def on_event(self, ev: dict) -> None:
+        if self.enabled:
+            from gpuprof.report.watch import event_lines
+
+            for line in event_lines(ev):
+                self.console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _start_exporter(prometheus: Optional[int], addr: str):
+    if prometheus is None:
+        return None
+    from gpuprof.watch.prometheus import Exporter
+
+    exporter = Exporter(prometheus, addr)
+    exporter.start()  # a port in use: one line, exit 2, before anything runs
+    return exporter
+
+
+def _watch_pid(pid: int, *, every, events, prometheus, prometheus_addr, rate, grad_accum, out, as_json, gpu,
+               peak_tflops, force, details, err: Console) -> None:
+    """`gpuprof watch --pid PID`: attach's recordings back to back (gpuprof.watch.pid)."""
+    from gpuprof.attach.process import open_process
+    from gpuprof.watch.changes import RULE
+    from gpuprof.watch.pid import check_every, watch_pid
+    from gpuprof.watch.run import make_sinks, prepare_events
+    from gpuprof.watch.windows import parse_every
+
+    length = check_every(parse_every(every))
+    if not 1 <= rate <= 1000:
+        raise GpuprofError(f"--rate must be 1 to 1000 samples per second, got {rate}")
+    if grad_accum is not None and grad_accum < 1:
+        raise GpuprofError(f"--grad-accum must be positive, got {grad_accum}")
+    target = open_process(pid)  # no such process, no permission: one line, exit 2
+    plan = plan_outputs({"--out": out}, force=force)
+    events_file = prepare_events(events, None, out)
+    exporter = _start_exporter(prometheus, prometheus_addr)
+    where = [f"windows of {length.text}"]
+    if events_file is not None:
+        where.append(f"events to {events_file.path}")
+    if exporter is not None:
+        where.append(f"metrics on http://{prometheus_addr}:{prometheus}/metrics")
+    if not as_json:
+        err.print(f"gpuprof: watching process {pid} from outside (py-spy, {rate} samples/s) until it ends or "
+                  f"Ctrl-C: {', '.join(where)}", highlight=False, markup=False)
+    try:
+        if events_file is not None:
+            try:
+                command = target.cmdline()
+            except Exception:  # noqa: BLE001 - the header names what it can
+                command = None
+            events_file.open({"command": command, "pid": pid, "every": length.to_dict(), "warmup": 0,
+                              "change_rule": RULE, "source": "py-spy, from outside the process"})
+        result = watch_pid(pid, length, make_sinks(events_file, exporter, _Lines(err, not as_json)), rate=rate,
+                           grad_accum=grad_accum)
+    finally:
+        if events_file is not None:
+            events_file.close()
+        if exporter is not None:
+            exporter.stop()
+    if result.last_profile is None:
+        why = f" ({result.reasons[-1]})" if result.reasons else ""
+        msg = f"process {pid}: no complete training step seen in {result.recorder.windows} windows{why}"
+        if result.ended == "interrupted":
+            raise InterruptedEmpty(f"interrupted: {msg}")
+        raise GpuprofError(msg)
+    profile = result.last_profile
+    section = result.recorder.section()
+    section.update(pid=pid, rate_hz=rate, windows_without_steps=result.windows_without_steps,
+                   report_over="the last window with complete steps (attach's profile of it)")
+    profile.measurements["watch"] = section
+    analysis = analyze(profile, AnalysisOptions(gpu=gpu, peak_tflops=peak_tflops))
+    saved = emit(profile, analysis, plan, as_json=as_json, details=details)
+    if not as_json:
+        render_watch_section(watch_section(section, str(events_file.path) if events_file else None,
+                                           events_file.error if events_file else None), Console())
+    if result.ended == "interrupted":
+        raise KeyboardInterrupt
+    exit_for(saved)

@@ -21,6 +21,8 @@ def _shares(phases: dict, n: int = 3) -> str:
 def window_line(ev: dict) -> str:
     """'window 3 (steps 12-21, 10 steps): step 14.2 ms typical, median 14.0 ms · 1,234 tokens/s ·
     data 62%, forward 20%, backward 12% · MFU not measured (...)'"""
+    if not ev.get("n_steps"):
+        return f"window {ev['window']}: no complete step seen ({ev.get('no_steps') or 'no steps'})"
     first, last = ev["steps"]
     tps = f"{ev['tokens_per_s']:,.0f} tokens/s" if ev.get("tokens_per_s") else f"tokens/s {NM}"
     mfu = f"MFU {pct(ev['mfu'])}" if ev.get("mfu") is not None else f"MFU {NM}"
@@ -128,6 +130,11 @@ def watch_section(section: dict, events_path: str | None = None, events_error: s
     kept = section.get("kept") or {}
     summary = (f"watched {count(section.get('steps_in_windows'))} measured steps in "
                f"{count(section.get('windows'))} windows of {length}")
+    if section.get("pid") is not None:
+        summary += (f" of process {section['pid']}, from outside (py-spy, {count(section.get('rate_hz'))} samples/s); "
+                    f"the report above is attach's over the last window with complete steps")
+        if section.get("windows_without_steps"):
+            summary += f"; {count(section['windows_without_steps'])} windows had no complete step"
     if kept:
         summary += (f"; the report above is over the warmup steps and a uniform random sample of at most "
                     f"{kept.get('keep_steps'):,} of the {kept.get('steps_closed'):,} steps (bounded memory)")

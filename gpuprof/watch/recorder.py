@@ -157,6 +157,13 @@ class Recorder:
         ev["files_opened"] = [{"path": p, "t_s": round(t - self._t0, 3)} for t, p in new]
         if more:
             ev["files_opened_more"] = more
+        self.publish(w, ev, partial=partial)
+
+    def publish(self, w: OpenWindow, ev: dict, *, partial: bool = False) -> None:
+        """A closed window's event, complete with its samplers' figures: written to the sinks, then
+        the periodic spikes and the change test over its steps (`watch --pid` closes its windows
+        from outside the target and hands them here: one rule for both)."""
+        self.windows = w.number
         self.recent.append(ev)
         self._emit(ev)
         for p in self.periodic.add(ev["irregular"]):

@@ -75,27 +75,22 @@ def mfu_basis(gpu: str | None, peak_tflops: float | None) -> Callable:
     return basis
 
 
-def prepare_events(path: Path | None, script: str, out: Path | None) -> EventsFile | None:
+def prepare_events(path: Path | None, script: str | None, out: Path | None) -> EventsFile | None:
     """The events file checked before the run (one line, exit 2, for a path that would lose
     something), not yet written."""
     if path is None:
         return None
     from gpuprof.files import same_file_key
 
-    protected = {same_file_key(script): "the script being watched"}
+    protected = {same_file_key(script): "the script being watched"} if script else {}
     if out is not None:
         protected[same_file_key(out)] = "the --out profile"
     return EventsFile(check_events_path(Path(path), protected))
 
 
-def run_watch(script: str, args: list[str], opts: WatchOptions, *, events: EventsFile | None = None,
-              exporter=None, display=None, stdout=None) -> tuple[session.RunResult, Recorder]:
-    """Run the script to its end under watch; (diagnose's RunResult over the whole run, the
-    recorder: its windows, changes and periodic events). The events file is opened (its header
-    written) and the metrics server is expected started by the caller; both are closed here."""
-    from gpuprof.runners.script import check_script
-
-    check_script(script)
+def make_sinks(events: EventsFile | None, exporter, display) -> list[Callable[[dict], None]]:
+    """Where each event goes: the events file, the metrics (a window's figures; a change's count),
+    the display."""
     sinks: list = []
     if events is not None:
         sinks.append(events.write)
@@ -108,6 +103,18 @@ def run_watch(script: str, args: list[str], opts: WatchOptions, *, events: Event
         sinks.append(to_metrics)
     if display is not None and hasattr(display, "on_event"):
         sinks.append(display.on_event)
+    return sinks
+
+
+def run_watch(script: str, args: list[str], opts: WatchOptions, *, events: EventsFile | None = None,
+              exporter=None, display=None, stdout=None) -> tuple[session.RunResult, Recorder]:
+    """Run the script to its end under watch; (diagnose's RunResult over the whole run, the
+    recorder: its windows, changes and periodic events). The events file is opened (its header
+    written) and the metrics server is expected started by the caller; both are closed here."""
+    from gpuprof.runners.script import check_script
+
+    check_script(script)
+    sinks = make_sinks(events, exporter, display)
     recorder = Recorder(opts.every, opts.warmup, sinks, mfu_basis=mfu_basis(opts.gpu, opts.peak_tflops))
 
     def adapt(made: list, device: str, data_path) -> list:
