@@ -48,6 +48,9 @@ class Measure:
     post_budget: float | None = None
     measure_compile: bool = False  # time the eager model compiled after the run (outside the budget)
     keep_steps: int | None = None  # bounded memory (watch): a uniform sample of this many steps is kept
+    # the stack sampler's rate: samples per step, and its longest period (watch samples less)
+    stack_per_step: float = 2.0
+    stack_max_interval_s: float = 0.05
 
     def validate(self) -> "Measure":
         if self.steps <= 0:
@@ -123,7 +126,8 @@ def run_script(script: str, args: list[str], measure: Measure, display=None, *, 
         result = run(script, args, steps=measure.steps, warmup=measure.warmup, stop=measure.stop,
                      instruments_factory=instruments, stdout=stdout or sys.stdout,
                      post_budget_s=measure.post_budget, on_progress=getattr(display, "on_post", None),
-                     on_step_record=getattr(display, "on_step", None), keep_steps=measure.keep_steps)
+                     on_step_record=getattr(display, "on_step", None), keep_steps=measure.keep_steps,
+                     stack_rate=(measure.stack_per_step, measure.stack_max_interval_s))
     if result.profile is None:
         raise _no_profile_error(script, result)
     steps = len(result.profile.steps) + len(result.profile.warmup_steps)

@@ -132,19 +132,22 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
                stdout=None, sample_interval_s: float = 0.01, post_budget_s: float | None = None,
                on_progress: Callable[[str], None] | None = None,
                on_step_record: Callable[[dict], None] | None = None,
-               keep_steps: int | None = None) -> ScriptRun:
+               keep_steps: int | None = None, stack_rate: tuple[float, float] | None = None) -> ScriptRun:
     """Run `script args...` under the hooks; return its profile and how it ended.
 
     instruments_factory(device, data_path) -> instruments, called at the first forward.
     stdout: where the script's stdout goes (default: the current sys.stdout).
     post_budget_s / on_progress: the post-run measurements' shared budget and progress lines.
     keep_steps: bounded memory for a run of any length (`gpuprof watch`): the profile keeps the
-    warmup steps and a uniform sample of at most this many measured steps (PhaseTimer)."""
+    warmup steps and a uniform sample of at most this many measured steps (PhaseTimer).
+    stack_rate: the stack sampler's (samples per step, longest period in seconds); default (2, 0.05)."""
     path, code = _load(script)
     run = _Run(path, [script, *args], warmup, instruments_factory, sample_interval_s)
     run.post_budget_s, run.on_progress = post_budget_s, on_progress
     run.on_step_record = on_step_record
     run.keep_steps = keep_steps
+    if stack_rate is not None:
+        run.stack_rate = stack_rate
     hooks = TrainingHooks(run.first_forward, on_step=on_step, stop_after=(warmup + steps) if stop else None)
     run.hooks = hooks
     module = types.ModuleType("__main__")

@@ -44,6 +44,7 @@ class _Run:
         self.warmup = warmup
         self.instruments_factory = instruments_factory
         self.sample_interval_s = sample_interval_s
+        self.stack_rate: tuple[float, float] = (2.0, 0.05)  # the stack sampler's samples per step, longest period
         self.module: types.ModuleType | None = None
         self.hooks: TrainingHooks | None = None
         self.timer: PhaseTimer | None = None
@@ -106,8 +107,10 @@ class _Run:
             except Exception as exc:
                 self.source.setdefault("errors", []).append(f"{exc.__class__.__name__}: {exc}")
         hooks = self.hooks
+        per_step, longest = self.stack_rate
         self.sampler = StackSampler(hooks._tid, self._sample_label, self.sample_interval_s,
-                                    marker=data_like_name, steps=lambda: hooks.steps_done)
+                                    marker=data_like_name, steps=lambda: hooks.steps_done,
+                                    per_step=per_step, max_interval_s=max(longest, self.sample_interval_s))
         self.sampler.start()
         gcfg = _gpt_config(self.config)
         autocast = None

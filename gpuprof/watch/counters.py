@@ -26,6 +26,7 @@ from gpuprof.measure.nvml import NvmlSampler, decode_throttle
 from gpuprof.measure.opened import OpenedFiles
 from gpuprof.measure.os_counters import core_counters, major_faults, proc_children
 
+SAMPLE_S = 0.5  # the host and NVML samplers' period under watch (diagnose: 0.1 s)
 MAX_SAMPLES = 1024  # 10 samples per second fill it in ~100 s; then an even thinning of the whole run
 MAX_NEW_FILES = 20  # per window: the first ones, and how many more
 
@@ -229,13 +230,13 @@ def nvml_window(samples: list[dict], reason: str | None = None) -> dict:
 
 
 def bounded_instruments(instruments: list) -> list:
-    """diagnose's instruments with its host and NVML samplers swapped for the bounded ones (same
-    settings)."""
+    """diagnose's instruments with its host and NVML samplers swapped for the bounded ones, reading
+    every SAMPLE_S (at least diagnose's period)."""
     out = []
     for inst in instruments:
         if type(inst) is HostSampler:
-            inst = BoundedHost(inst.interval_s, inst.data_path)
+            inst = BoundedHost(max(SAMPLE_S, inst.interval_s), inst.data_path)
         elif type(inst) is NvmlSampler:
-            inst = BoundedNvml(inst.interval_s, pcie_every=inst.pcie_every)
+            inst = BoundedNvml(max(SAMPLE_S, inst.interval_s), pcie_every=inst.pcie_every)
         out.append(inst)
     return out

@@ -20,6 +20,12 @@ from gpuprof.watch.recorder import Recorder
 from gpuprof.watch.windows import Every
 
 KEEP_STEPS = 1024  # steps kept for the final report: a uniform sample of the whole run
+# A run of hours needs fewer samples per second than diagnose's few steps, and pays for each on
+# every step: the stack sampler takes one sample per two steps (at most every 0.5 s, diagnose:
+# two per step, at most every 50 ms); the host and NVML samplers read every 0.5 s (diagnose:
+# 0.1 s; gpuprof.watch.counters.SAMPLE_S). Over a long run they still gather thousands.
+STACK_PER_STEP = 0.5
+STACK_MAX_INTERVAL_S = 0.5
 POST_BUDGET_S = 15.0  # the post-run measurements' default budget (diagnose's 25% of a week is not wanted)
 
 
@@ -43,7 +49,8 @@ class WatchOptions:
     def measure(self) -> session.Measure:
         budget = POST_BUDGET_S if self.post_budget is None else self.post_budget
         return session.Measure(steps=1, warmup=self.warmup, stop=False, samplers=self.samplers,
-                               post_budget=budget, keep_steps=self.keep_steps).validate()
+                               post_budget=budget, keep_steps=self.keep_steps, stack_per_step=STACK_PER_STEP,
+                               stack_max_interval_s=STACK_MAX_INTERVAL_S).validate()
 
 
 def mfu_basis(gpu: str | None, peak_tflops: float | None) -> Callable:
