@@ -207,17 +207,20 @@ def _rank_needs(builtin) -> dict:
 
 def run_distributed(launcher: dict, standalone: bool, measure: Measure, *, script: str | None = None,
                     script_args: list[str] = (), builtin=None, rank_timeout: float | None = None,
-                    as_json: bool = False) -> RunResult:
+                    as_json: bool = False, watch: dict | None = None) -> RunResult:
     """A torchrun launch of the script or the built-in loop (in DDP) on every local rank, this
     node's ranks merged (gpuprof.merge). `error`: the rank that failed first, where every rank
-    was. Call prepare_launch first."""
+    was. watch: each rank runs the script under `gpuprof watch` instead (gpuprof.runners.rank's
+    watch mode: {"every", "warmup", "events"}). Call prepare_launch first."""
     from gpuprof.merge import merge_entries
     from gpuprof.runners.launch import first_failure, launch
 
     spec = {"steps": measure.steps, "warmup": measure.warmup, "stop": measure.stop, "samplers": measure.samplers,
             "post_budget": measure.post_budget, "measure_compile": measure.measure_compile, "rank_timeout": rank_timeout or DEFAULT_RANK_TIMEOUT_S,
             "json": as_json}
-    if script is not None:
+    if watch is not None:
+        spec.update(mode="watch", script=script, args=list(script_args), watch=watch)
+    elif script is not None:
         spec.update(mode="script", script=script, args=list(script_args))
     else:
         spec.update(mode="builtin", builtin=asdict(builtin))

@@ -27,6 +27,22 @@ HTML = typer.Option(None, "--html", help="Also write a self-contained HTML repor
 DETAILS = typer.Option(False, "--details", help="Show everything: the MFU table, the GPU and host samplers, "
                                                 "user-code attribution.")
 
+# torchrun's launcher options (diagnose, watch): passed to torch.distributed.run unchanged.
+NPROC_PER_NODE = typer.Option(None, "--nproc-per-node", "--nproc_per_node", help="Data parallel: launch this many ranks per node through torch.distributed.run (torchrun); every rank is measured and this node's ranks merged.", rich_help_panel="torchrun")
+NNODES = typer.Option(None, "--nnodes", help="torchrun --nnodes (N or MIN:MAX); each node runs gpuprof, `gpuprof merge` joins the nodes' files.", rich_help_panel="torchrun")
+NODE_RANK = typer.Option(None, "--node-rank", "--node_rank", help="torchrun --node-rank.", rich_help_panel="torchrun")
+RDZV_ENDPOINT = typer.Option(None, "--rdzv-endpoint", "--rdzv_endpoint", help="torchrun --rdzv-endpoint HOST:PORT.", rich_help_panel="torchrun")
+RDZV_BACKEND = typer.Option(None, "--rdzv-backend", "--rdzv_backend", help="torchrun --rdzv-backend (static, c10d, ...).", rich_help_panel="torchrun")
+RDZV_ID = typer.Option(None, "--rdzv-id", "--rdzv_id", help="torchrun --rdzv-id.", rich_help_panel="torchrun")
+RDZV_CONF = typer.Option(None, "--rdzv-conf", "--rdzv_conf", help="torchrun --rdzv-conf.", rich_help_panel="torchrun")
+MASTER_ADDR = typer.Option(None, "--master-addr", "--master_addr", help="torchrun --master-addr.", rich_help_panel="torchrun")
+MASTER_PORT = typer.Option(None, "--master-port", "--master_port", help="torchrun --master-port.", rich_help_panel="torchrun")
+MAX_RESTARTS = typer.Option(None, "--max-restarts", "--max_restarts", help="torchrun --max-restarts (default 0).", rich_help_panel="torchrun")
+MONITOR_INTERVAL = typer.Option(None, "--monitor-interval", "--monitor_interval", help="torchrun --monitor-interval.", rich_help_panel="torchrun")
+LOCAL_ADDR = typer.Option(None, "--local-addr", "--local_addr", help="torchrun --local-addr.", rich_help_panel="torchrun")
+STANDALONE = typer.Option(False, "--standalone", help="torchrun --standalone (one node, a free local port).", rich_help_panel="torchrun")
+RANK_TIMEOUT = typer.Option(None, "--rank-timeout", help="Seconds a rank waits on a collective before it fails (init_process_group's timeout when the script sets none; default 600).", rich_help_panel="torchrun")
+
 
 def positive(option: str, value: Optional[float], *, zero: bool = False) -> None:
     """A finite number above zero (or at least zero with zero=True), when given."""

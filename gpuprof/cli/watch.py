@@ -4,6 +4,7 @@ run with the changes in order."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -45,6 +46,20 @@ def watch(
     peak_tflops: Optional[float] = options.PEAK_TFLOPS,
     force: bool = options.FORCE,
     details: bool = options.DETAILS,
+    nproc_per_node: Optional[int] = options.NPROC_PER_NODE,
+    nnodes: Optional[str] = options.NNODES,
+    node_rank: Optional[int] = options.NODE_RANK,
+    rdzv_endpoint: Optional[str] = options.RDZV_ENDPOINT,
+    rdzv_backend: Optional[str] = options.RDZV_BACKEND,
+    rdzv_id: Optional[str] = options.RDZV_ID,
+    rdzv_conf: Optional[str] = options.RDZV_CONF,
+    master_addr: Optional[str] = options.MASTER_ADDR,
+    master_port: Optional[int] = options.MASTER_PORT,
+    max_restarts: Optional[int] = options.MAX_RESTARTS,
+    monitor_interval: Optional[float] = options.MONITOR_INTERVAL,
+    local_addr: Optional[str] = options.LOCAL_ADDR,
+    standalone: bool = options.STANDALONE,
+    rank_timeout: Optional[float] = options.RANK_TIMEOUT,
 ):
     """Run a training script to its end and record why its step gets slower.
 
@@ -54,6 +69,11 @@ def watch(
     causes and the saving if it were undone; periodic spikes (an eval
     every N steps) are named as periodic, not as changes. At the end (or
     Ctrl-C): diagnose's report over the whole run, then the changes in order.
+
+    --nproc-per-node N: every rank under watch through torchrun, an events
+    file per rank, the rank that fell behind named in the report. --pid PID:
+    a run that is already going, from outside (attach's py-spy sampler,
+    one recording per window).
 
     Exit codes: 0 done; 1 the script raised (what was measured is
     reported); 2 bad input, nothing ran (an events file that is not
@@ -76,6 +96,16 @@ def watch(
         raise GpuprofError("give the training script to run (gpuprof watch train.py ARGS...) or --pid PID")
     opts = WatchOptions(parse_every(every), warmup=warmup, samplers=samplers, post_budget=post_budget,
                         gpu=gpu, peak_tflops=peak_tflops).validate()
+    launcher = dict(nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
+                    rdzv_endpoint=rdzv_endpoint, rdzv_backend=rdzv_backend, rdzv_id=rdzv_id,
+                    rdzv_conf=rdzv_conf, master_addr=master_addr, master_port=master_port,
+                    max_restarts=max_restarts, monitor_interval=monitor_interval, local_addr=local_addr)
+    if nproc_per_node is None and (standalone or any(v is not None for v in launcher.values())):
+        raise GpuprofError("torchrun options need --nproc-per-node N (the ranks to launch on this node)")
+    if nproc_per_node is not None:
+        return _watch_ranks(script, list(script_args or []), opts, launcher, standalone, rank_timeout,
+                            events=events, prometheus=prometheus, out=out, as_json=as_json, force=force,
+                            details=details, err=err)
     check_script(script)
     plan = plan_outputs({"--out": out}, force=force, inputs=[("script", script)])
     events_file = prepare_events(events, script, out)
@@ -152,6 +182,16 @@ def _watch_pid(pid: int, *, every, events, prometheus, prometheus_addr, rate, gr
         raise GpuprofError(f"--rate must be 1 to 1000 samples per second, got {rate}")
     if grad_accum is not None and grad_accum < 1:
         raise GpuprofError(f"--grad-accum must be positive, got {grad_accum}")
+    from gpuprof.attach.process import expand_launchers
+
+    ranks, _ = expand_launchers([pid])
+    if len(ranks) > 1:
+        raise GpuprofError(f"process {pid} is a torchrun launcher of {len(ranks)} ranks (PIDs "
+                           f"{', '.join(map(str, ranks))}): watch one rank's PID (`gpuprof attach {pid}` samples them all)")
+    if ranks and ranks[0] != pid:
+        err.print(f"gpuprof: process {pid} is a torchrun launcher: watching its one rank, process {ranks[0]}",
+                  highlight=False, markup=False)
+        pid = ranks[0]
     target = open_process(pid)  # no such process, no permission: one line, exit 2
     plan = plan_outputs({"--out": out}, force=force)
     events_file = prepare_events(events, None, out)
@@ -195,6 +235,55 @@ def _watch_pid(pid: int, *, every, events, prometheus, prometheus_addr, rate, gr
     if not as_json:
         render_watch_section(watch_section(section, str(events_file.path) if events_file else None,
                                            events_file.error if events_file else None), Console())
+    if result.ended == "interrupted":
+        raise KeyboardInterrupt
+    exit_for(saved)
+
+
+def _watch_ranks(script: str, args: list, opts, launcher: dict, standalone: bool, rank_timeout, *, events, prometheus,
+                 out, as_json, force, details, err: Console) -> None:
+    """`gpuprof watch --nproc-per-node N train.py`: every rank runs the script under watch
+    (gpuprof.runners.rank's watch mode), each with its own events file; this node's ranks are
+    merged as diagnose merges them, and each rank's changes follow the report, a rank that fell
+    behind named where the others waited for it (gpuprof.watch.ranks)."""
+    from gpuprof import session
+    from gpuprof.files import same_file_key
+    from gpuprof.watch.events import check_events_path
+    from gpuprof.watch.ranks import rank_sections
+    from gpuprof.watch.run import rank_events_path
+
+    if prometheus is not None:
+        raise GpuprofError("--prometheus with --nproc-per-node is not available yet (each rank would need a port "
+                           "of its own); use the events files")
+    session.prepare_launch(launcher, standalone, script=script, rank_timeout=rank_timeout)
+    plan = plan_outputs({"--out": out}, force=force, inputs=[("script", script)])
+    paths = []
+    if events is not None:
+        protected = {same_file_key(script): "the script being watched"}
+        if out is not None:
+            protected[same_file_key(out)] = "the --out profile"
+        nproc = launcher["nproc_per_node"]
+        first = (launcher.get("node_rank") or 0) * nproc  # torchrun gives every node nproc_per_node ranks
+        for rank in range(first, first + nproc):
+            paths.append(check_events_path(rank_events_path(events, rank), protected))
+    if not as_json:
+        where = f", events to {rank_events_path(events, 0).name} and one per rank" if events is not None else ""
+        err.print(f"gpuprof: watching {script} on {launcher['nproc_per_node']} process(es) per node through "
+                  f"torch.distributed.run until it finishes: windows of {opts.every.text}{where}",
+                  highlight=False, markup=False)
+    watch = {"every": opts.every.to_dict(), "events": str(events) if events is not None else None}
+    result = session.run_distributed(launcher, standalone, opts.measure(), script=script, script_args=args,
+                                     rank_timeout=rank_timeout, as_json=as_json, watch=watch)
+    analysis = analyze(result.profile, AnalysisOptions(gpu=opts.gpu, peak_tflops=opts.peak_tflops))
+    saved = emit(result.profile, analysis, plan, as_json=as_json, details=details, opened=result.opened)
+    if not as_json:
+        for rank, section in rank_sections(result.profile):
+            path = next((str(p) for p in paths if p.name == rank_events_path(events, rank).name), None) \
+                if events is not None else None
+            view = watch_section(section, path)
+            render_watch_section(dataclasses.replace(view, title=f"{view.title}, rank {rank}"), Console())
+    if result.ended == "failed":
+        raise ScriptFailed(result.error)
     if result.ended == "interrupted":
         raise KeyboardInterrupt
     exit_for(saved)

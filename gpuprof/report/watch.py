@@ -63,6 +63,13 @@ def cause_words(c: dict) -> str:
     if kind == "contention":
         return (f"other processes used {e['others_cpu_cores_before']:.2f} cores before, "
                 f"{e['others_cpu_cores_after']:.2f} after (of {count(e.get('cpu_count'))})")
+    if kind == "straggler":
+        if e.get("self"):
+            ranks = ", ".join(str(r) for r in e.get("waited") or [])
+            return f"this rank fell behind: rank(s) {ranks} changed at the same step in the phase where they wait for it"
+        grew = (f", {e['phase']} {seconds(e['phase_before_s'])} → {seconds(e['phase_after_s'])}"
+                if e.get("phase_before_s") is not None and e.get("phase_after_s") is not None else "")
+        return f"rank {e['rank']} fell behind: its {e['phase']} changed at step {e['at_step']}{grew}; this rank waits for it"
     if kind == "memory":
         what = "resident memory" if e.get("what") == "rss_bytes" else "GPU memory used"
         return f"{what} {gib(e['before'])} before, {gib(e['after'])} after"

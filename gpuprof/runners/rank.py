@@ -108,6 +108,34 @@ def _run_script(spec: dict) -> tuple[dict | None, str, dict | None]:
     return prof, result.ended, error
 
 
+def _run_watch(spec: dict) -> tuple[dict | None, str, dict | None]:
+    """The script under `gpuprof watch` in this rank: its windows, changes and periodic events in
+    its own events file (gpuprof.watch.run.rank_events_path), its whole-run profile (with the
+    recorder's section) in its entry."""
+    from pathlib import Path
+
+    from gpuprof.watch.events import EventsFile
+    from gpuprof.watch.run import WatchOptions, rank_events_path, run_watch
+    from gpuprof.watch.windows import Every
+
+    w = spec["watch"]
+    opts = WatchOptions(Every(**w["every"]), warmup=spec["warmup"], samplers=spec.get("samplers", True),
+                        post_budget=spec.get("post_budget")).validate()
+    events = EventsFile(rank_events_path(Path(w["events"]), identity()["rank"])) if w.get("events") else None
+    out = sys.stderr if spec.get("json") else sys.stdout
+    try:
+        result, _ = run_watch(spec["script"], spec.get("args", []), opts, events=events, stdout=out)
+    except KeyboardInterrupt:
+        return None, "interrupted", _stopped()
+    prof = result.profile.to_dict() if result.profile is not None else None
+    error = None
+    if result.ended == "failed":
+        error = {"type": "ScriptFailed", "file": None, "line": None, "message": result.error, "time": time.time()}
+    elif result.ended == "interrupted" and _signalled:
+        error = _stopped()
+    return prof, result.ended, error
+
+
 def _run_builtin(spec: dict) -> tuple[dict | None, str, dict | None]:
     from gpuprof.runners.builtin import LoopConfig, run_builtin
 
@@ -161,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     status, prof, error = "failed", None, None
     opened = OpenedFiles()
     try:
-        run = _run_builtin if spec["mode"] == "builtin" else _run_script
+        run = {"builtin": _run_builtin, "watch": _run_watch}.get(spec["mode"], _run_script)
         with opened, interrupts.held():  # a stop is raised only inside the run's loop and post-run parts
             prof, ended, error = run(spec)
         status = {"failed": "failed", "interrupted": "interrupted"}.get(ended, "ok")

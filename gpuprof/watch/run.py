@@ -82,6 +82,13 @@ def mfu_basis(gpu: str | None, peak_tflops: float | None) -> Callable:
     return basis
 
 
+def rank_events_path(path: Path, rank: int) -> Path:
+    """Under torchrun each rank writes its own events file: run.events.jsonl -> run.events.rank1.jsonl."""
+    path = Path(path)
+    suffix = path.suffix
+    return path.with_name(f"{path.name[:-len(suffix)] if suffix else path.name}.rank{rank}{suffix}")
+
+
 def prepare_events(path: Path | None, script: str | None, out: Path | None) -> EventsFile | None:
     """The events file checked before the run (one line, exit 2, for a path that would lose
     something), not yet written."""

@@ -152,3 +152,25 @@ def test_a_run_killed_with_kill_9_keeps_every_finished_window(script, tmp_path):
     # the script printed iter L after step L closed: every window that ended by then is on disk
     assert windows[-1]["steps"][1] >= max(printed) - 2
     assert not any(e["kind"] == "end" for e in parsed)  # killed: no end event, nothing after
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--pid", "999999999"], "999999999"),
+    (["--pid", str(os.getpid()), "--every", "100steps"], "give a duration"),
+    (["--pid", str(os.getpid()), "--every", "0.5s"], "at least 1 s"),
+    (["--pid", str(os.getpid()), "--rate", "0"], "--rate"),
+])
+def test_watch_pid_bad_input_is_one_line(args, says):
+    assert says in _one_line_exit_2(runner.invoke(app, ["watch", *args]))
+
+
+def test_watch_pid_and_a_script_together_is_one_line(script):
+    assert "not both" in _one_line_exit_2(runner.invoke(app, ["watch", "--pid", str(os.getpid()), str(script)]))
+
+
+def test_watch_without_a_script_or_a_pid_is_one_line():
+    assert "--pid PID" in _one_line_exit_2(runner.invoke(app, ["watch"]))
+
+
+def test_torchrun_options_need_nproc_per_node(script):
+    assert "--nproc-per-node" in _one_line_exit_2(runner.invoke(app, ["watch", "--standalone", str(script)]))

@@ -1,0 +1,75 @@
+"""`gpuprof watch --nproc-per-node 2`: torchrun launches 2 gloo ranks, each runs the script under
+watch with its own events file; rank 1's loader slows down from an iteration on. Rank 1's change
+names its data phase; rank 0, which waits for it at the all-reduce, changes too, and the final
+report names rank 1 as the rank that fell behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuprof.watch.events import read_events
+from gpuprof.watch.ranks import add_straggler_causes
+
+from ddp_helpers import DDP_SCRIPT, gpuprof, load
+
+DELAY_S = 0.03  # rank 1 sleeps this long in get_batch from DELAY_FROM on: 2 per step (accum 4 over 2 ranks)
+DELAY_FROM = 20
+
+
+@pytest.fixture(scope="module")
+def watched(tmp_path_factory, data_dir):
+    tmp = tmp_path_factory.mktemp("watch-ranks")
+    out, events = tmp / "merged.json", tmp / "run.events.jsonl"
+    r = gpuprof("watch", "--nproc-per-node", "2", "--every", "6steps", "--warmup", "2", "--post-budget", "0",
+                "--no-samplers", "--events", events, "--out", out, DDP_SCRIPT, f"--data_dir={data_dir}",
+                "--max_iters=44", "--delay_rank=1", f"--delay_s={DELAY_S}", f"--delay_from={DELAY_FROM}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return load(out), r, tmp
+
+
+def test_each_rank_writes_its_own_events_and_the_slow_rank_changes_in_data(watched):
+    profile, r, tmp = watched
+    assert not (tmp / "run.events.jsonl").exists()
+    ev = {rank: read_events(tmp / f"run.events.rank{rank}.jsonl") for rank in (0, 1)}
+    for rank in (0, 1):
+        assert ev[rank][0]["kind"] == "header" and ev[rank][-1] == {**ev[rank][-1], "kind": "end", "ended": "finished"}
+        assert sum(1 for e in ev[rank] if e["kind"] == "window") >= 6
+    slow = [e for e in ev[1] if e["kind"] == "change"]
+    assert len(slow) == 1 and slow[0]["phase"] == "data" and slow[0]["direction"] == "slower"
+    assert abs(slow[0]["at_step"] - DELAY_FROM) <= 1
+    # two sleeps per step on rank 1
+    assert slow[0]["phase_after_s"] - slow[0]["phase_before_s"] == pytest.approx(2 * DELAY_S, rel=0.3)
+    waited = [e for e in ev[0] if e["kind"] == "change"]
+    assert len(waited) == 1 and waited[0]["phase"] != "data" and abs(waited[0]["at_step"] - DELAY_FROM) <= 2
+
+
+def test_the_report_names_the_rank_that_fell_behind(watched):
+    profile, r, _ = watched
+    assert [e["rank"] for e in profile["ranks"]] == [0, 1]
+    assert "What changed over the run (gpuprof watch), rank 0" in r.stdout
+    assert "What changed over the run (gpuprof watch), rank 1" in r.stdout
+    assert "rank 1 fell behind: its data changed at step" in r.stdout
+    assert "this rank fell behind: rank(s) 0 changed at the same step" in r.stdout
+
+
+def test_a_straggler_cause_needs_the_same_step_and_a_waiting_phase():
+    def sec(*changes):
+        return {"changes": [dict(c) for c in changes]}
+
+    slow = {"at_step": 20, "direction": "slower", "phase": "data", "phase_before_s": 0.01, "phase_after_s": 0.07}
+    wait = {"at_step": 21, "direction": "slower", "phase": "comm"}
+    far = {"at_step": 40, "direction": "slower", "phase": "comm"}
+    sections = [(0, sec(wait, far)), (1, sec(slow))]
+    add_straggler_causes(sections)
+    c0, c0_far = sections[0][1]["changes"]
+    assert c0["causes"][0] == {"kind": "straggler", "evidence": {
+        "rank": 1, "phase": "data", "at_step": 20, "phase_before_s": 0.01, "phase_after_s": 0.07}}
+    assert "causes" not in c0_far  # 19 steps apart: not the same change
+    assert sections[1][1]["changes"][0]["causes"][0] == {"kind": "straggler",
+                                                         "evidence": {"rank": 1, "self": True, "waited": [0]}}
+
+
+def test_prometheus_with_ranks_is_refused_in_one_line(tmp_path):
+    r = gpuprof("watch", "--nproc-per-node", "2", "--prometheus", "9999", DDP_SCRIPT)
+    assert r.returncode == 2 and "--prometheus with --nproc-per-node" in r.stderr
+    assert "Traceback" not in r.stderr
