@@ -19,6 +19,7 @@ from gpuprof.cli.options import peak_options
 from gpuprof.cli.output import emit, exit_for, plan_outputs
 from gpuprof.errors import GpuprofError, InterruptedEmpty, ScriptFailed
 from gpuprof.render.watch import WatchDisplay, render_watch_section
+from gpuprof.watch.pid import RATE_HZ
 from gpuprof.report.watch import watch_section
 
 
@@ -35,7 +36,7 @@ def watch(
     prometheus: Optional[int] = typer.Option(None, "--prometheus", help="Serve the current window's figures as Prometheus metrics on this port (figures only: no command line, environment or path)."),
     prometheus_addr: str = typer.Option("127.0.0.1", "--prometheus-addr", help="The address the metrics port listens on (default: this machine only)."),
     pid: Optional[int] = typer.Option(None, "--pid", help="Watch a training process that is already running, from outside (attach's py-spy sampler, window after window) instead of a script."),
-    rate: int = typer.Option(100, "--rate", help="With --pid: py-spy's stack samples per second."),
+    rate: int = typer.Option(RATE_HZ, "--rate", help="With --pid: py-spy's stack samples per second (attach's default)."),
     grad_accum: Optional[int] = typer.Option(None, "--grad-accum", help="With --pid: micro-steps per optimizer step, when you know them (else inferred, as attach does)."),
     warmup: int = typer.Option(2, help="Steps before the first window (compile, allocator warm-up)."),
     samplers: bool = typer.Option(True, "--samplers/--no-samplers", help="NVML/host sampling and the post-run probes, as diagnose's."),

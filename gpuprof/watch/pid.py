@@ -34,8 +34,9 @@ from gpuprof.watch.counters import WindowCounters
 from gpuprof.watch.recorder import Recorder
 from gpuprof.watch.windows import Every, OpenWindow, window_figures
 
+POOL_MIN = 8  # pooled gaps before the pooled unit replaces each window's own guess
 UNIT_POOL = 60  # gaps pooled to infer the micro-steps per step (the fit's cost grows with them)
-RATE_HZ = 100  # py-spy's samples per second by default: a step boundary needs a sample in it
+RATE_HZ = 200  # py-spy's samples per second by default, attach's: a step boundary needs a sample in it
 NVML_KEYS_MEAN = ("gpu_util_pct", "mem_util_pct", "sm_clock_mhz", "sm_clock_share", "power_w")
 NVML_KEYS_MAX = ("temp_c", "mem_used_bytes")
 
@@ -110,12 +111,14 @@ def watch_pid(pid: int, every: Every, sinks: list[Callable[[dict], None]] | None
     ended = "finished"
     number = 0
     # The micro-steps per optimizer step: given, or inferred from the gaps between seen step
-    # boundaries pooled over the windows so far, then held for the rest of the run. One short
-    # window sees few boundaries when the once-per-step code is a sliver of a long step (a slow
-    # loader): its own guess can be 2x off, and a whole window's steps with it.
-    unit = grad_accum
-    unit_source = "--grad-accum" if grad_accum else None
+    # boundaries pooled over the windows so far (held for the rest of the run once sure). One
+    # window sees few boundaries when the once-per-step code is a sliver of the step (a slow
+    # loader, a low --rate): its own guess can be several times off, and all its steps with it,
+    # so from POOL_MIN pooled gaps on, the pooled guess is used, sure or not, and said so.
+    held = grad_accum
+    held_source = "--grad-accum" if grad_accum else None
     pool: deque = deque(maxlen=UNIT_POOL)
+    guess: tuple[int, str] | None = None  # the pooled unit before this window, and where it came from
     try:
         while max_windows is None or number < max_windows:
             if not alive(pid):
@@ -123,6 +126,7 @@ def watch_pid(pid: int, every: Every, sinks: list[Callable[[dict], None]] | None
             number += 1
             t_start = clock() - t0
             try:
+                unit, unit_source = (held, held_source) if held is not None else guess or (None, None)
                 res = attach_fn([pid], every.seconds, rate=rate, nonblocking=nonblocking, grad_accum=unit,
                                 nvml=nvml)
             except InterruptedEmpty:
@@ -152,14 +156,15 @@ def watch_pid(pid: int, every: Every, sinks: list[Callable[[dict], None]] | None
                 ((profile.run.get("config") or {}).get("source") or {})["grad_accum"] = unit_source
             unit_now = {"value": unit if unit is not None else how.get("typical_micro_steps"),
                         "source": unit_source or how.get("unit_source")}
-            if unit is None:
+            if held is None:
                 pool.extend(c for c in how.get("gap_micro_steps") or [] if c)
-                fit, margin = _unit_fit(list(pool))
-                if fit and margin is not None and margin >= UNIT_SURE:
-                    unit = fit
-                    unit_source = (f"inferred from the {len(pool)} gaps between step boundaries seen in windows "
-                                   f"1–{number}, {math.exp(min(margin, 50)):.0f}× likelier than the next unit; "
-                                   f"held from window {number + 1} on")
+                fit, margin = _unit_fit(list(pool)) if len(pool) >= POOL_MIN else (0, None)
+                likelier = f"{math.exp(min(margin, 50)):.1f}× likelier than the next unit" if margin is not None else "the only unit"
+                where = f"the {len(pool)} gaps between step boundaries seen in windows 1–{number}"
+                if fit and (margin is None or margin >= UNIT_SURE):
+                    held, held_source = fit, f"inferred from {where}, {likelier}; held from window {number + 1} on"
+                elif fit:
+                    guess = (fit, f"inferred from {where}; uncertain: only {likelier} (--grad-accum N sets it)")
             w = OpenWindow(number, t_start)
             for i, s in enumerate(profile.steps):
                 w.add({"index": base + i, "wall_s": s.wall_s, "phases": dict(s.phases), "tokens": 0,
