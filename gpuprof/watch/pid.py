@@ -144,9 +144,7 @@ def watch_pid(pid: int, every: Every, sinks: list[Callable[[dict], None]] | None
                       "unsampled_s": round(max(0.0, t_start - last_end), 6), "host": recorder.counters.read(),
                       "time_unix": time.time()}
                 last_end = clock() - t0
-                recorder.windows = number
-                recorder.recent.append(ev)
-                recorder._emit(ev)
+                recorder.publish_empty(number, ev)
                 continue
             profile = res.profiles[0]
             t_end = clock() - t0

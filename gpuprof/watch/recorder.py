@@ -159,6 +159,13 @@ class Recorder:
             ev["files_opened_more"] = more
         self.publish(w, ev, partial=partial)
 
+    def publish_empty(self, number: int, ev: dict) -> None:
+        """A window in which no complete step was seen (`watch --pid`: an eval or a checkpoint
+        longer than the window): written to the sinks; nothing for the change test."""
+        self.windows = number
+        self.recent.append(ev)
+        self._emit(ev)
+
     def publish(self, w: OpenWindow, ev: dict, *, partial: bool = False) -> None:
         """A closed window's event, complete with its samplers' figures: written to the sinks, then
         the periodic spikes and the change test over its steps (`watch --pid` closes its windows
