@@ -16,7 +16,9 @@ The rule (stated in docs/watch.md):
    the run's own window-to-window noise: 1.4826 × the MAD of the medians of the windows before
    the split, and at least the standard error of one window's median (1.2533 × 1.4826 × the MAD
    of their steps ÷ √steps per window), so that a quiet run with few windows does not call
-   jitter a change. No fixed percentage.
+   jitter a change; and above EFFECT_SPREAD × the steps' own spread (1.4826 × the MAD of the
+   steps before the split): a shift smaller than what one step varies from the next by (a host
+   busier for a while) is not a change a user can act on. No fixed percentage.
 
 Periodic events: a step far slower than its window's others (gpuprof.stats' irregular rule) is
 remembered with its phase; when at least PERIODIC_MIN of them, in one phase, fall at one step
@@ -37,13 +39,15 @@ from gpuprof.stats import MAD_TO_SIGMA, step_stats
 P_MAX = 1e-3
 EFFECT_NOISES = 5.0
 MIN_BEFORE_WINDOWS = 2
+EFFECT_SPREAD = 2.0  # the shift, in robust standard deviations of the steps before it
 HISTORY_WINDOWS = 12
 MEDIAN_SE = 1.2533  # the standard error of a median ÷ (σ/√n), for normal data
 PERIODIC_MIN = 3
 RULE = (f"Pettitt's rank test over the step times of the windows since the last change (p < {P_MAX:g}), "
         f"at least {MIN_BEFORE_WINDOWS} windows before the split and one whole window after it, and a "
         f"median shift over {EFFECT_NOISES:g}× the run's window-to-window noise (1.4826 × MAD of the "
-        f"window medians, at least one window median's standard error)")
+        f"window medians, at least one window median's standard error) and over {EFFECT_SPREAD:g}× the "
+        f"steps' own step-to-step spread (1.4826 × MAD of the steps before it)")
 
 
 def pettitt(x) -> tuple[int, float, float]:
@@ -164,6 +168,10 @@ class ChangeDetector:
                     MEDIAN_SE * MAD_TO_SIGMA * _mad(before) / np.sqrt(per_window))
         b_med, a_med = float(np.median(before)), float(np.median(after))
         if noise <= 0 or abs(a_med - b_med) <= EFFECT_NOISES * noise:
+            return None
+        # and larger than the steps' own jitter: a shift inside what one step to the next varies
+        # by (a busier host for a while) is a level, not a change a user can act on
+        if abs(a_med - b_med) <= EFFECT_SPREAD * MAD_TO_SIGMA * _mad(before):
             return None
         change = self._describe(series, split, p, noise, b_med, a_med)
         # the new level is the next baseline: keep the windows from the one holding the split on

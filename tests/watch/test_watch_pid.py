@@ -151,12 +151,14 @@ def test_a_running_loop_whose_loader_slows_is_watched_from_outside(tmp_path):
                              "--slow_data_s", "0.05", "--iters", str(slow_from + 60), "--hidden", "512"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines: list[tuple[int, float, float]] = []
+    arrived: list[float] = []  # when each line came (Unix time)
 
     def read():
         for line in proc.stdout:
             m = LINE.match(line)
             if m:
                 lines.append((int(m[1]), float(m[2]) / 1000, float(m[3]) / 1000))
+                arrived.append(time.time())
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -188,7 +190,21 @@ def test_a_running_loop_whose_loader_slows_is_watched_from_outside(tmp_path):
     assert c["phase"] == "data" and c["direction"] == "slower"
     before = statistics.median(t for i, t, _ in lines if 3 <= i < slow_from)
     after = statistics.median(t for i, t, _ in lines if i > slow_from)
-    assert c["before_s"] == pytest.approx(before, rel=0.15), (c["before_s"], before)
-    assert c["after_s"] == pytest.approx(after, rel=0.15), (c["after_s"], after)
+    # from outside, a split can land up to a window early and mix fast steps into "after" (docs/
+    # watch.md: +8%/+10% quiet, -23% once with the suite loading the VM); the windows wholly on
+    # each side, against the loop's own steps in the same seconds (up to 18% off seen with the suite
+    # loading the VM)
+    assert c["before_s"] == pytest.approx(before, rel=0.30), (c["before_s"], before)
+    assert c["after_s"] == pytest.approx(after, rel=0.30), (c["after_s"], after)
+
+    def own(w):  # the loop's own median step over the iterations that ended inside the window
+        end = w["time_unix"]
+        start = end - (w["t_s"][1] - w["t_s"][0])
+        inside = [t for (_, t, _), at in zip(lines, arrived) if start + t <= at <= end]
+        assert len(inside) >= 5, (w["window"], len(inside))
+        return statistics.median(inside)
+
+    for w in (windows[0], [w for w in windows if not w.get("partial")][-1]):
+        assert w["step_s"] == pytest.approx(own(w), rel=0.25), (w["window"], w["step_s"], own(w))
     # the data phase grew by the injected sleep (2 micro-steps x 50 ms), within what sampling resolves
     assert c["phase_after_s"] - c["phase_before_s"] == pytest.approx(0.100, rel=0.25)
