@@ -105,8 +105,8 @@ def watch(
         raise GpuprofError("torchrun options need --nproc-per-node N (the ranks to launch on this node)")
     if nproc_per_node is not None:
         return _watch_ranks(script, list(script_args or []), opts, launcher, standalone, rank_timeout,
-                            events=events, prometheus=prometheus, out=out, as_json=as_json, force=force,
-                            details=details, err=err)
+                            events=events, prometheus=prometheus, prometheus_addr=prometheus_addr, out=out,
+                            as_json=as_json, force=force, details=details, err=err)
     check_script(script)
     plan = plan_outputs({"--out": out}, force=force, inputs=[("script", script)])
     events_file = prepare_events(events, script, out)
@@ -242,7 +242,7 @@ def _watch_pid(pid: int, *, every, events, prometheus, prometheus_addr, rate, gr
 
 
 def _watch_ranks(script: str, args: list, opts, launcher: dict, standalone: bool, rank_timeout, *, events, prometheus,
-                 out, as_json, force, details, err: Console) -> None:
+                 prometheus_addr, out, as_json, force, details, err: Console) -> None:
     """`gpuprof watch --nproc-per-node N train.py`: every rank runs the script under watch
     (gpuprof.runners.rank's watch mode), each with its own events file; this node's ranks are
     merged as diagnose merges them, and each rank's changes follow the report, a rank that fell
@@ -253,26 +253,31 @@ def _watch_ranks(script: str, args: list, opts, launcher: dict, standalone: bool
     from gpuprof.watch.ranks import rank_sections
     from gpuprof.watch.run import rank_events_path
 
-    if prometheus is not None:
-        raise GpuprofError("--prometheus with --nproc-per-node is not available yet (each rank would need a port "
-                           "of its own); use the events files")
     session.prepare_launch(launcher, standalone, script=script, rank_timeout=rank_timeout)
+    nproc = launcher["nproc_per_node"]
+    if prometheus is not None:  # each local rank serves its own port: PORT + LOCAL_RANK, checked free now
+        from gpuprof.watch.prometheus import check_ports
+
+        check_ports(prometheus, nproc, prometheus_addr)
     plan = plan_outputs({"--out": out}, force=force, inputs=[("script", script)])
     paths = []
     if events is not None:
         protected = {same_file_key(script): "the script being watched"}
         if out is not None:
             protected[same_file_key(out)] = "the --out profile"
-        nproc = launcher["nproc_per_node"]
         first = (launcher.get("node_rank") or 0) * nproc  # torchrun gives every node nproc_per_node ranks
         for rank in range(first, first + nproc):
             paths.append(check_events_path(rank_events_path(events, rank), protected))
     if not as_json:
         where = f", events to {rank_events_path(events, 0).name} and one per rank" if events is not None else ""
+        if prometheus is not None:
+            where += (f", metrics on http://{prometheus_addr}:{prometheus}/metrics (local rank 0) to port "
+                      f"{prometheus + nproc - 1} (local rank {nproc - 1})")
         err.print(f"gpuprof: watching {script} on {launcher['nproc_per_node']} process(es) per node through "
                   f"torch.distributed.run until it finishes: windows of {opts.every.text}{where}",
                   highlight=False, markup=False)
-    watch = {"every": opts.every.to_dict(), "events": str(events) if events is not None else None}
+    watch = {"every": opts.every.to_dict(), "events": str(events) if events is not None else None,
+             "prometheus_port": prometheus, "prometheus_addr": prometheus_addr}
     result = session.run_distributed(launcher, standalone, opts.measure(), script=script, script_args=args,
                                      rank_timeout=rank_timeout, as_json=as_json, watch=watch)
     analysis = analyze(result.profile, AnalysisOptions(gpu=opts.gpu, peak_tflops=opts.peak_tflops))

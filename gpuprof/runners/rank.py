@@ -121,10 +121,24 @@ def _run_watch(spec: dict) -> tuple[dict | None, str, dict | None]:
     w = spec["watch"]
     opts = WatchOptions(Every(**w["every"]), warmup=spec["warmup"], samplers=spec.get("samplers", True),
                         post_budget=spec.get("post_budget")).validate()
-    events = EventsFile(rank_events_path(Path(w["events"]), identity()["rank"])) if w.get("events") else None
+    me = identity()
+    events = EventsFile(rank_events_path(Path(w["events"]), me["rank"])) if w.get("events") else None
     out = sys.stderr if spec.get("json") else sys.stdout
+    exporter = None
+    if w.get("prometheus_port") is not None:  # this rank's port: the first + its local rank
+        from gpuprof.errors import GpuprofError
+        from gpuprof.watch.prometheus import Exporter
+
+        port = int(w["prometheus_port"]) + me["local_rank"]
+        exporter = Exporter(port, w.get("prometheus_addr") or "127.0.0.1")
+        try:
+            exporter.start()
+        except GpuprofError as exc:  # taken since the launcher checked it: no metrics, the run goes on
+            print(f"gpuprof: rank {me['rank']}: no metrics: {exc}", file=sys.stderr, flush=True)
+            exporter = None
     try:
-        result, _ = run_watch(spec["script"], spec.get("args", []), opts, events=events, stdout=out)
+        result, _ = run_watch(spec["script"], spec.get("args", []), opts, events=events, exporter=exporter,
+                              stdout=out)
     except KeyboardInterrupt:
         return None, "interrupted", _stopped()
     prof = result.profile.to_dict() if result.profile is not None else None

@@ -114,3 +114,20 @@ class Exporter:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def check_ports(first: int, count: int, addr: str) -> None:
+    """One line and exit 2 (GpuprofError) unless ports first..first+count-1 can be listened on at
+    `addr` now (a data-parallel watch: one per local rank)."""
+    import socket
+
+    if not (0 < first and first + count - 1 <= 65535):
+        raise GpuprofError(f"--prometheus {first}: ports {first}-{first + count - 1} are not all port numbers")
+    for port in range(first, first + count):
+        try:
+            family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.bind((addr, port))
+        except OSError as exc:
+            raise GpuprofError(f"--prometheus {first}: local rank {port - first} needs port {port}, and "
+                               f"{addr}:{port} cannot be listened on ({exc.strerror or exc})") from None

@@ -10,7 +10,18 @@ import pytest
 from gpuprof.watch.events import read_events
 from gpuprof.watch.ranks import add_straggler_causes
 
-from ddp_helpers import DDP_SCRIPT, gpuprof, load
+from ddp_helpers import DDP_SCRIPT, free_port, gpuprof, load
+
+
+def _free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 DELAY_S = 0.03  # rank 1 sleeps this long in get_batch from DELAY_FROM on: 2 per step (accum 4 over 2 ranks)
 DELAY_FROM = 20
@@ -20,9 +31,14 @@ DELAY_FROM = 20
 def watched(tmp_path_factory, data_dir):
     tmp = tmp_path_factory.mktemp("watch-ranks")
     out, events = tmp / "merged.json", tmp / "run.events.jsonl"
+    port = free_port()
+    while not _free(port + 1):
+        port = free_port()
     r = gpuprof("watch", "--nproc-per-node", "2", "--every", "6steps", "--warmup", "2", "--post-budget", "0",
-                "--no-samplers", "--events", events, "--out", out, DDP_SCRIPT, f"--data_dir={data_dir}",
-                "--max_iters=44", "--delay_rank=1", f"--delay_s={DELAY_S}", f"--delay_from={DELAY_FROM}")
+                "--no-samplers", "--events", events, "--out", out, "--prometheus", port, DDP_SCRIPT,
+                f"--data_dir={data_dir}", "--max_iters=44", "--delay_rank=1", f"--delay_s={DELAY_S}",
+                f"--delay_from={DELAY_FROM}", f"--scrape_port={port}", "--scrape_at=30",
+                f"--scrape_out={tmp / 'metrics'}")
     assert r.returncode == 0, r.stderr[-3000:]
     return load(out), r, tmp
 
@@ -69,7 +85,28 @@ def test_a_straggler_cause_needs_the_same_step_and_a_waiting_phase():
                                                          "evidence": {"rank": 1, "self": True, "waited": [0]}}
 
 
-def test_prometheus_with_ranks_is_refused_in_one_line(tmp_path):
-    r = gpuprof("watch", "--nproc-per-node", "2", "--prometheus", "9999", DDP_SCRIPT)
-    assert r.returncode == 2 and "--prometheus with --nproc-per-node" in r.stderr
+def test_each_rank_serves_its_metrics_on_its_own_port(watched):
+    import re
+
+    _, _, tmp = watched
+    for rank in (0, 1):
+        text = (tmp / f"metrics.rank{rank}").read_text()
+        # at iter 30 (steps 0-29 done) the last closed window of 6 steps ended at step 25
+        assert re.search(r"^gpuprof_watch_last_step 25\.0$", text, re.M), text[:2000]
+        assert re.search(r'^gpuprof_watch_phase_share\{phase="data"\} ', text, re.M)
+    share = {rank: float(re.search(r'^gpuprof_watch_phase_share\{phase="data"\} (\S+)$',
+                                   (tmp / f"metrics.rank{rank}").read_text(), re.M)[1]) for rank in (0, 1)}
+    assert share[1] > share[0]  # rank 1's loader is the slow one (from iter 20)
+
+
+def test_a_rank_port_in_use_is_one_line_before_the_launch():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        r = gpuprof("watch", "--nproc-per-node", "2", "--prometheus", taken - 1, DDP_SCRIPT)
+    assert r.returncode == 2, r.stderr
+    assert f"local rank 1 needs port {taken}" in r.stderr or f"local rank 0 needs port {taken - 1}" in r.stderr
     assert "Traceback" not in r.stderr
