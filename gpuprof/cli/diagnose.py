@@ -14,7 +14,7 @@ from gpuprof import session
 from gpuprof.analysis.pipeline import AnalysisOptions, analyze
 from gpuprof.cli.app import app, guarded
 from gpuprof.cli import options
-from gpuprof.cli.options import load_disk_report, peak_options
+from gpuprof.cli.options import launcher_options, load_disk_report, peak_options
 from gpuprof.cli.output import emit, exit_for, plan_outputs
 from gpuprof.cli.verify import run_verify
 from gpuprof.errors import GpuprofError, ScriptFailed
@@ -106,13 +106,11 @@ def diagnose(
     plan = plan_outputs({"--out": out, "--write": write, "--trace": trace, "--html": html}, force=force,
                         inputs=[("script", script), ("--data", data), ("--disk-report", disk_report)])
     options = AnalysisOptions(gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu, disk=disk)
-    launcher = dict(nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                    rdzv_endpoint=rdzv_endpoint, rdzv_backend=rdzv_backend, rdzv_id=rdzv_id,
-                    rdzv_conf=rdzv_conf, master_addr=master_addr, master_port=master_port,
-                    max_restarts=max_restarts, monitor_interval=monitor_interval, local_addr=local_addr)
+    launcher = launcher_options(
+        standalone, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+        rdzv_backend=rdzv_backend, rdzv_id=rdzv_id, rdzv_conf=rdzv_conf, master_addr=master_addr,
+        master_port=master_port, max_restarts=max_restarts, monitor_interval=monitor_interval, local_addr=local_addr)
     distributed = nproc_per_node is not None
-    if not distributed and (standalone or any(v is not None for v in launcher.values())):
-        raise GpuprofError("torchrun options need --nproc-per-node N (the ranks to launch on this node)")
     if verify and as_json:
         raise GpuprofError("--verify prints a comparison report: use it without --json "
                            "(or save both runs with --out and use `gpuprof compare --json`)")

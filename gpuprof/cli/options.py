@@ -74,3 +74,11 @@ def load_disk_report(path: Optional[Path]) -> Optional[dict]:
     if not isinstance(data, dict) or "random" not in data or "loader" not in data:
         raise GpuprofError(f"{path}: not a bench-disk JSON result (no random/loader sections)")
     return data
+
+
+def launcher_options(standalone: bool, **given) -> dict:
+    """torchrun's launcher options as gpuprof.runners.launch takes them (the *_PER_NODE ... LOCAL_ADDR
+    values above, by name); one line and exit 2 when any is given without --nproc-per-node."""
+    if given.get("nproc_per_node") is None and (standalone or any(v is not None for v in given.values())):
+        raise GpuprofError("torchrun options need --nproc-per-node N (the ranks to launch on this node)")
+    return dict(given)

@@ -15,7 +15,7 @@ from rich.console import Console
 from gpuprof.analysis.pipeline import AnalysisOptions, analyze
 from gpuprof.cli import options
 from gpuprof.cli.app import app, guarded
-from gpuprof.cli.options import peak_options
+from gpuprof.cli.options import launcher_options, peak_options
 from gpuprof.cli.output import emit, exit_for, plan_outputs
 from gpuprof.errors import GpuprofError, InterruptedEmpty, ScriptFailed
 from gpuprof.render.watch import WatchDisplay, render_watch_section
@@ -97,12 +97,10 @@ def watch(
         raise GpuprofError("give the training script to run (gpuprof watch train.py ARGS...) or --pid PID")
     opts = WatchOptions(parse_every(every), warmup=warmup, samplers=samplers, post_budget=post_budget,
                         gpu=gpu, peak_tflops=peak_tflops).validate()
-    launcher = dict(nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank,
-                    rdzv_endpoint=rdzv_endpoint, rdzv_backend=rdzv_backend, rdzv_id=rdzv_id,
-                    rdzv_conf=rdzv_conf, master_addr=master_addr, master_port=master_port,
-                    max_restarts=max_restarts, monitor_interval=monitor_interval, local_addr=local_addr)
-    if nproc_per_node is None and (standalone or any(v is not None for v in launcher.values())):
-        raise GpuprofError("torchrun options need --nproc-per-node N (the ranks to launch on this node)")
+    launcher = launcher_options(
+        standalone, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+        rdzv_backend=rdzv_backend, rdzv_id=rdzv_id, rdzv_conf=rdzv_conf, master_addr=master_addr,
+        master_port=master_port, max_restarts=max_restarts, monitor_interval=monitor_interval, local_addr=local_addr)
     if nproc_per_node is not None:
         return _watch_ranks(script, list(script_args or []), opts, launcher, standalone, rank_timeout,
                             events=events, prometheus=prometheus, prometheus_addr=prometheus_addr, out=out,
@@ -110,19 +108,11 @@ def watch(
     check_script(script)
     plan = plan_outputs({"--out": out}, force=force, inputs=[("script", script)])
     events_file = prepare_events(events, script, out)
-    exporter = None
-    if prometheus is not None:
-        from gpuprof.watch.prometheus import Exporter
-
-        exporter = Exporter(prometheus, prometheus_addr)
-        exporter.start()  # a port in use: one line, exit 2, before the script starts
-    where = [f"windows of {opts.every.text}"]
-    if events_file is not None:
-        where.append(f"events to {events_file.path}")
-    if exporter is not None:
-        where.append(f"metrics on http://{prometheus_addr}:{prometheus}/metrics")
+    exporter = _start_exporter(prometheus, prometheus_addr)
     if not as_json:
-        err.print(f"gpuprof: watching {script} until it finishes: {', '.join(where)}", highlight=False, markup=False)
+        err.print(f"gpuprof: watching {script} until it finishes: "
+                  f"{_where(opts.every, events_file, exporter, prometheus_addr, prometheus)}",
+                  highlight=False, markup=False)
     try:
         with WatchDisplay(err, what=script, warmup=warmup, steps=None, enabled=not as_json) as live:
             result, _ = run_watch(script, list(script_args or []), opts, events=events_file, exporter=exporter,
@@ -157,6 +147,16 @@ class _Lines:
 
             for line in event_lines(ev):
                 self.console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _where(every, events_file, exporter, addr: str, port: Optional[int]) -> str:
+    """'windows of 30s, events to F, metrics on http://ADDR:PORT/metrics': the first line's tail."""
+    where = [f"windows of {every.text}"]
+    if events_file is not None:
+        where.append(f"events to {events_file.path}")
+    if exporter is not None:
+        where.append(f"metrics on http://{addr}:{port}/metrics")
+    return ", ".join(where)
 
 
 def _start_exporter(prometheus: Optional[int], addr: str):
@@ -197,14 +197,10 @@ def _watch_pid(pid: int, *, every, events, prometheus, prometheus_addr, rate, gr
     plan = plan_outputs({"--out": out}, force=force)
     events_file = prepare_events(events, None, out)
     exporter = _start_exporter(prometheus, prometheus_addr)
-    where = [f"windows of {length.text}"]
-    if events_file is not None:
-        where.append(f"events to {events_file.path}")
-    if exporter is not None:
-        where.append(f"metrics on http://{prometheus_addr}:{prometheus}/metrics")
     if not as_json:
         err.print(f"gpuprof: watching process {pid} from outside (py-spy, {rate} samples/s) until it ends or "
-                  f"Ctrl-C: {', '.join(where)}", highlight=False, markup=False)
+                  f"Ctrl-C: {_where(length, events_file, exporter, prometheus_addr, prometheus)}",
+                  highlight=False, markup=False)
     try:
         if events_file is not None:
             try:
