@@ -9,7 +9,8 @@ The rule (stated in docs/watch.md):
    maximises |U_k| = |2·Σ_{i≤k} r_i − k(n+1)| (r: the ranks of the times) and its p-value,
    p ≈ 2·exp(−6K²/(n³+n²)). Ranks make it blind to how large a spike is: an eval step, a
    garbage collection or a checkpoint moves one rank, not the split. The split is then placed
-   where the steps above and below the midpoint of the two levels separate best (`locate`).
+   where the steps above and below the midpoint of the two levels separate best, the levels
+   re-taken from each side of the new split until it stays (`locate`).
 3. A change needs all of: p < P_MAX; at least MIN_BEFORE_WINDOWS windows' worth of steps before the
    split and one whole window after it (the new level must hold for a window: a one-window
    stall is not a change); and an effect |median after − median before| above EFFECT_NOISES ×
@@ -73,18 +74,27 @@ def pettitt(x) -> tuple[int, float, float]:
     return i, big_k, p
 
 
-def locate(x, split: int) -> int:
+def locate(x, split: int, rounds: int = 8) -> int:
     """Where the new level begins, refined: Pettitt's rank sums place a split a few steps off when
     values near it sit between the two levels, so the split is moved to the one that best
-    separates the steps above the midpoint of the two medians (Pettitt's split's) from those below
-    (the most steps on their side; a spike on the wrong side costs one step, however large)."""
+    separates the steps above the midpoint of the two medians from those below (the most steps on
+    their side; a spike on the wrong side costs one step, however large). The medians are those
+    of the split being refined, so the move is repeated with the new split's medians until it
+    stays (at most `rounds` times): a first split far off (its "after" holding many old-level
+    steps) puts the midpoint near the old level and the split early, with the old level's
+    slowest steps counted as new."""
     x = np.asarray(x, dtype=float)
-    b, a = float(np.median(x[:split])), float(np.median(x[split:]))
-    mid = (a + b) / 2
-    after_like = (x > mid) if a > b else (x < mid)
-    before_ok = np.cumsum(~after_like)[:-1]  # steps 0..k-1 that look like the old level, k = 1..n-1
-    after_ok = after_like.sum() - np.cumsum(after_like)[:-1]  # steps k..n-1 that look like the new one
-    return int(np.argmax(before_ok + after_ok)) + 1
+    for _ in range(rounds):
+        b, a = float(np.median(x[:split])), float(np.median(x[split:]))
+        mid = (a + b) / 2
+        after_like = (x > mid) if a > b else (x < mid)
+        before_ok = np.cumsum(~after_like)[:-1]  # steps 0..k-1 that look like the old level, k = 1..n-1
+        after_ok = after_like.sum() - np.cumsum(after_like)[:-1]  # steps k..n-1 that look like the new one
+        moved = int(np.argmax(before_ok + after_ok)) + 1
+        if moved == split:
+            break
+        split = moved
+    return split
 
 
 def _mad(x) -> float:
