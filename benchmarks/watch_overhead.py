@@ -31,9 +31,12 @@ its clock: plain runs of one group differed by 3.5%); runs side by side meet the
 in each bucket. What side by side cannot give: watch's sampler threads need CPU, and on a
 2-core machine with both cores busy the scheduler takes it from either process, so the wall
 ratio can understate watch's cost by up to that; the CPU ratio (each process's own CPU per
-iteration, its threads included) does not.
+iteration, its threads included) does not. `--with-diagnose` puts `diagnose --no-stop` in the
+plain script's place: the issue's bar, watch's overhead no higher than diagnose's, as one ratio
+(watch ÷ diagnose) measured in the same seconds.
 
     python benchmarks/watch_overhead.py --memory-only 1200 --with-plain   # 20 min side by side
+    python benchmarks/watch_overhead.py --memory-only 1200 --with-diagnose  # watch beside diagnose --no-stop
     python benchmarks/watch_overhead.py --minutes 20          # the long run (≈20 min)
     python benchmarks/watch_overhead.py --minutes 2           # a short check
     python benchmarks/watch_overhead.py --minutes 2 --json out.json
@@ -123,8 +126,8 @@ def side_by_side(watch: dict, plain: dict, bucket_s: float) -> dict:
         p = [it for it in plain["iters"] if t <= it[3] < t + bucket_s]
         if len(w) >= 5 and len(p) >= 5:
             row = {"t_s": round(t - lo, 1), "watch_ms": statistics.median(x[1] for x in w) * 1e3,
-                   "plain_ms": statistics.median(x[1] for x in p) * 1e3}
-            row["wall_ratio"] = row["watch_ms"] / row["plain_ms"]
+                   "other_ms": statistics.median(x[1] for x in p) * 1e3}
+            row["wall_ratio"] = row["watch_ms"] / row["other_ms"]
             if w[0][2] is not None and p[0][2] is not None:
                 row["cpu_ratio"] = statistics.median(x[2] for x in w) / statistics.median(x[2] for x in p)
             rows.append(row)
@@ -168,11 +171,16 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="Also write the figures here.")
     ap.add_argument("--with-plain", action="store_true",
                     help="With --memory-only: the plain script beside the watch run, as long, for its RSS.")
+    ap.add_argument("--with-diagnose", action="store_true",
+                    help="With --memory-only: `diagnose --no-stop` beside the watch run instead (watch ÷ diagnose).")
     ap.add_argument("--bucket", type=float, default=60.0,
-                    help="With --memory-only --with-plain: seconds per bucket of the side-by-side overhead (default 60).")
+                    help="With --memory-only --with-plain/--with-diagnose: seconds per bucket of the side-by-side "
+                         "ratio (default 60).")
     ap.add_argument("--memory-only", type=float, metavar="SECONDS",
                     help="Only gpuprof's memory: one watch run of about this long (no plain runs), its RSS over time.")
     a = ap.parse_args()
+    if a.with_plain and a.with_diagnose:
+        raise SystemExit("--with-plain and --with-diagnose: one beside the watch run, not both (two cores)")
     if a.memory_only:
         return memory_only(a)
     if a.minutes <= 0 or a.pairs < 1:
@@ -283,6 +291,9 @@ def memory_only(a) -> None:
         cmds = {"watch": watch + script_args(tmp / "data", tmp / "out", a.model, iters)}
         if a.with_plain:
             cmds["plain"] = [sys.executable, str(train)] + script_args(tmp / "data", tmp / "out-plain", a.model, iters)
+        elif a.with_diagnose:  # the same script under diagnose, run to its end (its samplers at diagnose's rates)
+            cmds["diagnose"] = [sys.executable, "-m", "gpuprof", "diagnose", "--no-stop", "--post-budget", "0",
+                                str(train)] + script_args(tmp / "data", tmp / "out-diagnose", a.model, iters)
         results: dict = {}
         threads = [threading.Thread(target=lambda k=k, c=c: results.__setitem__(k, run(c, tmp, a.rss_every)))
                    for k, c in cmds.items()]
@@ -300,12 +311,14 @@ def memory_only(a) -> None:
         out[name] = {"seconds": r["wall_s"], "iterations": len(r["iters"]), "rss_mib": tenths,
                      "growth_mib_per_h": growth}
     overhead = None
-    if "plain" in results:
-        overhead = side_by_side(results["watch"], results["plain"], a.bucket)
+    other = next((k for k in ("plain", "diagnose") if k in results), None)
+    if other is not None:
+        overhead = side_by_side(results["watch"], results[other], a.bucket)
+        overhead["against"] = other
         for key in ("wall_ratio", "cpu_ratio"):
             v = overhead[key]
             if v:
-                print(f"side by side, {v['buckets']} buckets of {a.bucket:g} s: watch ÷ plain {key.split('_')[0]} "
+                print(f"side by side, {v['buckets']} buckets of {a.bucket:g} s: watch ÷ {other} {key.split('_')[0]} "
                       f"median {v['median']:.4f} (IQR {v['q1']:.4f}–{v['q3']:.4f}; min–max {v['min']:.4f}–{v['max']:.4f})")
     if a.json:
         a.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "model": a.model,
