@@ -34,6 +34,27 @@ sys.path.insert(0, str(Path(__file__).parent))
 import strict_bounds  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _process_lock_path(tmp_path_factory):
+    """cpu_lock's lock file in the folder all pytest-xdist workers' temporary folders are in."""
+    import os
+
+    from cpu_lock import ENV
+
+    base = tmp_path_factory.getbasetemp()
+    os.environ.setdefault(ENV, str((base.parent if base.name.startswith("popen-gw") else base) / "many-processes.lock"))
+    yield
+
+
+@pytest.fixture
+def one_many_process_test():
+    """This test runs no other many-process test beside it (tests/cpu_lock.py)."""
+    from cpu_lock import many_processes
+
+    with many_processes():
+        yield
+
+
 @pytest.fixture
 def fake_cuda(monkeypatch):
     """torch.cuda replaced by the contract fake (one H200-like device) for this test."""

@@ -23,9 +23,17 @@ def free_port() -> int:
 
 
 def gpuprof(*args, timeout=180, cwd=None, **popen) -> subprocess.CompletedProcess:
+    """gpuprof in a process of its own; a torchrun launch (--nproc-per-node) one at a time across
+    the test workers (tests/cpu_lock.py)."""
+    import contextlib
+
+    from cpu_lock import many_processes
+
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "gpuprof", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, cwd=cwd, env=env, **popen)
+    lock = many_processes() if "--nproc-per-node" in map(str, args) else contextlib.nullcontext()
+    with lock:
+        return subprocess.run([sys.executable, "-m", "gpuprof", *map(str, args)], capture_output=True,
+                              text=True, timeout=timeout, cwd=cwd, env=env, **popen)
 
 
 def gpuprof_here(*args) -> subprocess.CompletedProcess:

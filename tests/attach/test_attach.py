@@ -224,7 +224,7 @@ def test_ctrl_c_ends_sampling_and_keeps_what_was_sampled(tmp_path):
     assert prof["run"]["ended"] == "interrupted" and len(prof["steps"]) >= 2
 
 
-def test_a_torchrun_launchers_ranks_are_attached_and_merged(tmp_path):
+def test_a_torchrun_launchers_ranks_are_attached_and_merged(tmp_path, one_many_process_test):
     """The launcher's PID stands for its ranks (found by the RANK in their environment); each
     rank's profile is merged as `gpuprof merge` does. Rank 1's data path is 8x slower."""
     launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",

@@ -143,7 +143,7 @@ def test_the_gpu_figures_come_from_attachs_nvml_section():
 LINE = re.compile(r"^iter (\d+): time ([0-9.]+) ms, data ([0-9.]+) ms")
 
 
-def test_a_running_loop_whose_loader_slows_is_watched_from_outside(tmp_path):
+def test_a_running_loop_whose_loader_slows_is_watched_from_outside(tmp_path, one_many_process_test):
     # ~50 ms steps, then ~150 ms: the watch starts ~50 steps in (imports, py-spy); three windows of ~2 s (1.5 s of
     # samples and py-spy starting) before the slowdown, four after it
     slow_from = 180
@@ -207,4 +207,5 @@ def test_a_running_loop_whose_loader_slows_is_watched_from_outside(tmp_path):
     for w in (windows[0], [w for w in windows if not w.get("partial")][-1]):
         assert w["step_s"] == pytest.approx(own(w), rel=0.25), (w["window"], w["step_s"], own(w))
     # the data phase grew by the injected sleep (2 micro-steps x 50 ms), within what sampling resolves
-    assert c["phase_after_s"] - c["phase_before_s"] == pytest.approx(0.100, rel=0.25)
+    assert c["phase_after_s"] - c["phase_before_s"] == pytest.approx(0.100, rel=0.25), (
+        c["phases_before"], c["phases_after"], c["at_step"], [(w["window"], w["steps"], w["sampler"]) for w in windows])
