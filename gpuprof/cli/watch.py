@@ -272,8 +272,11 @@ def _watch_ranks(script: str, args: list, opts, launcher: dict, standalone: bool
         err.print(f"gpuprof: watching {script} on {launcher['nproc_per_node']} process(es) per node through "
                   f"torch.distributed.run until it finishes: windows of {opts.every.text}{where}",
                   highlight=False, markup=False)
+    import uuid
+
+    # run_id: in every rank's events header; a rank reads only the other ranks' files of this launch
     watch = {"every": opts.every.to_dict(), "events": str(events) if events is not None else None,
-             "prometheus_port": prometheus, "prometheus_addr": prometheus_addr}
+             "prometheus_port": prometheus, "prometheus_addr": prometheus_addr, "run_id": uuid.uuid4().hex}
     result = session.run_distributed(launcher, standalone, opts.measure(), script=script, script_args=args,
                                      rank_timeout=rank_timeout, as_json=as_json, watch=watch)
     analysis = analyze(result.profile, AnalysisOptions(gpu=opts.gpu, peak_tflops=opts.peak_tflops))

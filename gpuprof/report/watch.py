@@ -99,6 +99,12 @@ def causes_line(ev: dict) -> str:
     return "likely causes: " + "; ".join(cause_words(c) for c in causes)
 
 
+def straggler_line(ev: dict) -> str:
+    """'rank 0, its change at step 20 (backward): rank 1 fell behind: its data changed at step 20, ...'"""
+    return (f"rank {ev['rank']}, its change at step {ev['change_at_step']} ({ev['change_phase']}): "
+            f"{cause_words(ev['cause'])}")
+
+
 def periodic_line(ev: dict) -> str:
     return (f"periodic, not a change: every {count(ev['every_steps'])} steps (seen {ev['occurrences']} times "
             f"from step {ev['first_step']}) a step is slower, its {ev['phase']} phase +{seconds(ev['extra_s'])}")
@@ -113,6 +119,8 @@ def event_lines(ev: dict) -> list[str]:
         return [PLAIN + change_line(ev), PLAIN + "  " + causes_line(ev)]
     if kind == "periodic":
         return [PLAIN + periodic_line(ev)]
+    if kind == "straggler":
+        return [PLAIN + straggler_line(ev)]
     return []
 
 

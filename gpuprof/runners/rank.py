@@ -108,6 +108,17 @@ def _run_script(spec: dict) -> tuple[dict | None, str, dict | None]:
     return prof, result.ended, error
 
 
+class _StragglerLines:
+    """A rank's live line on stderr (through torchrun to the terminal): only the rank that fell
+    behind says so, once per change of its own (the ranks that waited for it would say it N−1 times)."""
+
+    def on_event(self, ev: dict) -> None:
+        if ev.get("kind") == "straggler" and ev["cause"]["evidence"].get("self"):
+            from gpuprof.report.watch import PLAIN, straggler_line
+
+            print(PLAIN + straggler_line(ev), file=sys.stderr, flush=True)
+
+
 def _run_watch(spec: dict) -> tuple[dict | None, str, dict | None]:
     """The script under `gpuprof watch` in this rank: its windows, changes and periodic events in
     its own events file (gpuprof.watch.run.rank_events_path), its whole-run profile (with the
@@ -123,6 +134,13 @@ def _run_watch(spec: dict) -> tuple[dict | None, str, dict | None]:
                         post_budget=spec.get("post_budget")).validate()
     me = identity()
     events = EventsFile(rank_events_path(Path(w["events"]), me["rank"])) if w.get("events") else None
+    peers = None
+    if events is not None and me["world_size"] > 1 and w.get("run_id"):
+        # the other ranks' events files, read once per window: a rank that fell behind, named live
+        from gpuprof.watch.ranks import PeerChanges
+
+        peers = PeerChanges(me["rank"], {r: rank_events_path(Path(w["events"]), r) for r in range(me["world_size"])},
+                            w["run_id"])
     out = sys.stderr if spec.get("json") else sys.stdout
     exporter = None
     if w.get("prometheus_port") is not None:  # this rank's port: the first + its local rank
@@ -138,7 +156,8 @@ def _run_watch(spec: dict) -> tuple[dict | None, str, dict | None]:
             exporter = None
     try:
         result, _ = run_watch(spec["script"], spec.get("args", []), opts, events=events, exporter=exporter,
-                              stdout=out)
+                              stdout=out, peers=peers, header={"rank": me["rank"], "run_id": w.get("run_id")},
+                              display=_StragglerLines())
     except KeyboardInterrupt:
         return None, "interrupted", _stopped()
     prof = result.profile.to_dict() if result.profile is not None else None

@@ -78,6 +78,11 @@ class Exporter:
                                ["reason"], registry=self.registry)
         self._changes = Counter(PREFIX + "changes", "Changes of the typical step detected so far",
                                 registry=self.registry)
+        # torchrun: the rank last named as fallen behind, by a change of this rank's (NaN: none yet)
+        self._behind = Gauge(PREFIX + "straggler_rank", "The rank last named as having fallen behind "
+                             "(a change of this rank's matched live with the other ranks'); NaN until one is",
+                             registry=self.registry)
+        self._behind.set(float("nan"))
 
     def start(self) -> None:
         from prometheus_client import start_http_server
@@ -108,6 +113,9 @@ class Exporter:
 
     def changed(self) -> None:
         self._changes.inc()
+
+    def straggler(self, rank: int) -> None:
+        self._behind.set(float(rank))
 
     def stop(self) -> None:
         if self._server is not None:

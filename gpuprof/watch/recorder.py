@@ -22,6 +22,9 @@ from gpuprof.watch.counters import BoundedNvml, FirstOpens, WindowCounters, nvml
 from gpuprof.watch.windows import Every, OpenWindow, window_figures
 
 MAX_CHANGES = 1000  # kept for the final report (all are in the events file)
+# this rank's last changes matched with the other ranks' (a peer's change is confirmed within a
+# window or two of this rank's: eight leave room for a run of several close changes)
+PEER_WINDOW_CHANGES = 8
 
 
 def _filesystem(path: str) -> dict:
@@ -40,7 +43,7 @@ class Recorder:
 
     def __init__(self, every: Every, warmup: int, sinks: list[Callable[[dict], None]] | None = None, *,
                  mfu_basis: Callable | None = None, clock: Callable[[], float] = time.monotonic,
-                 counters: WindowCounters | None = None):
+                 counters: WindowCounters | None = None, peers=None):
         self.every = every
         self.warmup = warmup
         self.sinks = list(sinks or [])
@@ -63,6 +66,9 @@ class Recorder:
         self._basis: tuple | str | None = None
         self._timer = None
         self._listener = None
+        self.peers = peers  # gpuprof.watch.ranks.PeerChanges under torchrun: the other ranks' changes, live
+        self.stragglers = 0
+        self._latest: deque = deque(maxlen=PEER_WINDOW_CHANGES)  # this rank's last changes, for the peers
 
     # -- instrument ------------------------------------------------------------------------------
 
@@ -101,6 +107,7 @@ class Recorder:
         return {"every": self.every.to_dict(), "windows": self.windows, "steps_in_windows": self.steps_seen,
                 "change_rule": RULE, "changes": list(self.changes), "changes_total": self.changes_total,
                 "periodic": list(self.periodic.known.values()), "kept": kept,
+                "stragglers_live": self.stragglers if self.peers is not None else None,
                 "errors": dict(self.errors), "last_error": self.last_error}
 
     # -- per step --------------------------------------------------------------------------------
@@ -179,6 +186,27 @@ class Recorder:
         change = self.detector.add(w.number, w.steps) if not partial else None
         if change is not None:
             self._changed(change, w.number)
+        if self.peers is not None:
+            try:
+                self._check_peers(w.number)
+            except Exception as exc:  # noqa: BLE001 - a peer's file never ends the user's run
+                self._error("peers", exc)
+
+    def _check_peers(self, window: int) -> None:
+        """Under torchrun, once per window: the other ranks' changes so far (read from their events
+        files) against this rank's recent ones; a rank that fell behind, newly seen, is added to
+        the change's causes and is a `straggler` event of its own (gpuprof.watch.ranks)."""
+        from gpuprof.watch.ranks import add_causes, straggler_causes
+
+        others = self.peers.poll()
+        if not any(others.values()):
+            return
+        for c in self._latest:
+            for cause in add_causes(c, straggler_causes(self.peers.rank, c, others)):
+                self.stragglers += 1
+                self._emit({"kind": "straggler", "window": window, "rank": self.peers.rank,
+                            "change_at_step": c["at_step"], "change_phase": c["phase"],
+                            "direction": c["direction"], "cause": cause})
 
     def _changed(self, change, window: int) -> None:
         ev = change.to_event()
@@ -197,6 +225,7 @@ class Recorder:
         ev["periodic_known"] = [{"phase": p["phase"], "every_steps": p["every_steps"]}
                                 for p in self.periodic.known.values()]
         self.changes_total += 1
+        self._latest.append(ev)
         if len(self.changes) < MAX_CHANGES:
             self.changes.append(ev)
         self._emit(ev)

@@ -114,6 +114,8 @@ def make_sinks(events: EventsFile | None, exporter, display) -> list[Callable[[d
                 exporter.update(ev)
             elif ev["kind"] == "change":
                 exporter.changed()
+            elif ev["kind"] == "straggler":
+                exporter.straggler(ev["cause"]["evidence"]["rank"])
         sinks.append(to_metrics)
     if display is not None and hasattr(display, "on_event"):
         sinks.append(display.on_event)
@@ -121,15 +123,19 @@ def make_sinks(events: EventsFile | None, exporter, display) -> list[Callable[[d
 
 
 def run_watch(script: str, args: list[str], opts: WatchOptions, *, events: EventsFile | None = None,
-              exporter=None, display=None, stdout=None) -> tuple[session.RunResult, Recorder]:
+              exporter=None, display=None, stdout=None, peers=None,
+              header: dict | None = None) -> tuple[session.RunResult, Recorder]:
     """Run the script to its end under watch; (diagnose's RunResult over the whole run, the
     recorder: its windows, changes and periodic events). The events file is opened (its header
-    written) and the metrics server is expected started by the caller; both are closed here."""
+    written, with `header`'s keys: a torchrun rank's number and launch id) and the metrics server
+    is expected started by the caller; both are closed here, and `peers` (the other ranks' events
+    files, gpuprof.watch.ranks.PeerChanges) with them."""
     from gpuprof.runners.script import check_script
 
     check_script(script)
     sinks = make_sinks(events, exporter, display)
-    recorder = Recorder(opts.every, opts.warmup, sinks, mfu_basis=mfu_basis(opts.gpu, opts.peak_tflops))
+    recorder = Recorder(opts.every, opts.warmup, sinks, mfu_basis=mfu_basis(opts.gpu, opts.peak_tflops),
+                        peers=peers)
 
     def adapt(made: list, device: str, data_path) -> list:
         bounded = bounded_instruments(made)
@@ -140,7 +146,7 @@ def run_watch(script: str, args: list[str], opts: WatchOptions, *, events: Event
     try:
         if events is not None:
             events.open({"command": [script, *args], "every": opts.every.to_dict(), "warmup": opts.warmup,
-                         "change_rule": RULE})
+                         "change_rule": RULE, **(header or {})})
         result = session.run_script(script, args, opts.measure(), display, stdout=stdout or sys.stdout,
                                     adapt_instruments=adapt)
         ended = result.ended
@@ -153,4 +159,6 @@ def run_watch(script: str, args: list[str], opts: WatchOptions, *, events: Event
             events.close()
         if exporter is not None:
             exporter.stop()
+        if peers is not None:
+            peers.close()
     return result, recorder

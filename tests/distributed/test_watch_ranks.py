@@ -59,6 +59,25 @@ def test_each_rank_writes_its_own_events_and_the_slow_rank_changes_in_data(watch
     assert len(waited) == 1 and waited[0]["phase"] != "data" and abs(waited[0]["at_step"] - DELAY_FROM) <= 2
 
 
+def test_each_rank_names_the_rank_behind_live_in_its_events(watched):
+    _, r, tmp = watched
+    ev = {rank: read_events(tmp / f"run.events.rank{rank}.jsonl") for rank in (0, 1)}
+    assert ev[0][0]["rank"] == 0 and ev[1][0]["rank"] == 1 and ev[0][0]["run_id"] == ev[1][0]["run_id"]
+    live = {rank: [e for e in ev[rank] if e["kind"] == "straggler"] for rank in (0, 1)}
+    # each rank reads the other's file once per window: the rank behind is named within a window
+    # or two of both changes, before the run ends
+    assert len(live[0]) == 1 and live[0][0]["cause"]["evidence"]["rank"] == 1
+    assert live[0][0]["cause"]["evidence"]["phase"] == "data"
+    assert len(live[1]) == 1 and live[1][0]["cause"]["evidence"] == {"rank": 1, "self": True, "waited": [0]}
+    for rank in (0, 1):
+        change = next(e for e in ev[rank] if e["kind"] == "change")
+        assert live[rank][0]["change_at_step"] == change["at_step"]
+        assert live[rank][0]["window"] - change["window"] <= 2
+    # and the rank behind says so once on the terminal (torchrun passes its stderr through)
+    said = [line for line in r.stderr.splitlines() if "this rank fell behind" in line]
+    assert len(said) == 1 and said[0].startswith("gpuprof: rank 1, its change at step"), r.stderr[-2000:]
+
+
 def test_the_report_names_the_rank_that_fell_behind(watched):
     profile, r, _ = watched
     assert [e["rank"] for e in profile["ranks"]] == [0, 1]
