@@ -20,6 +20,10 @@ The rule (stated in docs/watch.md):
    jitter a change; and above EFFECT_SPREAD × the steps' own spread (1.4826 × the MAD of the
    steps before the split): a shift smaller than what one step varies from the next by (a host
    busier for a while) is not a change a user can act on. No fixed percentage.
+4. And settled: the median of the window just closed within SETTLE_SHARE of the shift from the
+   after level's median; otherwise the test waits (at most SETTLE_WINDOWS windows, then reports
+   what is there: a steady drift never settles). A small shift followed by a larger one would
+   otherwise be one change at the first, its after level a mix of both.
 
 Periodic events: a step far slower than its window's others (gpuprof.stats' irregular rule) is
 remembered with its phase; when at least PERIODIC_MIN of them, in one phase, fall at one step
@@ -42,13 +46,16 @@ EFFECT_NOISES = 5.0
 MIN_BEFORE_WINDOWS = 2
 EFFECT_SPREAD = 2.0  # the shift, in robust standard deviations of the steps before it
 HISTORY_WINDOWS = 12
+SETTLE_SHARE = 0.5  # the window just closed within this share of the shift from the after level
+SETTLE_WINDOWS = 2  # windows a change waits for its level to settle, at most
 MEDIAN_SE = 1.2533  # the standard error of a median ÷ (σ/√n), for normal data
 PERIODIC_MIN = 3
 RULE = (f"Pettitt's rank test over the step times of the windows since the last change (p < {P_MAX:g}), "
         f"at least {MIN_BEFORE_WINDOWS} windows before the split and one whole window after it, and a "
         f"median shift over {EFFECT_NOISES:g}× the run's window-to-window noise (1.4826 × MAD of the "
         f"window medians, at least one window median's standard error) and over {EFFECT_SPREAD:g}× the "
-        f"steps' own step-to-step spread (1.4826 × MAD of the steps before it)")
+        f"steps' own step-to-step spread (1.4826 × MAD of the steps before it); reported once the window "
+        f"just closed is within {SETTLE_SHARE:g}× the shift of the new level (waiting {SETTLE_WINDOWS} windows at most)")
 
 
 def pettitt(x) -> tuple[int, float, float]:
@@ -149,12 +156,23 @@ class ChangeDetector:
 
     def __init__(self, history: int = HISTORY_WINDOWS):
         self._windows: deque = deque(maxlen=history)  # (number, records sorted by step)
+        self._waited = 0  # windows the current candidate has waited for its level to settle
 
     def add(self, number: int, steps: list[dict]) -> Change | None:
         recs = sorted(steps, key=lambda r: r["index"])
         if not recs:
             return None
         self._windows.append((number, recs))
+        change = self._test()
+        if change is None:
+            return None
+        # the new level is the next baseline: keep the windows from the one holding the split on
+        while self._windows and self._windows[0][0] < change.first_window_after:
+            self._windows.popleft()
+        return change
+
+    def _test(self) -> Change | None:
+        waited, self._waited = self._waited, 0
         if len(self._windows) < MIN_BEFORE_WINDOWS + 1:
             return None
         series = [r for _, rs in self._windows for r in rs]
@@ -183,11 +201,15 @@ class ChangeDetector:
         # by (a busier host for a while) is a level, not a change a user can act on
         if abs(a_med - b_med) <= EFFECT_SPREAD * MAD_TO_SIGMA * _mad(before):
             return None
-        change = self._describe(series, split, p, noise, b_med, a_med)
-        # the new level is the next baseline: keep the windows from the one holding the split on
-        while self._windows and self._windows[0][0] < change.first_window_after:
-            self._windows.popleft()
-        return change
+        # and settled: the window just closed sits at the after level, not still moving away from
+        # it (a small shift then a larger one, a busier host and then the loader, would otherwise
+        # be one change whose after level mixes the two); a few windows at most, since a steady
+        # drift never settles and is still a change
+        if abs(float(np.median(times[last_start:])) - a_med) > SETTLE_SHARE * abs(a_med - b_med) \
+                and waited < SETTLE_WINDOWS:
+            self._waited = waited + 1
+            return None
+        return self._describe(series, split, p, noise, b_med, a_med)
 
     def _describe(self, series: list[dict], split: int, p: float, noise: float, b_med: float,
                   a_med: float) -> Change:

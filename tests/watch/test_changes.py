@@ -109,3 +109,31 @@ def test_a_period_is_an_exact_interval_with_few_other_slow_steps(steps, want):
     for s in steps:
         new += finder.add([{"step": s, "seconds": 0.04, "phase": "eval", "phase_extra_s": 0.03}])
     assert [(e["every_steps"], e["occurrences"]) for e in new] == want
+
+
+def test_a_small_shift_then_a_larger_one_is_reported_at_the_larger_with_its_level():
+    # recorded shape (a --pid run beside a busy process): 68 ms, +17 ms from step 85 (the host got
+    # busier), the loader's +75 ms from step 100; windows of ~25 then ~10 steps
+    rng = np.random.default_rng(8)
+    times = np.r_[np.full(85, 0.068), np.full(15, 0.085), np.full(40, 0.160)] * (1 + rng.normal(0, 0.03, 140))
+    sizes = [24, 27, 19, 25, 14, 10, 10, 11]
+    det, found, start = ChangeDetector(), [], 0
+    for n, size in enumerate(sizes, 1):
+        recs = [{"index": i, "wall_s": float(times[i]), "tokens": 0, "micro_steps": 2,
+                 "phases": {"data": float(times[i]) - 0.05, "backward": 0.05}} for i in range(start, start + size)]
+        start += size
+        c = det.add(n, recs)
+        if c is not None:
+            found.append((n, c))
+    assert len(found) == 1
+    n, c = found[0]
+    # without the settle clause: a change at 85 at window 5's close, its after level 88 ms (both mixed)
+    assert n == 6 and abs(c.at_step - 100) <= 1 and c.after_s == pytest.approx(0.160, rel=0.05)
+
+
+def test_a_steady_drift_is_still_reported_after_waiting_at_most_two_windows():
+    rng = np.random.default_rng(9)
+    times = np.r_[np.full(60, 0.010), np.linspace(0.010, 0.030, 60)] * (1 + rng.normal(0, 0.01, 120))
+    found = _run(times, 10)
+    assert found and found[0][0] <= 10  # the drift starts in window 7: reported by window 10 (8, waiting up to 2)
+    assert found[0][1].slower and 55 <= found[0][1].at_step <= 90
