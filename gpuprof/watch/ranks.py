@@ -101,7 +101,7 @@ class PeerChanges:
         for rank, path in self.paths.items():
             try:
                 self._read(rank, path)
-            except (OSError, ValueError):
+            except Exception:  # noqa: BLE001 - a peer's file never ends this rank's run; read again later
                 self._drop(rank)
         return self.changes
 
@@ -112,7 +112,7 @@ class PeerChanges:
             try:
                 head = f.readline()
                 ours = head.endswith("\n") and json.loads(head).get("run_id") == self.run_id
-            except ValueError:
+            except (OSError, ValueError, AttributeError):
                 ours = False
             if not ours:
                 f.close()  # not yet this run's file (an earlier run's, or its header not written yet)
