@@ -72,7 +72,8 @@ def watch(
     Ctrl-C): diagnose's report over the whole run, then the changes in order.
 
     --nproc-per-node N: every rank under watch through torchrun, an events
-    file per rank, the rank that fell behind named in the report. --pid PID:
+    file per rank, the rank that fell behind named live (from the ranks'
+    events files) and in the report. --pid PID:
     a run that is already going, from outside (attach's py-spy sampler,
     one recording per window).
 
@@ -243,11 +244,12 @@ def _watch_ranks(script: str, args: list, opts, launcher: dict, standalone: bool
     (gpuprof.runners.rank's watch mode), each with its own events file; this node's ranks are
     merged as diagnose merges them, and each rank's changes follow the report, a rank that fell
     behind named where the others waited for it (gpuprof.watch.ranks)."""
+    import uuid
+
     from gpuprof import session
-    from gpuprof.files import same_file_key
     from gpuprof.watch.events import check_events_path
     from gpuprof.watch.ranks import rank_sections
-    from gpuprof.watch.run import rank_events_path
+    from gpuprof.watch.run import protected_paths, rank_events_path
 
     session.prepare_launch(launcher, standalone, script=script, rank_timeout=rank_timeout)
     nproc = launcher["nproc_per_node"]
@@ -258,9 +260,7 @@ def _watch_ranks(script: str, args: list, opts, launcher: dict, standalone: bool
     plan = plan_outputs({"--out": out}, force=force, inputs=[("script", script)])
     paths = []
     if events is not None:
-        protected = {same_file_key(script): "the script being watched"}
-        if out is not None:
-            protected[same_file_key(out)] = "the --out profile"
+        protected = protected_paths(script, out)
         first = (launcher.get("node_rank") or 0) * nproc  # torchrun gives every node nproc_per_node ranks
         for rank in range(first, first + nproc):
             paths.append(check_events_path(rank_events_path(events, rank), protected))
@@ -272,8 +272,6 @@ def _watch_ranks(script: str, args: list, opts, launcher: dict, standalone: bool
         err.print(f"gpuprof: watching {script} on {launcher['nproc_per_node']} process(es) per node through "
                   f"torch.distributed.run until it finishes: windows of {opts.every.text}{where}",
                   highlight=False, markup=False)
-    import uuid
-
     # run_id: in every rank's events header; a rank reads only the other ranks' files of this launch
     watch = {"every": opts.every.to_dict(), "events": str(events) if events is not None else None,
              "prometheus_port": prometheus, "prometheus_addr": prometheus_addr, "run_id": uuid.uuid4().hex}

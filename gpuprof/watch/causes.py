@@ -13,7 +13,7 @@ the change on, by these thresholds (each a stated figure, none a guess about the
   unless persistent_workers=True) in the change's window;
 - contention: other processes used CONTENTION_CORES more cores;
 - memory: the process's resident memory (or the GPU's memory used) grew MEMORY_RATIO or more.
-A rank that fell behind is named across the ranks after a data-parallel run (gpuprof.watch.ranks).
+A rank that fell behind is named across the ranks of a data-parallel run, live and after it (gpuprof.watch.ranks).
 """
 
 from __future__ import annotations

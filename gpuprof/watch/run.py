@@ -94,12 +94,17 @@ def prepare_events(path: Path | None, script: str | None, out: Path | None) -> E
     something), not yet written."""
     if path is None:
         return None
+    return EventsFile(check_events_path(Path(path), protected_paths(script, out)))
+
+
+def protected_paths(script: str | None, out: Path | None) -> dict[str, str]:
+    """The files an events file must never be (same_file_key -> what it is): the script, the profile output."""
     from gpuprof.files import same_file_key
 
     protected = {same_file_key(script): "the script being watched"} if script else {}
     if out is not None:
         protected[same_file_key(out)] = "the --out profile"
-    return EventsFile(check_events_path(Path(path), protected))
+    return protected
 
 
 def make_sinks(events: EventsFile | None, exporter, display) -> list[Callable[[dict], None]]:
