@@ -94,7 +94,10 @@ def test_window_mfu_is_the_formula_over_the_peak():
     assert ev["mfu"] == pytest.approx(1000.0 * per_token / 2e12)
 
 
-def test_a_periodic_eval_is_no_change_and_is_named_periodic(script, tmp_path):
+def test_a_periodic_eval_is_no_change_and_is_named_periodic(script, tmp_path, one_many_process_test):
+    # no many-process test beside it (tests/cpu_lock.py), the largest load changes the suite makes:
+    # once in a full suite this run's ~13 ms steps moved +11% for 24 steps and back (what ran beside
+    # it was not recorded; the message below now says the changes' causes)
     # an eval of 8 batches (80 ms of sleep) every 7 steps of ~13 ms
     result, recorder, events, _ = _watch(script, tmp_path, "--eval_every=7", "--eval_iters=8", "--delay=0.01",
                                          "--max_iters=80")
@@ -104,7 +107,8 @@ def test_a_periodic_eval_is_no_change_and_is_named_periodic(script, tmp_path):
     # a shift of the level under a tenth of the step (seen: +0.55 ms on an 11.5 ms step, the
     # suite's other tests loading the VM)
     assert all(any(k["kind"] == "contention" for k in c["causes"]) or abs(c["saving_s"]) < 0.1 * c["before_s"]
-               for c in changes), changes
+               for c in changes), [(c["at_step"], c["before_s"], c["saving_s"], [k["kind"] for k in c["causes"]])
+                                   for c in changes]
     periodic = [e for e in events if e["kind"] == "periodic"]
     assert [(p["phase"], p["every_steps"]) for p in periodic] == [("eval", 7)]
     assert result.profile.measurements["watch"]["changes_total"] == len(changes)
