@@ -11,6 +11,8 @@ the job's own bytes per second against what that storage delivers (`gpuprof benc
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import time
 
 import psutil
@@ -21,8 +23,9 @@ from gpuprof.units import UNKNOWN
 BIG_FILE = 1 << 20  # open files at least this large are the dataset's candidates
 
 
-def open_process(pid: int) -> psutil.Process:
-    """The process, or one line (exit 2): no such process."""
+def open_process(pid: int, suggest: str = "gpuprof attach {pid}") -> psutil.Process:
+    """The process, or one line (exit 2): no such process; not Python (then its Python child
+    processes, and `suggest` for the first: the command to give its PID to)."""
     if pid <= 0:
         raise GpuprofError(f"no process {pid}: give the PID of a running training process")
     try:
@@ -34,7 +37,119 @@ def open_process(pid: int) -> psutil.Process:
         return p  # py-spy says what is needed to read it
     if pid == os.getpid():
         raise GpuprofError(f"process {pid} is gpuprof itself")
+    if is_python(p) is False:
+        refuse_not_python(p, suggest)  # before any recording: a wrapper's PID names its Python child
     return p
+
+
+_LIBPYTHON = re.compile(r"/libpython\d")
+
+
+def is_python(p: psutil.Process) -> bool | None:
+    """Whether py-spy would find a Python interpreter in the process, as py-spy looks for one:
+    an executable named python* or a libpython mapped into its memory (/proc/PID/maps). None when
+    that cannot be read (another user's process, not Linux): then py-spy decides, as before.
+    Cheap (no ptrace): a Python process passes on its executable's name alone."""
+    try:
+        exe = p.exe()
+    except psutil.AccessDenied:
+        exe = ""
+    except psutil.Error:
+        return False  # gone (a zombie has no interpreter either)
+    if "python" in os.path.basename(exe).lower():
+        return True
+    try:
+        with open(f"/proc/{p.pid}/maps", encoding="utf-8", errors="replace") as f:
+            return any(_LIBPYTHON.search(line) for line in f)
+    except OSError:
+        return None
+
+
+def refuse_not_python(p: psutil.Process, suggest: str = "gpuprof attach {pid}") -> None:
+    """Raise the one line (exit 2) for a process that is not Python, naming its Python descendants
+    (a wrapper's: `bash run.sh`, `uv run`, `nohup sh -c`) and which one to attach to; return when
+    py-spy can read it after all (an interpreter linked into a binary of another name).
+
+    py-spy's own verdict decides (`py-spy dump`, non-blocking: about 0.1 s, nothing recorded), in
+    the same words as a recording's failure (pyspy._explain). Only the process named is ever
+    attached to: picking a child for the user would sample a process they did not name (and, of
+    several, maybe not the one they meant), so the line says which PID to give instead."""
+    from gpuprof.attach.pyspy import _explain, _first_line, pyspy_binary
+
+    try:
+        done = subprocess.run([pyspy_binary(), "dump", "--pid", str(p.pid), "--nonblocking"],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return  # the recording says what is wrong
+    if done.returncode == 0:
+        return
+    output = (done.stdout or "") + (done.stderr or "")
+    line = _explain(p.pid, output)
+    if "not a Python program" not in line:
+        raise GpuprofError(line)  # no permission, no such process: as a recording would say
+    kids = python_descendants(p)
+    runs = short_command(p)
+    head = f"process {p.pid} is not a Python program py-spy can read" + (f" (it runs: {runs})" if runs else "")
+    if not kids:
+        raise GpuprofError(f"{head}, and none of its child processes is Python (py-spy: {_first_line(output)})")
+    shown = ", ".join(f"PID {k['pid']} ({k['command']})" for k in kids[:3])
+    more = f" and {len(kids) - 3} more" if len(kids) > 3 else ""
+    if len(kids) == 1:
+        raise GpuprofError(f"{head}; its Python child is {shown}: {suggest.format(pid=kids[0]['pid'])}")
+    raise GpuprofError(f"{head}; its {len(kids)} Python child processes, most CPU first: {shown}{more}: "
+                       f"{suggest.format(pid=kids[0]['pid'])}")
+
+
+def python_descendants(p: psutil.Process) -> list[dict]:
+    """The outermost Python processes under `p` (none of whose ancestors below `p` is Python): a
+    training process's DataLoader workers and a torchrun agent's ranks are its own, not other
+    candidates. Each {pid, command, cpu_s}, the most CPU first: cpu_s is its CPU seconds so far
+    with every process under it (one reading of cpu_times each: the busy one is the training)."""
+    try:
+        kids = p.children(recursive=True)
+    except psutil.Error:
+        return []
+    parent = {}
+    for k in kids:
+        try:
+            parent[k.pid] = k.ppid()
+        except psutil.Error:
+            pass
+    procs = {k.pid: k for k in kids if k.pid in parent}
+    python = {pid for pid, k in procs.items() if is_python(k) is True}
+
+    def top(pid: int) -> int | None:
+        """The outermost Python process at or above `pid` (below `p`), if any."""
+        found = None
+        while pid in parent:  # up to `p`, whose own parent is not among its descendants
+            if pid in python:
+                found = pid
+            pid = parent[pid]
+        return found
+
+    cpu: dict[int, float] = {pid: 0.0 for pid in python if top(pid) == pid}
+    for pid, k in procs.items():
+        t = top(pid)
+        if t is not None:
+            cpu[t] += _cpu_s(k) or 0.0
+    out = [{"pid": pid, "command": short_command(procs[pid]), "cpu_s": s} for pid, s in cpu.items()]
+    return sorted(out, key=lambda d: (-d["cpu_s"], d["pid"]))
+
+
+def short_command(p: psutil.Process, width: int = 60) -> str:
+    """The command line on one line, the program by its name (not its path), cut to `width`
+    characters."""
+    try:
+        argv = p.cmdline()
+    except psutil.Error:
+        argv = []
+    if not argv:
+        try:
+            return p.name()
+        except psutil.Error:
+            return ""
+    text = " ".join(" ".join([os.path.basename(argv[0]), *argv[1:]]).split())  # one line: `-c` code has newlines
+    return text if len(text) <= width else text[:width - 3].rstrip() + "..."
 
 
 def _cpu_s(p: psutil.Process) -> float | None:

@@ -19,7 +19,7 @@ from gpuprof.units import count
 @app.command("attach")
 @guarded
 def attach(
-    pids: List[int] = typer.Argument(..., help="The PID of the running training process (several: each one's profile, merged as ranks; a torchrun launcher's PID: its ranks)."),
+    pids: List[int] = typer.Argument(..., help="The PID of the running training process (several: each one's profile, merged as ranks; a torchrun launcher's PID: its ranks; a wrapper's such as `bash run.sh`: refused, naming its Python child)."),
     duration: float = typer.Option(30.0, "--duration", "-d", help="Seconds to sample (Ctrl-C ends it early). Needs two steps or more in it."),
     rate: int = typer.Option(200, "--rate", help="Stack samples per second (py-spy). A step boundary is seen when a sample lands in the loop's once-per-step code (the optimizer step, zero_grad, logging: a few ms): more samples see more of them, and cost the target more CPU."),
     grad_accum: Optional[int] = typer.Option(None, "--grad-accum", help="Micro-steps (backward calls) per optimizer step, when you know them: otherwise inferred from the micro-steps between the step boundaries seen (the report says how sure)."),
@@ -37,9 +37,10 @@ def attach(
     where its step's time goes, with the same analysis and report as `diagnose`.
 
     Nothing is injected into the process and nothing in it changes. Exit codes: 0 done; 2 bad
-    target (no such process, not Python, no permission to read it, no optimizer step in the
-    window), nothing written; 3 an output went to the fallback file; 130 Ctrl-C (what was
-    sampled is reported and written)."""
+    target (no such process; not Python, checked before sampling starts: a wrapper's PID such as
+    `bash run.sh`'s, and the line names its Python child to give instead, never attached to in its
+    place; no permission to read it; no optimizer step in the window), nothing written; 3 an
+    output went to the fallback file; 130 Ctrl-C (what was sampled is reported and written)."""
     from gpuprof.analysis.pipeline import AnalysisOptions, analyze
     from gpuprof.attach.run import attach as run_attach, merged
 

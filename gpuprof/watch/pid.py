@@ -98,7 +98,7 @@ def watch_pid(pid: int, every: Every, sinks: list[Callable[[dict], None]] | None
         from gpuprof.attach.process import open_process
         from gpuprof.attach.run import attach as attach_fn
 
-        open_process(pid)  # no such process, no permission: one line, exit 2, before any event
+        open_process(pid, suggest="gpuprof watch --pid {pid}")  # no such process, not Python: one line, exit 2
     recorder = Recorder(every, 0, sinks, clock=clock, counters=counters or WindowCounters(pid, clock=clock))
     recorder.counters.start()
     t0 = clock()
