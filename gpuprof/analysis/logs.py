@@ -1,5 +1,5 @@
-"""Training logs: what a log alone implies (the line parser, for nanoGPT, build-nanogpt, llm.c and
-HF Trainer lines, is gpuprof.steplog)."""
+"""Training logs: what a log alone implies (the line parser, for nanoGPT, build-nanogpt, llm.c,
+HF Trainer, nanochat, modded-nanogpt, torchtitan and litgpt lines, is gpuprof.steplog)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from gpuprof.analysis.mfu_results import LogAnalysis, LogVerdict, SizeRow
 from gpuprof.errors import GpuprofError
 from gpuprof.hardware import BEST_ACHIEVABLE_MFU, EXPECTED_MFU
 from gpuprof.stats import median, quantile
-from gpuprof.steplog import FIRST_STEP, bad_numbers, main_format, parse_lines
+from gpuprof.steplog import (FIRST_STEP, NO_STEP_TIME, bad_numbers, main_format, mfu_claim, parse_lines,
+                             zero_mfu_note)
 
 
 # ------------------------------------------------------------------------------ log analysis
@@ -67,8 +68,9 @@ def _tokens_per_gpu(config: dict) -> tuple[int | None, int]:
 def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = None,
                 config: dict | None = None) -> LogAnalysis:
     """Analyse a training log without running anything: nanoGPT `iter` lines, or the step times
-    of build-nanogpt, llm.c or HF Trainer logs (gpuprof.steplog). Only nanoGPT's printed MFU is
-    inverted into FLOPs (its A100 constant is known); other formats need the config for FLOPs.
+    of build-nanogpt, llm.c, HF Trainer, nanochat, modded-nanogpt or litgpt logs (gpuprof.steplog;
+    torchtitan prints no step time). Only nanoGPT's printed MFU is inverted into FLOPs (its A100
+    constant is known); the others divide by their own peak tables, and need the config for FLOPs.
 
     config: nanoGPT config keys (batch_size, block_size, gradient_accumulation_steps, n_layer,
     n_head, n_embd, vocab_size, dtype, world_size or tokens_per_step). Raises GpuprofError when
@@ -96,19 +98,32 @@ def analyze_log(path, *, gpu: str | None = None, peak_tflops: float | None = Non
     skipped = (f"{len(bad)} step line(s) with impossible numbers skipped (the first: {bad[0]})"
                if bad else None)
     if not iters:
+        untimed = (f"; its {sum(r.format == fmt for r in records)} {fmt} step line(s) give none: "
+                   f"{NO_STEP_TIME[fmt]}" if fmt in NO_STEP_TIME else "")
         raise GpuprofError(f"{p}: no nanoGPT iteration lines ('iter N: loss L, time T ms, mfu M%') and no "
                            "step times in another known format (build-nanogpt 'step N | … | dt: T ms', "
-                           "llm.c 'step N/M | … | (T ms | … tok/s)', HF Trainer's train_steps_per_second)"
-                           + (f"; {skipped}" if skipped else ""))
+                           "llm.c 'step N/M | … | (T ms | … tok/s)', nanochat 'step N/M (P%) | … | dt: T ms', "
+                           "modded-nanogpt 'step:N/M train_time:T ms', litgpt 'iter N step N | … | iter time: "
+                           "T ms', HF Trainer's train_steps_per_second)"
+                           + untimed + (f"; {skipped}" if skipped else ""))
 
     warnings: list[str] = [skipped] if skipped else []
-    # The run's first line holds compilation and the first eval (nanoGPT iter 0, build-nanogpt
-    # step 0, llm.c step 1); nanoGPT prints mfu -100% until iter 5.
+    # The run's first line holds compilation and the first eval (nanoGPT iter 0, build-nanogpt's
+    # and nanochat's step 0, llm.c's and modded-nanogpt's step 1: steplog.FIRST_STEP); nanoGPT
+    # prints mfu -100% until iter 5.
     first = FIRST_STEP.get(fmt)
     steady = [r for r in iters if first is None or r.step is None or r.step > first] or iters
     step_s = median([r.step_ms / 1e3 for r in steady])
     # Only nanoGPT's MFU divides by a known constant (312 TFLOP/s), so only it can be inverted.
-    mfus = [r.mfu_pct for r in steady if fmt == "nanogpt" and r.mfu_pct is not None and r.mfu_pct > -100.0]
+    mfus = [m for m in map(mfu_claim, steady) if m is not None] if fmt == "nanogpt" else []
+    if fmt == "nanochat" and any(r.mfu_pct is not None for r in steady):
+        # nanochat divides by its own table's bf16 peak (its "Peak FLOPS (BF16)" line), inf where it has none.
+        printed = median([m for m in map(mfu_claim, steady) if m is not None])
+        if printed is None:
+            warnings.append(zero_mfu_note(fmt))
+        else:
+            warnings.append(f"nanochat's bf16_mfu (median {printed:.2f}%) divides by nanochat's own peak table: "
+                            "not inverted into FLOPs (the config gives them)")
     if fmt == "hf-trainer":
         warnings.append("HF Trainer prints only train_steps_per_second: the step time is a whole-run "
                         "average, startup included")

@@ -15,6 +15,9 @@ from gpuprof.hardware import EXPECTED_MFU, find_gpu, peak_for
 from gpuprof.dims import gpt_flops_per_token, missing_gpt_dims
 
 NANOGPT_A100_TFLOPS = 312.0  # nanoGPT's estimate_mfu `flops_promised`, whatever the GPU
+# Scripts whose printed MFU divides by a per-GPU peak table of their own (nanochat's common.py
+# get_peak_flops, torchtitan's tools/utils.py get_peak_flops, llm.c's mfu.h): not nanoGPT's A100.
+OWN_PEAK_FORMATS = frozenset({"nanochat", "torchtitan", "llm.c"})
 MATCH_TOLERANCE = 0.15  # a cause explains a misreport when it predicts the ratio within ±15%
 
 
@@ -121,8 +124,10 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
 
     script = sections.script.reported
     rep, rep_src = reported_mfu_pct, "--reported-mfu"
+    own_peak = False
     if rep is None and script.mfu_pct_median is not None:
         rep, rep_src = script.mfu_pct_median, "script output"
+        own_peak = script.format in OWN_PEAK_FORMATS
     reported_step_s = script.step_ms_median / 1e3 if script.step_ms_median else None
     name = peak["gpu_name"] or env.get("device_name")
     return MfuResult(
@@ -146,21 +151,23 @@ def compute_mfu(profile, *, gpu: str | None = None, peak_tflops: float | None = 
         reported_mfu_pct=rep, reported_source=rep_src if rep is not None else None,
         reported_step_s=reported_step_s,
         misreport=explain_misreport(rep, true_mfu=mfu, peak_tflops=p, dtype=peak["dtype"], device=name,
-                                    reported_step_s=reported_step_s, step_s=step_s) if rep is not None else (),
+                                    reported_step_s=reported_step_s, step_s=step_s,
+                                    own_peak=own_peak) if rep is not None else (),
         reported_impossible=bool(rep is not None and rep > 100.0),
     )
 
 
 def explain_misreport(reported_pct: float, *, true_mfu: float | None, peak_tflops: float | None,
                       dtype: str | None, device: str | None, reported_step_s: float | None = None,
-                      step_s: float | None = None) -> tuple[MisreportCause, ...]:
+                      step_s: float | None = None, own_peak: bool = False) -> tuple[MisreportCause, ...]:
     """Why a printed MFU (reported_pct, in %) differs from the true one (true_mfu, a fraction,
     against peak_tflops in `dtype` on `device`), for a measured run and a log alike.
 
     Causes: nanoGPT's A100 constant (true = reported × 312/peak), timing without
     synchronization (the script's step time, reported_step_s, is shorter than the GPU's step_s),
     a sparse peak (reported = true/2), and anything above 100% flagged as impossible with the
-    cause that fits."""
+    cause that fits. own_peak: the script divides by a peak table of its own (OWN_PEAK_FORMATS), so
+    nanoGPT's A100 constant is no cause."""
     out: list[MisreportCause] = []
     true, peak = true_mfu, peak_tflops
     name = device or "this GPU"
@@ -186,7 +193,8 @@ def explain_misreport(reported_pct: float, *, true_mfu: float | None, peak_tflop
         a100_text = (f"nanoGPT divides by the A100's {NANOGPT_A100_TFLOPS:g} TFLOP/s on every GPU; rescaled to "
                      f"the {dtype} peak of {name} ({peak:g} TFLOP/s) the printed figure would still be "
                      f"impossible ({rescaled / 100:.3g}x the peak): its FLOPs or step time are wrong too")
-    candidates.append(("a100_constant", a100, a100_text))
+    if not own_peak:
+        candidates.append(("a100_constant", a100, a100_text))
     rs, ms = reported_step_s, step_s
     if rs and ms and ms > rs * (1 + MATCH_TOLERANCE):
         unsync = ms / rs
@@ -194,8 +202,9 @@ def explain_misreport(reported_pct: float, *, true_mfu: float | None, peak_tflop
                            f"the script timed {rs * 1e3:.1f} ms per step but the GPU timeline says "
                            f"{ms * 1e3:.1f} ms: its timer does not wait for the GPU (no synchronize), "
                            f"which inflates its MFU {unsync:.2f}×"))
-        candidates.append(("a100_constant+unsynchronized_timing", a100 * unsync,
-                           "both: the A100 constant and unsynchronized timing"))
+        if not own_peak:
+            candidates.append(("a100_constant+unsynchronized_timing", a100 * unsync,
+                               "both: the A100 constant and unsynchronized timing"))
     candidates.append(("sparse_peak", 0.5,
                        f"the script divides by a 2:4-sparse peak ({2 * peak:g} TFLOP/s), twice the dense "
                        f"{peak:g}: its MFU reads half the true one"))
@@ -211,8 +220,8 @@ def explain_misreport(reported_pct: float, *, true_mfu: float | None, peak_tflop
                 "unexplained", f"the printed MFU is {ratio:.2f}× the true one; no known cause predicts that "
                                "(a different FLOP formula, tokens per step, or timing window)", ev))
             # The A100 constant still applies to any nanoGPT-derived script: say so when it does.
-            if abs(a100 - 1) > MATCH_TOLERANCE:
-                out.append(MisreportCause("a100_constant_possible", candidates[0][2], dict(ev, predicted_ratio=a100)))
+            if abs(a100 - 1) > MATCH_TOLERANCE and not own_peak:
+                out.append(MisreportCause("a100_constant_possible", a100_text, dict(ev, predicted_ratio=a100)))
     if reported_pct > 100:
         out.append(_impossible(reported_pct, [e.cause for e in out]))
     return tuple(out)

@@ -406,7 +406,8 @@ def script_log_line(profile: Profile, stats: StepStats | None) -> str | None:
         return None
     fmt = rep.format or "nanogpt"  # profiles before other formats were read: nanoGPT only
     ms = rep.step_ms_median
-    what = {"nanogpt": "time", "build-nanogpt": "dt", "llm.c": "step time"}.get(fmt, "step time")
+    what = {"nanogpt": "time", "build-nanogpt": "dt", "nanochat": "dt", "llm.c": "step time",
+            "litgpt": "iter time"}.get(fmt, "step time")
     parts = [f"{fmt} format, {rep.lines} {'log' if fmt == 'hf-trainer' else 'step'} lines"]
     if ms is None:
         parts.append(f"no per-step time: {rep.note}" if rep.note else "no step time")
@@ -418,6 +419,8 @@ def script_log_line(profile: Profile, stats: StepStats | None) -> str | None:
         parts.append(f"{count(rep.tokens_per_s_median)} tok/s")
     if rep.mfu_pct_median is not None:
         parts.append(f"mfu {rep.mfu_pct_median:.2f}%")
+    elif rep.mfu_note:
+        parts.append(rep.mfu_note)
     text = "the script's own log: " + ", ".join(parts)
     ours = stats.step_s if stats else None
     if ours:

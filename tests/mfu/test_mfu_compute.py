@@ -128,6 +128,18 @@ def test_unexplained_ratio_still_mentions_a100_constant():
     assert _causes(m)[0] == "unexplained" and "a100_constant_possible" in _causes(m)
 
 
+def test_a_script_dividing_by_its_own_peak_table_is_never_blamed_on_the_a100_constant():
+    # nanochat prints bf16_mfu against its own table's H200 peak: a printed figure 3.17x the true one
+    # (what 312 TFLOP/s would give) is unexplained for it, not nanoGPT's A100 constant.
+    flops = 0.2 * 989.5e12 * 21
+    script = {"mfu_pct_median": 0.2 * 100 * 989.5 / 312, "format": "nanochat"}
+    m = compute_mfu(_profile(flops=flops, script=script))
+    assert m.reported_source == "script output" and "a100_constant" not in " ".join(_causes(m))
+    assert _causes(m)[0] == "unexplained"
+    script["format"] = "nanogpt"
+    assert _causes(compute_mfu(_profile(flops=flops, script=script)))[0] == "a100_constant"
+
+
 def test_cpu_run_uses_ceiling_only():
     m = compute_mfu(_profile(device="cpu", device_name="CPU (x86)", probe={"tflops": 0.1, "method": "wall"},
                              step_s=1.0, flops=2e10))
