@@ -11,6 +11,7 @@ runs.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
@@ -101,17 +102,25 @@ def run_builtin(cfg, measure: Measure, display=None) -> RunResult:
     return RunResult(profile, ended)
 
 
+def shown(script: str, module: bool = False) -> str:
+    """The script as the user wrote it: `train.py`, or `-m scripts.base_train` for a module."""
+    return f"-m {script}" if module else script
+
+
 def run_script(script: str, args: list[str], measure: Measure, display=None, *, stdout=None,
-               adapt_instruments: Callable[[list, str, str | None], list] | None = None) -> RunResult:
+               adapt_instruments: Callable[[list, str, str | None], list] | None = None,
+               module: bool = False, own_options=None) -> RunResult:
     """A training script, unmodified, in this process under the hooks; the files it opened are
     recorded (gpuprof.measure.opened). GpuprofError when it is not a runnable script or never
     completes a training step without failing or being stopped. adapt_instruments(instruments,
     device, data_path) -> the instruments to run instead of diagnose's (`watch` adds its recorder
-    and bounds the samplers' memory)."""
+    and bounds the samplers' memory). module: `script` is a module name, run as python -m runs it.
+    own_options (runners.script_inputs.OwnOptions): the verb's options, guarded against going to
+    the script (ScriptOptionError, exit 2) and named in the error of a script that failed on one."""
     from gpuprof.measure.opened import OpenedFiles
     from gpuprof.runners.script import check_script, run_script as run
 
-    check_script(script)
+    check_script(script, module=module)
     made: list = []
 
     def instruments(dev, data):
@@ -127,21 +136,29 @@ def run_script(script: str, args: list[str], measure: Measure, display=None, *, 
                      instruments_factory=instruments, stdout=stdout or sys.stdout,
                      post_budget_s=measure.post_budget, on_progress=getattr(display, "on_post", None),
                      on_step_record=getattr(display, "on_step", None), keep_steps=measure.keep_steps,
-                     stack_rate=(measure.stack_per_step, measure.stack_max_interval_s))
+                     stack_rate=(measure.stack_per_step, measure.stack_max_interval_s),
+                     module=module, own_options=own_options)
     if result.profile is None:
-        raise _no_profile_error(script, result)
+        raise _no_profile_error(script, result, module=module, args=args, own_options=own_options)
     steps = len(result.profile.steps) + len(result.profile.warmup_steps)
     error = (f"{result.error_line} (the script failed after {steps} complete steps)"
              if result.ended == "failed" else None)
     return RunResult(result.profile, result.ended, error, opened.protected())
 
 
-def _no_profile_error(script: str, result) -> GpuprofError:
+def _no_profile_error(script: str, result, *, module: bool = False, args: list[str] = (),
+                      own_options=None) -> GpuprofError:
     c = result.counts
     seen = (f"saw {c.get('forward', 0)} training forwards, {c.get('eval_forward', 0)} no_grad forwards, "
             f"{c.get('backward', 0)} backward calls, {c.get('optimizer_step', 0)} optimizer steps")
+    script = shown(script, module)
     if result.ended == "failed":
-        return ScriptFailed(f"{result.error_line} (before the first complete training step: nothing measured)")
+        message = (result.error or {}).get("message")
+        hints = [own_options.hint(list(args), message) if own_options is not None else None,
+                 None if module else import_hint(script, result.error)]
+        hints = [h for h in hints if h]
+        return ScriptFailed(f"{result.error_line} (before the first complete training step: nothing measured)"
+                            + "".join(f"; {h}" for h in hints))
     if result.ended == "interrupted":
         return GpuprofError(f"interrupted before the first complete training step ({seen})")
     if result.no_step:
@@ -151,6 +168,25 @@ def _no_profile_error(script: str, result) -> GpuprofError:
     return GpuprofError(
         f"{script} ended without a complete training step: gpuprof ends a step at an optimizer step, "
         f"or without an optimizer at a zero_grad or the next forward after a backward; it {seen}")
+
+
+def import_hint(script: str, error: dict | None) -> str | None:
+    """A script run by its path that cannot import a package that is in the working directory
+    (`from nanochat.gpt import GPT` in scripts/base_train.py): python -m would find it."""
+    import re
+
+    found = re.match(r"No module named '([^'.]+)", str((error or {}).get("message") or ""))
+    if not found or (error or {}).get("type") != "ModuleNotFoundError":
+        return None
+    top = found.group(1)
+    if not (os.path.isdir(top) or os.path.isfile(f"{top}.py")):
+        return None
+    rel = os.path.relpath(os.path.abspath(script))
+    if rel.startswith("..") or not rel.endswith(".py"):
+        return None
+    name = rel[:-3].replace(os.sep, ".")
+    return (f"'{top}' is in the current folder, which `python -m` puts first on the path: run the script "
+            f"as a module, -m {name}")
 
 
 # ------------------------------------------------------------------------------ data parallel
@@ -168,7 +204,7 @@ def check_world_divides(grad_accum: int, nproc: int, nnodes: Optional[str]) -> N
 
 
 def prepare_launch(launcher: dict, standalone: bool, *, script: str | None, builtin=None,
-                   rank_timeout: float | None = None) -> None:
+                   rank_timeout: float | None = None, module: bool = False) -> None:
     """Everything a data-parallel launch is refused for, before anything starts: the launcher
     options (torchrun's own validation), the rank timeout, the script, what the node can run."""
     from gpuprof.runners.launch import check_capacity, check_launcher
@@ -181,7 +217,7 @@ def prepare_launch(launcher: dict, standalone: bool, *, script: str | None, buil
     if script is not None:
         from gpuprof.runners.script import check_script
 
-        check_script(script)
+        check_script(script, module=module)
     else:
         check_world_divides(builtin.grad_accum, nproc, launcher.get("nnodes"))
     check_launcher(launcher, standalone)
@@ -207,17 +243,23 @@ def _rank_needs(builtin) -> dict:
 
 def run_distributed(launcher: dict, standalone: bool, measure: Measure, *, script: str | None = None,
                     script_args: list[str] = (), builtin=None, rank_timeout: float | None = None,
-                    as_json: bool = False, watch: dict | None = None) -> RunResult:
+                    as_json: bool = False, watch: dict | None = None, module: bool = False,
+                    own_options=None) -> RunResult:
     """A torchrun launch of the script or the built-in loop (in DDP) on every local rank, this
     node's ranks merged (gpuprof.merge). `error`: the rank that failed first, where every rank
     was. watch: each rank runs the script under `gpuprof watch` instead (gpuprof.runners.rank's
-    watch mode: {"every", "warmup", "events"}). Call prepare_launch first."""
+    watch mode: {"every", "warmup", "events"}). module: `script` is a module name, each rank runs
+    it as python -m does, from this process's working directory (the ranks inherit it; the spec
+    names it too). own_options: as run_script's. Call prepare_launch first."""
     from gpuprof.merge import merge_entries
     from gpuprof.runners.launch import first_failure, launch
 
     spec = {"steps": measure.steps, "warmup": measure.warmup, "stop": measure.stop, "samplers": measure.samplers,
             "post_budget": measure.post_budget, "measure_compile": measure.measure_compile, "rank_timeout": rank_timeout or DEFAULT_RANK_TIMEOUT_S,
             "json": as_json}
+    if script is not None:
+        spec.update(module=module, cwd=os.getcwd(),
+                    own_options=own_options.to_dict() if own_options is not None else None)
     if watch is not None:
         spec.update(mode="watch", script=script, args=list(script_args), watch=watch)
     elif script is not None:
@@ -227,10 +269,17 @@ def run_distributed(launcher: dict, standalone: bool, measure: Measure, *, scrip
     result = launch(spec, launcher, standalone=standalone)
     if not result.entries:
         raise ScriptFailed(result.problem or "no rank of this node reported (torchrun's messages are above)")
+    leaked = next((e["error"] for e in result.entries
+                   if (e.get("error") or {}).get("type") == "ScriptOptionError"), None)
+    if leaked is not None:  # gpuprof's option after the script: bad input, as in one process
+        from gpuprof.runners.script_inputs import ScriptOptionError
+
+        raise ScriptOptionError(one_line(leaked.get("message")))
     try:
         merged = merge_entries(result.entries)
     except GpuprofError as exc:  # no rank has a step: each rank's error, exit 1 as a failed script
-        raise ScriptFailed(str(exc)) from None
+        hint = own_options.hint(list(script_args), str(exc)) if own_options is not None and script else None
+        raise ScriptFailed(str(exc) + (f"; {hint}" if hint else "")) from None
     if result.interrupted:  # gpuprof was stopped: a rank that failed after that lost its peers to the stop
         return RunResult(merged, "interrupted", opened=result.opened)
     first = first_failure(result.entries)
@@ -288,6 +337,33 @@ def loop_config_with(cfg, overrides: dict):
     fixed = dataclasses.replace(cfg, **changes)
     fixed.validate()
     return fixed
+
+
+def script_change(args: list[str], overrides: dict, config: dict, world_size: int = 1) -> tuple[list[str], dict] | None:
+    """The script's arguments and environment with a fix applied in its own terms
+    (analysis/script_knobs.py): `--flag=value` appended for an argparse flag (the last occurrence
+    wins), an environment variable it reads set; None when a setting has no knob, or a store_true
+    flag would have to be removed."""
+    from gpuprof.analysis.script_knobs import find_knobs, in_script_terms
+
+    knobs = find_knobs(config, world_size)
+    terms = in_script_terms(overrides, knobs)
+    if terms is None:
+        return None
+    env_names = {k.name for k in knobs.by_setting.values() if k.kind == "env"}
+    args2, env = list(args), {}
+    for name, value in terms[1].items():
+        if name in env_names:
+            env[name] = str(value)
+        elif value is True:
+            args2.append(name)
+        elif value is False:
+            return None
+        elif name.startswith("-"):
+            args2.append(f"{name}={value}")
+        else:
+            args2.append(f"--{name}={value}")
+    return args2, env
 
 
 def script_args_with(args: list[str], overrides: dict, defined: dict) -> tuple[list[str], dict]:

@@ -1,8 +1,9 @@
-"""`gpuprof diagnose [SCRIPT ARGS...]`: parse the options, run the target (gpuprof.session),
-analyse it (gpuprof.analysis.pipeline), print and write the result (cli.output)."""
+"""`gpuprof diagnose [SCRIPT ARGS... | -m MODULE ARGS...]`: parse the options, run the target
+(gpuprof.session), analyse it (gpuprof.analysis.pipeline), print and write the result (cli.output)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -14,7 +15,8 @@ from gpuprof import session
 from gpuprof.analysis.pipeline import AnalysisOptions, analyze
 from gpuprof.cli.app import app, guarded
 from gpuprof.cli import options
-from gpuprof.cli.options import launcher_options, load_disk_report, peak_options
+from gpuprof.cli.options import (ScriptCommand, launcher_options, load_disk_report, own_options, peak_options,
+                                 script_target)
 from gpuprof.cli.output import emit, exit_for, plan_outputs
 from gpuprof.cli.verify import run_verify
 from gpuprof.errors import GpuprofError, ScriptFailed
@@ -24,12 +26,15 @@ from gpuprof.session import Measure
 
 @app.command(
     "diagnose",
+    cls=ScriptCommand,  # `-m MODULE` ends gpuprof's options (cli.options.split_at_module)
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
 )
 @guarded
 def diagnose(
+    ctx: typer.Context,
     script: Optional[str] = typer.Argument(None, help="A training script to profile unmodified; omit for the built-in GPT loop."),
-    script_args: Optional[List[str]] = typer.Argument(None, help="Arguments passed to the script untouched."),
+    script_args: Optional[List[str]] = typer.Argument(None, help=options.SCRIPT_ARGS_HELP),
+    module: Optional[str] = options.MODULE,
     model: Optional[str] = typer.Option(None, help="Preset: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl (default tiny on CPU, gpt2 on CUDA)."),
     n_layer: Optional[int] = typer.Option(None, help="Override the preset's layer count."),
     n_head: Optional[int] = typer.Option(None, help="Override the preset's head count."),
@@ -87,6 +92,11 @@ def diagnose(
     --allow-slow). After the run, the measurements that follow it share one
     time budget (--post-budget) and say what they skipped.
 
+    A script: `gpuprof diagnose [OPTIONS] train.py ARGS` runs it as `python
+    train.py ARGS`; `gpuprof diagnose [OPTIONS] -m scripts.base_train ARGS`
+    as `python -m scripts.base_train ARGS` (from the repo's root). gpuprof's
+    options come before the script: what follows it is the script's.
+
     Data parallel: --nproc-per-node N launches through torch.distributed.run
     (torchrun's launcher options pass through unchanged); every rank is
     profiled and this node's ranks merged (gpuprof merge joins nodes).
@@ -98,13 +108,21 @@ def diagnose(
     (what was measured is written).
     """
     err = Console(stderr=True)
+    script, is_module = script_target(script, module)
+    what = session.shown(script, is_module) if script is not None else None
+    own = own_options(ctx)  # kept out of the script's own argparse (runners.script_inputs)
     peak_options(peak_tflops, reported_mfu)
     disk = load_disk_report(disk_report)  # before any run: a bad file fails fast
     measure = Measure(steps=steps, warmup=warmup, stop=stop, samplers=samplers, post_budget=post_budget,
                       measure_compile=measure_compile).validate()
+    script_file = script
+    if is_module:  # the module's file, found as python -m finds it (one line, exit 2, when it is not)
+        from gpuprof.runners.script import check_script
+
+        script_file = str(check_script(script, module=True))
     # Every output path before anything runs: a bad one costs a second, not the measurement.
     plan = plan_outputs({"--out": out, "--write": write, "--trace": trace, "--html": html}, force=force,
-                        inputs=[("script", script), ("--data", data), ("--disk-report", disk_report)])
+                        inputs=[("script", script_file), ("--data", data), ("--disk-report", disk_report)])
     options = AnalysisOptions(gpu=gpu, peak_tflops=peak_tflops, reported_mfu_pct=reported_mfu, disk=disk)
     launcher = launcher_options(
         standalone, nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
@@ -125,31 +143,34 @@ def diagnose(
                                      compile_mode=compile_mode, tf32=tf32,
                                      pin_memory=pin_memory, data=str(data) if data else None)
     if distributed:
-        session.prepare_launch(launcher, standalone, script=script, builtin=cfg, rank_timeout=rank_timeout)
+        session.prepare_launch(launcher, standalone, script=script, builtin=cfg, rank_timeout=rank_timeout,
+                               module=is_module)
     if cfg is not None:
         # Memory (refused when it cannot fit) and step time (refused at minutes unless
         # --allow-slow), before the loop and its progress bar start.
         _preflight(cfg, allow_slow, gpu, peak_tflops)
     args = list(script_args or [])
     if distributed:
-        what = script or f"the built-in loop ({cfg.model}, DDP)"
-        err.print(f"gpuprof: launching {what} on {nproc_per_node} process(es) per node, {nnodes or 1} node(s), "
+        launched = what or f"the built-in loop ({cfg.model}, DDP)"
+        err.print(f"gpuprof: launching {launched} on {nproc_per_node} process(es) per node, {nnodes or 1} node(s), "
                   f"through torch.distributed.run; {warmup} warmup + {steps} measured steps per rank",
                   highlight=False, markup=False)
         result = session.run_distributed(launcher, standalone, measure, script=script, script_args=args,
-                                         builtin=cfg, rank_timeout=rank_timeout, as_json=as_json)
+                                         builtin=cfg, rank_timeout=rank_timeout, as_json=as_json,
+                                         module=is_module, own_options=own)
     elif script is not None:
         from gpuprof.runners.script import check_script
 
-        check_script(script)  # a path that is not a script: one line, before saying it is profiled
+        check_script(script, module=is_module)  # not a script: one line, before saying it is profiled
         if not as_json:  # --json: stdout is the profile; stderr carries only the script's own output
-            err.print(f"gpuprof: profiling {script}: {warmup} warmup + {steps} measured steps, then "
+            err.print(f"gpuprof: profiling {what}: {warmup} warmup + {steps} measured steps, then "
                       f"the script is stopped (--no-stop lets it finish)" if stop
-                      else f"gpuprof: profiling {script} until it finishes", highlight=False, markup=False)
-        with LiveProgress(err, what=script, warmup=warmup, steps=steps if stop else None, enabled=not as_json) as live:
+                      else f"gpuprof: profiling {what} until it finishes", highlight=False, markup=False)
+        with LiveProgress(err, what=what, warmup=warmup, steps=steps if stop else None, enabled=not as_json) as live:
             # With --json, stdout carries the profile only: the script's stdout goes to stderr. Read
             # here, inside the live display: its redirection prints the script's lines above the panel.
-            result = session.run_script(script, args, measure, live, stdout=sys.stderr if as_json else sys.stdout)
+            result = session.run_script(script, args, measure, live, stdout=sys.stderr if as_json else sys.stdout,
+                                        module=is_module, own_options=own)
     else:
         with LiveProgress(err, what=f"{cfg.model} on {cfg.device}", warmup=warmup, steps=steps,
                           enabled=not as_json) as live:
@@ -164,8 +185,8 @@ def diagnose(
     if verify:
         run_verify(result.profile, analysis, options, err,
                    rerun_builtin(cfg, measure, allow_slow, gpu, peak_tflops, err) if cfg is not None
-                   else rerun_script(script, args, result.profile, measure, err),
-                   "the built-in loop" if cfg is not None else script)
+                   else rerun_script(script, args, result.profile, measure, err, module=is_module, own=own),
+                   "the built-in loop" if cfg is not None else what)
     exit_for(saved)
 
 
@@ -188,28 +209,44 @@ def rerun_builtin(cfg, measure, allow_slow, gpu, peak_tflops, err):
     return rerun
 
 
-def rerun_script(script, args, profile, measure, err):
+def rerun_script(script, args, profile, measure, err, *, module: bool = False, own=None):
     """--verify for a script: the same command with the fix's `--key=value` overrides appended
-    (nanoGPT's configurator convention), for the keys the script defines."""
+    (nanoGPT's configurator convention), for the keys the script defines. module: `script` is a
+    module name (-m), run again as one."""
     defined = profile.config.get("script_globals") or {}
 
     def rerun(overrides):
         args2, usable = session.script_args_with(args, overrides, defined)
-        if usable != overrides:
-            missing = ", ".join(k for k in overrides if k not in usable)
-            err.print(f"gpuprof: --verify: cannot apply {missing}: the script defines no such setting "
-                      f"(apply the fix by hand, diagnose again, and use `gpuprof compare`)", highlight=False, markup=False)
-            return None
-        with LiveProgress(err, what=f"{script} (fixed)", warmup=measure.warmup,
-                          steps=measure.steps if measure.stop else None) as live:
-            try:
-                again = session.run_script(script, args2, measure, live)
-            except GpuprofError as exc:
-                err.print(f"gpuprof: --verify: the re-run with {' '.join(args2[len(args):])} failed: {exc}",
+        env = {}
+        if usable != overrides:  # not nanoGPT's keys: the script's own flags or environment variables
+            own_terms = session.script_change(args, overrides, profile.config, int(profile.run.get("world_size") or 1))
+            if own_terms is None:
+                missing = ", ".join(k for k in overrides if k not in usable)
+                err.print(f"gpuprof: --verify: cannot apply {missing}: the script has no setting gpuprof found for it "
+                          f"(apply the fix by hand, diagnose again, and use `gpuprof compare`)",
                           highlight=False, markup=False)
                 return None
+            args2, env = own_terms
+        change = " ".join([*(f"{k}={v}" for k, v in env.items()), *args2[len(args):]])
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            with LiveProgress(err, what=f"{session.shown(script, module)} (fixed)", warmup=measure.warmup,
+                              steps=measure.steps if measure.stop else None) as live:
+                try:
+                    again = session.run_script(script, args2, measure, live, module=module, own_options=own)
+                except GpuprofError as exc:
+                    err.print(f"gpuprof: --verify: the re-run with {change} failed: {exc}",
+                              highlight=False, markup=False)
+                    return None
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         if again.ended == "failed":
-            err.print(f"gpuprof: --verify: the re-run with {' '.join(args2[len(args):])} failed: {again.error}",
+            err.print(f"gpuprof: --verify: the re-run with {change} failed: {again.error}",
                       highlight=False, markup=False)
             return None
         return again.profile

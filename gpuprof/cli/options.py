@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperCommand
 
 from gpuprof.errors import GpuprofError
 
@@ -41,6 +42,10 @@ MAX_RESTARTS = typer.Option(None, "--max-restarts", "--max_restarts", help="torc
 MONITOR_INTERVAL = typer.Option(None, "--monitor-interval", "--monitor_interval", help="torchrun --monitor-interval.", rich_help_panel="torchrun")
 LOCAL_ADDR = typer.Option(None, "--local-addr", "--local_addr", help="torchrun --local-addr.", rich_help_panel="torchrun")
 STANDALONE = typer.Option(False, "--standalone", help="torchrun --standalone (one node, a free local port).", rich_help_panel="torchrun")
+# The script verbs (diagnose, watch): a module instead of a script path, and what follows the script.
+MODULE = typer.Option(None, "-m", "--module", metavar="MODULE", help="Run a module as `python -m MODULE ARGS` runs it (the current folder first on the import path; a package runs its __main__): for a repo whose script imports its own package (`python -m scripts.base_train`). Everything after -m MODULE goes to the module untouched: gpuprof's options come before it.")
+SCRIPT_ARGS_HELP = ("Arguments passed to the script untouched. gpuprof's options come before the script: one "
+                    "written after it that the script's argparse does not define exactly is refused (exit 2).")
 RANK_TIMEOUT = typer.Option(None, "--rank-timeout", help="Seconds a rank waits on a collective before it fails (init_process_group's timeout when the script sets none; default 600).", rich_help_panel="torchrun")
 
 
@@ -82,3 +87,74 @@ def launcher_options(standalone: bool, **given) -> dict:
     if given.get("nproc_per_node") is None and (standalone or any(v is not None for v in given.values())):
         raise GpuprofError("torchrun options need --nproc-per-node N (the ranks to launch on this node)")
     return dict(given)
+
+
+# -------------------------------------------------------------------------- script verbs
+MODULE_FLAGS = ("-m", "--module")
+
+
+class ScriptCommand(TyperCommand):
+    """diagnose's and watch's command: `-m MODULE` ends gpuprof's options, as a script path does.
+
+    click parses `-m MODULE` as an option with a value and would go on reading gpuprof's options
+    after it (`-m scripts.base_train --steps 3` would take --steps as gpuprof's). So the arguments
+    are split first (split_at_module): gpuprof's options up to and including `-m MODULE` are
+    parsed by click, and everything after goes to the module as `script_args`, untouched."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        split = split_at_module(self, args)
+        if split is None:
+            return super().parse_args(ctx, args)
+        own, rest = split
+        left = super().parse_args(ctx, own)
+        ctx.params["script_args"] = rest  # not parsed by click: the module's own
+        return left
+
+
+def split_at_module(command, args: list[str]) -> tuple[list[str], list[str]] | None:
+    """(gpuprof's arguments ending with -m MODULE, the module's arguments), when -m is among
+    gpuprof's options (before any positional argument); else None (click parses all of it)."""
+    takes_value = _option_strings(command)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--" or not a.startswith("-") or a == "-":
+            return None  # the script path (or the end of options): -m after it is the script's
+        if a in MODULE_FLAGS:
+            return (args[:i + 2], args[i + 2:]) if i + 1 < len(args) else None  # no value: click says so
+        if a.startswith("--module=") or (a.startswith("-m") and not a.startswith("--")):
+            return args[:i + 1], args[i + 1:]  # -m with its value attached
+        name = a.split("=", 1)[0]
+        if name not in takes_value:
+            return None  # not one of ours: click says what it does with it
+        i += 2 if takes_value[name] and "=" not in a else 1
+    return None
+
+
+def own_options(ctx: typer.Context):
+    """The running verb's own option strings (from its click parameters, --help aside), for the
+    guard that keeps them out of the script (gpuprof.runners.script_inputs.OwnOptions)."""
+    from gpuprof.runners.script_inputs import OwnOptions
+
+    options = _option_strings(ctx.command)
+    options.pop("--help", None)
+    return OwnOptions(f"gpuprof {ctx.command.name}", options)
+
+
+def _option_strings(command) -> dict[str, bool]:
+    """A click command's option strings -> whether each takes a value (`--no-x` of a flag does not)."""
+    strings = {}
+    for p in command.params:
+        if getattr(p, "param_type_name", None) != "option":  # by name: Typer's click is not `click`
+            continue
+        takes = not p.is_flag and not p.count
+        strings.update({o: takes for o in p.opts})
+        strings.update({o: False for o in p.secondary_opts})
+    return strings
+
+
+def script_target(script: Optional[str], module: Optional[str]) -> tuple[Optional[str], bool]:
+    """(the script path or module name, whether it is a module); one line for both at once."""
+    if module is not None and script is not None:
+        raise GpuprofError(f"give a script path or -m MODULE, not both ({script} and -m {module})")
+    return (module, True) if module is not None else (script, False)

@@ -70,7 +70,8 @@ def profile_inputs(profile) -> dict[str, str]:
     command = run.get("command") if run.get("mode") == "script" else None
     found = [("the run's dataset", run.get("data_path")), ("the run's dataset", profile.sections.storage.data_path),
              ("the run's dataset", (run.get("config") or {}).get("data_path")),
-             ("the run's script", command[0] if isinstance(command, list) and command else None)]
+             ("the run's script", run.get("script_file")),  # a module run's command is ["-m", NAME, ...]
+             ("the run's script", command[0] if isinstance(command, list) and command and command[0] != "-m" else None)]
     return {same_file_key(p): what for what, p in found if isinstance(p, str) and p}
 
 

@@ -32,7 +32,9 @@ def run_verify(before, before_analysis, options: AnalysisOptions, err: Console,
         err.print("gpuprof: --verify: nothing to verify: no finding of this run is a config fix with a "
                   "saving", highlight=False, markup=False)
         return
-    text = ", ".join(f"{k}={v}" for k, v in fix.config_overrides.items())
+    # in the script's own terms where the fix was worded in them (analysis/script_knobs.py)
+    shown = (fix.evidence or {}).get("script_change") or fix.config_overrides
+    text = ", ".join(f"{k}={v}" for k, v in shown.items())
     err.print(f"gpuprof: --verify: running {describe} again with {text} (the fix of `{fix.id}`, "
               f"predicted to save {seconds(fix.saving_s)} per step)", highlight=False, markup=False)
     try:

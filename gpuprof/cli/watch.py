@@ -1,6 +1,6 @@
-"""`gpuprof watch SCRIPT ARGS...`: run a training script to its end as a flight recorder: windows,
-changes and periodic events as it goes (gpuprof.watch), then diagnose's report over the whole
-run with the changes in order."""
+"""`gpuprof watch SCRIPT ARGS...` (or `-m MODULE ARGS...`): run a training script to its end as a
+flight recorder: windows, changes and periodic events as it goes (gpuprof.watch), then diagnose's
+report over the whole run with the changes in order."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rich.console import Console
 from gpuprof.analysis.pipeline import AnalysisOptions, analyze
 from gpuprof.cli import options
 from gpuprof.cli.app import app, guarded
-from gpuprof.cli.options import launcher_options, peak_options
+from gpuprof.cli.options import ScriptCommand, launcher_options, own_options, peak_options, script_target
 from gpuprof.cli.output import emit, exit_for, plan_outputs
 from gpuprof.errors import GpuprofError, InterruptedEmpty, ScriptFailed
 from gpuprof.render.watch import WatchDisplay, render_watch_section
@@ -25,12 +25,15 @@ from gpuprof.report.watch import watch_section
 
 @app.command(
     "watch",
+    cls=ScriptCommand,  # `-m MODULE` ends gpuprof's options (cli.options.split_at_module)
     context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
 )
 @guarded
 def watch(
+    ctx: typer.Context,
     script: Optional[str] = typer.Argument(None, help="The training script to run, unmodified, to its end (or --pid)."),
-    script_args: Optional[List[str]] = typer.Argument(None, help="Arguments passed to the script untouched."),
+    script_args: Optional[List[str]] = typer.Argument(None, help=options.SCRIPT_ARGS_HELP),
+    module: Optional[str] = options.MODULE,
     every: str = typer.Option("30s", "--every", help="Window length: a duration (30s, 5m, 1h) or a step count (100steps)."),
     events: Optional[Path] = typer.Option(None, "--events", help="Write one JSON object per line here: a header, then each window, change and periodic event, flushed and fsync'd as written (an existing file only when it is gpuprof's own events file)."),
     prometheus: Optional[int] = typer.Option(None, "--prometheus", help="Serve the current window's figures as Prometheus metrics on this port (figures only: no command line, environment or path)."),
@@ -71,6 +74,9 @@ def watch(
     every N steps) are named as periodic, not as changes. At the end (or
     Ctrl-C): diagnose's report over the whole run, then the changes in order.
 
+    -m MODULE ARGS runs a module as `python -m MODULE ARGS` does; gpuprof's
+    options come before the script or the module.
+
     --nproc-per-node N: every rank under watch through torchrun, an events
     file per rank, the rank that fell behind named live (from the ranks'
     events files) and in the report. --pid PID:
@@ -89,13 +95,16 @@ def watch(
     err = Console(stderr=True)
     peak_options(peak_tflops)
     if pid is not None:
-        if script is not None:
+        if script is not None or module is not None:
             raise GpuprofError("give a script to run or --pid PID to watch one that is running, not both")
         return _watch_pid(pid, every=every, events=events, prometheus=prometheus, prometheus_addr=prometheus_addr,
                           rate=rate, grad_accum=grad_accum, out=out, as_json=as_json, gpu=gpu,
                           peak_tflops=peak_tflops, force=force, details=details, err=err)
+    script, is_module = script_target(script, module)
     if script is None:
         raise GpuprofError("give the training script to run (gpuprof watch train.py ARGS...) or --pid PID")
+    what = f"-m {script}" if is_module else script
+    own = own_options(ctx)  # kept out of the script's own argparse (runners.script_inputs)
     opts = WatchOptions(parse_every(every), warmup=warmup, samplers=samplers, post_budget=post_budget,
                         gpu=gpu, peak_tflops=peak_tflops).validate()
     launcher = launcher_options(
@@ -105,19 +114,20 @@ def watch(
     if nproc_per_node is not None:
         return _watch_ranks(script, list(script_args or []), opts, launcher, standalone, rank_timeout,
                             events=events, prometheus=prometheus, prometheus_addr=prometheus_addr, out=out,
-                            as_json=as_json, force=force, details=details, err=err)
-    check_script(script)
-    plan = plan_outputs({"--out": out}, force=force, inputs=[("script", script)])
-    events_file = prepare_events(events, script, out)
+                            as_json=as_json, force=force, details=details, err=err, module=is_module, own=own)
+    script_file = str(check_script(script, module=is_module))  # a module: the file python -m would run
+    plan = plan_outputs({"--out": out}, force=force, inputs=[("script", script_file)])
+    events_file = prepare_events(events, script_file, out)
     exporter = _start_exporter(prometheus, prometheus_addr)
     if not as_json:
-        err.print(f"gpuprof: watching {script} until it finishes: "
+        err.print(f"gpuprof: watching {what} until it finishes: "
                   f"{_where(opts.every, events_file, exporter, prometheus_addr, prometheus)}",
                   highlight=False, markup=False)
     try:
-        with WatchDisplay(err, what=script, warmup=warmup, steps=None, enabled=not as_json) as live:
+        with WatchDisplay(err, what=what, warmup=warmup, steps=None, enabled=not as_json) as live:
             result, _ = run_watch(script, list(script_args or []), opts, events=events_file, exporter=exporter,
-                                  display=live, stdout=sys.stderr if as_json else sys.stdout)
+                                  display=live, stdout=sys.stderr if as_json else sys.stdout,
+                                  module=is_module, own_options=own)
     except BaseException:
         if exporter is not None:
             exporter.stop()
@@ -194,7 +204,7 @@ def _watch_pid(pid: int, *, every, events, prometheus, prometheus_addr, rate, gr
         err.print(f"gpuprof: process {pid} is a torchrun launcher: watching its one rank, process {ranks[0]}",
                   highlight=False, markup=False)
         pid = ranks[0]
-    target = open_process(pid)  # no such process, no permission: one line, exit 2
+    target = open_process(pid, suggest="gpuprof watch --pid {pid}")  # no such process, not Python: one line, exit 2
     plan = plan_outputs({"--out": out}, force=force)
     events_file = prepare_events(events, None, out)
     exporter = _start_exporter(prometheus, prometheus_addr)
@@ -239,7 +249,8 @@ def _watch_pid(pid: int, *, every, events, prometheus, prometheus_addr, rate, gr
 
 
 def _watch_ranks(script: str, args: list, opts, launcher: dict, standalone: bool, rank_timeout, *, events, prometheus,
-                 prometheus_addr, out, as_json, force, details, err: Console) -> None:
+                 prometheus_addr, out, as_json, force, details, err: Console, module: bool = False,
+                 own=None) -> None:
     """`gpuprof watch --nproc-per-node N train.py`: every rank runs the script under watch
     (gpuprof.runners.rank's watch mode), each with its own events file; this node's ranks are
     merged as diagnose merges them, and each rank's changes follow the report, a rank that fell
@@ -251,16 +262,19 @@ def _watch_ranks(script: str, args: list, opts, launcher: dict, standalone: bool
     from gpuprof.watch.ranks import rank_sections
     from gpuprof.watch.run import protected_paths, rank_events_path
 
-    session.prepare_launch(launcher, standalone, script=script, rank_timeout=rank_timeout)
+    from gpuprof.runners.script import check_script
+
+    session.prepare_launch(launcher, standalone, script=script, rank_timeout=rank_timeout, module=module)
+    script_file = str(check_script(script, module=module))  # a module: the file python -m would run
     nproc = launcher["nproc_per_node"]
     if prometheus is not None:  # each local rank serves its own port: PORT + LOCAL_RANK, checked free now
         from gpuprof.watch.prometheus import check_ports
 
         check_ports(prometheus, nproc, prometheus_addr)
-    plan = plan_outputs({"--out": out}, force=force, inputs=[("script", script)])
+    plan = plan_outputs({"--out": out}, force=force, inputs=[("script", script_file)])
     paths = []
     if events is not None:
-        protected = protected_paths(script, out)
+        protected = protected_paths(script_file, out)
         first = (launcher.get("node_rank") or 0) * nproc  # torchrun gives every node nproc_per_node ranks
         for rank in range(first, first + nproc):
             paths.append(check_events_path(rank_events_path(events, rank), protected))
@@ -269,14 +283,15 @@ def _watch_ranks(script: str, args: list, opts, launcher: dict, standalone: bool
         if prometheus is not None:
             where += (f", metrics on http://{prometheus_addr}:{prometheus}/metrics (local rank 0) to port "
                       f"{prometheus + nproc - 1} (local rank {nproc - 1})")
-        err.print(f"gpuprof: watching {script} on {launcher['nproc_per_node']} process(es) per node through "
-                  f"torch.distributed.run until it finishes: windows of {opts.every.text}{where}",
+        err.print(f"gpuprof: watching {session.shown(script, module)} on {launcher['nproc_per_node']} process(es) "
+                  f"per node through torch.distributed.run until it finishes: windows of {opts.every.text}{where}",
                   highlight=False, markup=False)
     # run_id: in every rank's events header; a rank reads only the other ranks' files of this launch
     watch = {"every": opts.every.to_dict(), "events": str(events) if events is not None else None,
              "prometheus_port": prometheus, "prometheus_addr": prometheus_addr, "run_id": uuid.uuid4().hex}
     result = session.run_distributed(launcher, standalone, opts.measure(), script=script, script_args=args,
-                                     rank_timeout=rank_timeout, as_json=as_json, watch=watch)
+                                     rank_timeout=rank_timeout, as_json=as_json, watch=watch, module=module,
+                                     own_options=own)
     analysis = analyze(result.profile, AnalysisOptions(gpu=opts.gpu, peak_tflops=opts.peak_tflops))
     saved = emit(result.profile, analysis, plan, as_json=as_json, details=details, opened=result.opened)
     if not as_json:

@@ -87,6 +87,18 @@ def _instruments(samplers: bool, measure_compile: bool = False):
     return lambda dev, data: diagnose_instruments(dev, data, samplers, measure_compile)
 
 
+def _script_target(spec: dict) -> dict:
+    """run_script's keywords for the spec's script: a module (`-m`) is run from the launching
+    process's working directory (torchrun's workers inherit it; a rank started elsewhere moves
+    there first, as python -m looks for the module in it), and gpuprof's own options, guarded."""
+    from gpuprof.runners.script_inputs import OwnOptions
+
+    module = bool(spec.get("module"))
+    if module and spec.get("cwd") and os.path.realpath(os.getcwd()) != os.path.realpath(spec["cwd"]):
+        os.chdir(spec["cwd"])
+    return {"module": module, "own_options": OwnOptions.from_dict(spec.get("own_options"))}
+
+
 def _run_script(spec: dict) -> tuple[dict | None, str, dict | None]:
     from gpuprof.runners.script import run_script
 
@@ -94,7 +106,7 @@ def _run_script(spec: dict) -> tuple[dict | None, str, dict | None]:
     result = run_script(spec["script"], spec.get("args", []), steps=spec["steps"], warmup=spec["warmup"],
                         stop=spec.get("stop", True), instruments_factory=_instruments(spec.get("samplers", True),
                                                                    spec.get("measure_compile", False)),
-                        stdout=out, post_budget_s=spec.get("post_budget"))
+                        stdout=out, post_budget_s=spec.get("post_budget"), **_script_target(spec))
     prof = result.profile.to_dict() if result.profile is not None else None
     error = result.error
     if result.ended == "interrupted" and _signalled:
@@ -129,6 +141,7 @@ def _run_watch(spec: dict) -> tuple[dict | None, str, dict | None]:
     from gpuprof.watch.run import WatchOptions, rank_events_path, run_watch
     from gpuprof.watch.windows import Every
 
+    target = _script_target(spec)  # first: a module's rank may move to the launching folder
     w = spec["watch"]
     opts = WatchOptions(Every(**w["every"]), warmup=spec["warmup"], samplers=spec.get("samplers", True),
                         post_budget=spec.get("post_budget")).validate()
@@ -157,7 +170,7 @@ def _run_watch(spec: dict) -> tuple[dict | None, str, dict | None]:
     try:
         result, _ = run_watch(spec["script"], spec.get("args", []), opts, events=events, exporter=exporter,
                               stdout=out, peers=peers, header={"rank": me["rank"], "run_id": w.get("run_id")},
-                              display=_StragglerLines())
+                              display=_StragglerLines(), **target)
     except KeyboardInterrupt:
         return None, "interrupted", _stopped()
     prof = result.profile.to_dict() if result.profile is not None else None

@@ -128,16 +128,17 @@ def make_sinks(events: EventsFile | None, exporter, display) -> list[Callable[[d
 
 
 def run_watch(script: str, args: list[str], opts: WatchOptions, *, events: EventsFile | None = None,
-              exporter=None, display=None, stdout=None, peers=None,
-              header: dict | None = None) -> tuple[session.RunResult, Recorder]:
+              exporter=None, display=None, stdout=None, peers=None, header: dict | None = None,
+              module: bool = False, own_options=None) -> tuple[session.RunResult, Recorder]:
     """Run the script to its end under watch; (diagnose's RunResult over the whole run, the
     recorder: its windows, changes and periodic events). The events file is opened (its header
     written, with `header`'s keys: a torchrun rank's number and launch id) and the metrics server
     is expected started by the caller; both are closed here, and `peers` (the other ranks' events
-    files, gpuprof.watch.ranks.PeerChanges) with them."""
+    files, gpuprof.watch.ranks.PeerChanges) with them. module, own_options: as session.run_script's
+    (`script` a module name run as python -m runs it; gpuprof's options guarded)."""
     from gpuprof.runners.script import check_script
 
-    check_script(script)
+    check_script(script, module=module)
     sinks = make_sinks(events, exporter, display)
     recorder = Recorder(opts.every, opts.warmup, sinks, mfu_basis=mfu_basis(opts.gpu, opts.peak_tflops),
                         peers=peers)
@@ -150,10 +151,11 @@ def run_watch(script: str, args: list[str], opts: WatchOptions, *, events: Event
     ended = "failed"
     try:
         if events is not None:
-            events.open({"command": [script, *args], "every": opts.every.to_dict(), "warmup": opts.warmup,
+            command = ["-m", script, *args] if module else [script, *args]  # as the profile's
+            events.open({"command": command, "every": opts.every.to_dict(), "warmup": opts.warmup,
                          "change_rule": RULE, **(header or {})})
         result = session.run_script(script, args, opts.measure(), display, stdout=stdout or sys.stdout,
-                                    adapt_instruments=adapt)
+                                    adapt_instruments=adapt, module=module, own_options=own_options)
         ended = result.ended
     except KeyboardInterrupt:
         ended = "interrupted"
