@@ -21,7 +21,7 @@ import threading
 import torch
 from torch.nn.modules import module as nn_module
 
-from gpuprof.measure.hook_calls import _caller_kwargs, _is_compiling, _tokens_of
+from gpuprof.measure.hook_calls import _caller_kwargs, _compiled_graph_call, _is_compiling, _tokens_of
 
 _get_ident = threading.get_ident
 
@@ -44,7 +44,7 @@ class ForwardHooks:
         call through the slow path, ~2 µs each); a forward hook on the outermost module itself,
         registered for this call only, ends the span, registers the pre-hook again and removes
         itself (a hook left on the user's module would be pickled with it)."""
-        if _is_compiling():
+        if _is_compiling() or _compiled_graph_call(module):
             return None
         if self.stopped and _get_ident() == self._tid:  # a bare `except:` swallowed StopScript
             self._raise_stop()

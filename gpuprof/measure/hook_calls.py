@@ -8,9 +8,11 @@ sees an accelerator at all.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
+from torch.nn.modules import module as _nn_module
 
 try:
     from torch.compiler import is_compiling as _is_compiling
@@ -19,6 +21,31 @@ except ImportError:  # torch < 2.3
         return False
 
 _Tensor = torch.Tensor
+_GraphModule = torch.fx.GraphModule
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_MODULE_PY = _nn_module.__file__
+_HOOKS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # gpuprof/measure/
+
+
+def _compiled_graph_call(module) -> bool:
+    """Whether this module call is torch.compile's generated code running a captured graph, not a
+    model forward of the script's: the eager and aot_eager backends run what dynamo captured as an
+    fx.GraphModule (dynamo's carries its compile id in `meta`; aot_autograd's forward and backward
+    graphs are called from torch's own runtime wrappers), so a compiled optimizer step under
+    no_grad would otherwise read as an evaluation forward, and a compiled backward as activation
+    checkpointing. Only fx.GraphModule calls are looked at (an isinstance check for the others)."""
+    if not isinstance(module, _GraphModule):
+        return False
+    meta = getattr(module, "meta", None)
+    if isinstance(meta, dict) and meta.get("dynamo_compile_id") is not None:
+        return True
+    try:
+        f = sys._getframe(1)
+    except ValueError:
+        return False
+    while f is not None and (f.f_code.co_filename == _MODULE_PY or f.f_code.co_filename.startswith(_HOOKS_DIR)):
+        f = f.f_back  # past the hook itself and Module.__call__
+    return f is not None and os.path.abspath(f.f_code.co_filename).startswith(_TORCH_DIR)
 
 
 def _first_tensor(args, kwargs):

@@ -43,6 +43,7 @@ BACKENDS = {
     "_scaled_dot_product_fused_attention_overrideable": "fused (device)",
 }
 _MATMULS = ("bmm", "mm", "matmul", "baddbmm")
+_DTYPE_MATMULS = ("mm", "addmm", "bmm", "baddbmm")  # the aten matmuls a forward's layers dispatch to
 _SOFTMAX = ("_softmax", "_safe_softmax")
 _MASKS = ("masked_fill", "where", "add", "masked_fill_", "add_")
 _DROPOUT = ("native_dropout", "bernoulli_")
@@ -108,6 +109,7 @@ class OpTrace:
         self._handles = []
         self._modes = []
         self.error: str | None = None
+        self.matmul_flops: dict[str, float] = {}  # dtype -> FLOPs of the forward's matmuls in it
 
     # -- module stack --------------------------------------------------------------------------
     def _pre(self, module, args):
@@ -240,6 +242,13 @@ class OpTrace:
     def _op(self, name: str, args, out) -> None:
         import torch
 
+        if name in _DTYPE_MATMULS and isinstance(out, torch.Tensor) and out.is_floating_point():
+            # what the matmuls compute in, whatever cast or autocast put them there (a model that
+            # casts its weights to the activations' dtype inside forward, with no autocast)
+            b = args[-1] if isinstance(args[-1], torch.Tensor) and args[-1].dim() >= 2 else None
+            flops = 2.0 * out.numel() * (int(b.shape[-2]) if b is not None else 1)
+            key = str(out.dtype).replace("torch.", "")  # 'bfloat16', as MatmulDtypeWatch reads it
+            self.matmul_flops[key] = self.matmul_flops.get(key, 0.0) + flops
         if self._in_sdpa is not None:
             if name in BACKENDS and "_backend" not in self._in_sdpa:
                 self._in_sdpa["_backend"] = BACKENDS[name]
@@ -316,6 +325,9 @@ class OpTrace:
                "method": ("one forward traced with torch's function and dispatch modes: "
                           "F.scaled_dot_product_attention calls and the kernel each ran; a softmax over a "
                           "batched q·kᵀ (…, T, T) then ·v outside it is attention by hand")}
+        if self.matmul_flops:
+            out["matmul_flops_by_dtype"] = dict(self.matmul_flops)
+            out["matmul_dtype"] = max(self.matmul_flops, key=self.matmul_flops.get)
         if self.error:
             out["error"] = self.error
         return out

@@ -171,7 +171,8 @@ def with_observed_matmul(precision: dict, observed: str | None, layer: str | Non
     out = dict(precision, observed_matmul_dtype=observed, observed_layer=layer)
     if observed in ("bfloat16", "float16") and out.get("compute_dtype") in ("fp32", "tf32"):
         out["autocast_dtype"] = out.get("autocast_dtype") or observed
-        out["autocast_note"] = f"autocast inside the model's forward: {layer} computed in {observed}"
+        out["autocast_note"] = (f"a lower precision inside the model's forward (autocast, or a cast of its own): "
+                                f"{layer} computed in {observed}")
         out["compute_dtype"] = observed_compute_dtype(observed, out.get("param_dtype"), out.get("tf32_matmul"),
                                                       device)
     return out

@@ -130,7 +130,7 @@ class StackSampler:
     def __init__(self, thread_id: int, label: Callable[[], str | None], interval_s: float = 0.01,
                  marker: Callable[[str], bool] | None = None, clock: Callable[[], float] = time.perf_counter,
                  *, steps: Callable[[], int] | None = None, per_step: float = 2.0, max_interval_s: float = 0.05,
-                 wait: Callable[[float], bool] | None = None):
+                 wait: Callable[[float], bool] | None = None, code_marker: Callable[[object], bool] | None = None):
         self.thread_id = thread_id
         self.min_interval_s = interval_s
         self.max_interval_s = max_interval_s
@@ -138,6 +138,7 @@ class StackSampler:
         self.interval_s = interval_s  # the current period
         self._label = label
         self._marker = marker
+        self._code_marker = code_marker  # optional predicate on a user code object (a loader found by discovery)
         self._clock = clock
         self._wait = wait
         self._steps = steps
@@ -262,7 +263,8 @@ class StackSampler:
             kind = _LIB
         else:
             kind = _SKIP
-        marked = kind == _OWN and self._marker is not None and bool(self._marker(name))
+        marked = kind == _OWN and ((self._marker is not None and bool(self._marker(name)))
+                                   or (self._code_marker is not None and bool(self._code_marker(code))))
         key = (name, shown, code.co_firstlineno, _ORIGIN[kind]) if kind else None
         entry = self._code_cache[code] = (kind, key, marked)
         return entry
@@ -278,7 +280,7 @@ class StackSampler:
         self.samples += 1
         labelled = self.labelled
         labelled[tag] = labelled.get(tag, 0) + 1
-        cache, want_mark = self._code_cache, self._marker is not None
+        cache, want_mark = self._code_cache, self._marker is not None or self._code_marker is not None
         key = None
         line = 0
         marked = False

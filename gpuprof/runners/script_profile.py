@@ -14,7 +14,7 @@ from gpuprof.measure.timer import GPU_UNFINISHED
 from gpuprof.measure.environment import environment
 from gpuprof.profile import Profile
 from gpuprof.stats import median
-from gpuprof.steplog import reported_summary
+from gpuprof.steplog import derive_step_times, reported_summary
 
 
 def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Profile | None:
@@ -41,9 +41,16 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
         cfg["tokens_per_step"] = cfg["batch_size"] * cfg["block_size"] * cfg["grad_accum"]
         run.source["tokens_per_step"] = "batch_size × block_size × grad_accum"
     cfg["source"] = run.source
+    inputs = getattr(run, "inputs", None)  # gpuprof.runners.script_inputs: what the script read
+    if inputs is not None:
+        try:
+            cfg["script_inputs"] = inputs.to_dict()
+        except Exception:  # noqa: BLE001 - a recording, never the profile
+            pass
     run_info = {
         "mode": "script",
         "command": run.command,
+        "script_file": run.file,  # the script's (or the -m module's) source file
         "rank": int(os.environ.get("RANK", 0)),
         "world_size": int(os.environ.get("WORLD_SIZE", 1)),
         "data_path": cfg.pop("data_path", None),
@@ -95,6 +102,7 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     else:
         budget = PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress)
     profile.measurements.update(stop_instruments(run.instruments, run.ctx, budget))
+    _precision_from_count(run, profile)
     if budget.interrupted:  # Ctrl-C during the post-run work: the steps stand, the run was stopped
         run_info["ended"], run_info["partial"] = "interrupted", True
     for name, why in run.not_started.items():
@@ -121,6 +129,20 @@ def _observed_precision(run, cfg: dict) -> None:
         return
     watch.remove()
     run.ctx.precision = with_observed_matmul(run.ctx.precision or {}, watch.dtype, watch.layer, run.device)
+
+
+def _precision_from_count(run, profile) -> None:
+    """A compiled model has no hook on its layers (script_state: a hook would recompile it), so the
+    dtype its matmuls compute in is read from the FLOP count's eager forward after the run (the
+    aten matmuls OpTrace saw, by their FLOPs): a model that casts to bf16 inside its forward, with
+    no autocast, is then not taken for fp32."""
+    trace = getattr(run.ctx, "op_trace", None) if run.ctx is not None else None
+    observed = trace.get("matmul_dtype") if isinstance(trace, dict) else None
+    if run.matmul_watch is not None or not observed or not run.ctx.precision:
+        return
+    run.ctx.precision = with_observed_matmul(run.ctx.precision, observed, "its matmuls (seen in the FLOP count's eager forward)",
+                                             run.device)
+    profile.measurements["precision"] = run.ctx.precision
 
 
 def _collectives_section(run, gpu: dict | None) -> dict:
@@ -156,10 +178,15 @@ def _attribute_data(run, measured) -> dict:
                     moved = phases["other"] * share
                     phases["other"] -= moved
                     phases["data"] = phases.get("data", 0.0) + moved
+    found = getattr(run, "loader", None)
     return {
-        "method": ("wrapped: the script's get_batch-like functions and DataLoader iteration are "
-                   "timed as `data`; plus sampled: `other` time whose stack samples fall in an "
-                   "unwrapped data-like user function moves to `data` by its sample share"),
+        "method": ("timed: the calls that produced the first training forward's inputs, followed back from its "
+                   "call site (a function, a method, next() of an iterator or generator: "
+                   "gpuprof.runners.loader_discovery), else the script's get_batch-like functions, and "
+                   "DataLoader iteration, are timed as `data`; plus sampled: `other` time whose stack samples "
+                   "fall in a loader that cannot be timed (a generator a for loop resumes) or an unwrapped "
+                   "data-like user function moves to `data` by its sample share"),
+        "discovered": found.to_dict() if found is not None else None,
         "wrapped": list(run.hooks.wrapped),
         "dropped": sorted(run.hooks.disqualified),
         "other_samples": other,
@@ -172,6 +199,7 @@ def _script_section(run, attribution: dict, gpuprof_step_s: float | None = None)
     iters = run.iter_lines
     if run.keep_steps is not None:  # a sample of the lines (script_state): in the order printed
         iters = sorted(iters, key=lambda x: -1 if x.step is None else x.step)
+    iters = derive_step_times(iters)  # modded-nanogpt prints a running total, not a step time
     # The script's own step lines (any format gpuprof.steplog reads) beside gpuprof's step.
     reported = reported_summary(iters, skip_first=run.warmup, gpuprof_step_s=gpuprof_step_s)
     counts = dict(run.hooks.counts)
@@ -191,7 +219,8 @@ def _script_section(run, attribution: dict, gpuprof_step_s: float | None = None)
         "data_attribution": attribution,
     }
     if run.sampler is not None:
-        base = os.path.dirname(run.file)
+        # paths as the user names them: from the script's folder, or for `-m` the folder it ran from
+        base = os.getcwd() if run.command[:1] == ["-m"] else os.path.dirname(run.file)
         section["sampler"] = run.sampler.stats()
         section["top_functions"] = {p: run.sampler.top(p, 5, relative_to=base)
                                     for p in run.sampler.counts}

@@ -24,6 +24,8 @@ from gpuprof.measure.precision import MatmulDtypeWatch, read_precision
 from gpuprof.measure.stacks import StackSampler
 from gpuprof.measure.timer import PhaseTimer
 from gpuprof.runners.builtin import RunContext
+from gpuprof.runners.loader_discovery import discover
+from gpuprof.runners.loader_timing import install
 from gpuprof.runners.script_discovery import (_find_ddp, _find_model, _gpt_config, _unwrap, read_config,
                                               wrap_data_functions)
 from gpuprof.steplog import EvalLine, IterLine, parse_line
@@ -53,6 +55,7 @@ class _Run:
         self.instruments: list = []
         self.not_started: dict[str, str] = {}
         self.matmul_watch = None
+        self.loader = None  # gpuprof.runners.loader_discovery.Found, at the first forward
         self.post_budget_s: float | None = None
         self.on_progress: Callable[[str], None] | None = None
         self.on_step_record: Callable[[dict], None] | None = None
@@ -100,16 +103,17 @@ class _Run:
         self.timer = PhaseTimer.for_device(self.device, **bounded)
         self.timer.listener = self.on_step_record
         # Heuristics over arbitrary user objects: a failure here must not end the user's run.
-        for step in (lambda: read_config(self, eager, compiled, first),
-                     lambda: wrap_data_functions(self.hooks, self.module.__dict__)):
+        for step in (lambda: read_config(self, eager, compiled, first), self._find_loader):
             try:
                 step()
             except Exception as exc:
                 self.source.setdefault("errors", []).append(f"{exc.__class__.__name__}: {exc}")
         hooks = self.hooks
         per_step, longest = self.stack_rate
+        loader_codes = frozenset(self.loader.codes) if self.loader is not None else frozenset()
         self.sampler = StackSampler(hooks._tid, self._sample_label, self.sample_interval_s,
-                                    marker=data_like_name, steps=lambda: hooks.steps_done,
+                                    marker=data_like_name, code_marker=loader_codes.__contains__,
+                                    steps=lambda: hooks.steps_done,
                                     per_step=per_step, max_interval_s=max(longest, self.sample_interval_s))
         self.sampler.start()
         gcfg = _gpt_config(self.config)
@@ -123,11 +127,17 @@ class _Run:
             precision = read_precision(eager, autocast, self.device)
         except Exception as exc:  # noqa: BLE001 - never end the user's run over a reading
             precision = {"error": f"{exc.__class__.__name__}: {exc}"}
-        try:  # autocast inside forward (accelerate, precision plugins) shows in the output dtype
-            self.matmul_watch = MatmulDtypeWatch(eager)
-            self.hooks.forward_watchers.append(self.matmul_watch)  # armed from this forward on
-        except Exception:  # noqa: BLE001 - an odd module: the precision read at entry stands
-            self.matmul_watch = None
+        # Autocast inside forward (accelerate, precision plugins) shows in the output dtype of the
+        # largest matmul layer, read by a hook on it during one forward. Never on a compiled model:
+        # dynamo guards on its submodules' hooks, so a hook added and removed by gpuprof would
+        # recompile the user's model twice (guard `len(self._modules['lm_head']._forward_hooks)
+        # != 1`); its matmul dtype is read after the run from the FLOP count's eager forward.
+        if not compiled:
+            try:
+                self.matmul_watch = MatmulDtypeWatch(eager)
+                self.hooks.forward_watchers.append(self.matmul_watch)  # armed from this forward on
+            except Exception:  # noqa: BLE001 - an odd module: the precision read at entry stands
+                self.matmul_watch = None
         self.ctx = RunContext(self.config, gcfg, eager, tuple(args), dict(kwargs), self.device,
                               self.timer, autocast, precision=precision, ddp=_find_ddp(module))
         if self.instruments_factory is not None:
@@ -138,6 +148,17 @@ class _Run:
                 self.instrument_errors.append(f"instruments: {exc!r}")
             self.instruments, self.not_started = start_instruments(wanted, self.ctx)
         return self.timer
+
+    def _find_loader(self) -> None:
+        """The `data` phase: the calls that produced the first forward's inputs, followed from its
+        call site (gpuprof.runners.loader_discovery); when none could be timed, the script's
+        get_batch-like names (gpuprof.runners.script_discovery.wrap_data_functions)."""
+        try:
+            self.loader, producers = discover()
+            install(self.hooks, producers, self.loader)
+        finally:
+            if self.loader is None or not self.loader.timed:
+                wrap_data_functions(self.hooks, self.module.__dict__)
 
     def _sample_label(self):
         t = self.timer

@@ -28,6 +28,7 @@ class Reported(Record):
     skipped_first: int | None = None
     ratio: float | None = None
     note: str | None = None
+    mfu_note: str | None = None  # why the printed MFU is not taken as a claim (nanochat's 0 where it has no peak)
     first_step_ms: float | None = None  # older profiles: the script's first iteration
 
 
@@ -73,6 +74,9 @@ class ScriptSection(Section):
     top_functions: dict[str, tuple[TopFunction, ...]] = field(default_factory=dict)  # phase -> hottest first
     sampler: StackSampler | None = None  # None when the script ran without the stack sampler
     eval_forwards: int | None = None  # older profiles: evaluation forwards in the profiled steps
+    # the calls timed as `data` (data_attribution: those found from the first forward's inputs,
+    # else the wrapped get_batch-like functions), e.g. "next(train_loader): gen (loader.py:29)"
+    loaders: tuple[str, ...] = ()
 
     @classmethod
     def _nested(cls, d: dict) -> dict:
@@ -80,10 +84,19 @@ class ScriptSection(Section):
         top = {phase: tuple(TopFunction.from_dict(e) for e in entries if isinstance(e, dict))
                for phase, entries in mapping(d.get("top_functions")).items() if isinstance(entries, list)}
         sampler = d.get("sampler")
-        return {"steps": StepRule.from_dict(d.get("steps")),
+        att = mapping(d.get("data_attribution"))
+        found = mapping(att.get("discovered")).get("timed") or att.get("wrapped") or ()
+        return {"loaders": tuple(x for x in found if isinstance(x, str)), "steps": StepRule.from_dict(d.get("steps")),
                 "reported": Reported.from_dict(d.get("reported")), "counts": mapping(hooks.get("counts")),
                 "h2d_note": hooks.get("h2d_note") or None, "top_functions": top,
                 "sampler": StackSampler.from_dict(sampler) if isinstance(sampler, dict) and sampler else None}
+
+    def loader_call(self) -> str | None:
+        """The data call in the user's words: `next(train_loader)`, `get_batch`, `DataLoaderLite.next_batch`."""
+        if not self.loaders:
+            return None
+        label = self.loaders[0]
+        return label.split(": ", 1)[0] if label.startswith("next(") else label.split(" (", 1)[0]
 
     def count(self, hook: str) -> int:
         """Calls the hooks counted (0 when they did not count it)."""
