@@ -26,6 +26,10 @@ class Finding:
     confidence: str = "medium"  # high | medium | low
     fix: str = ""  # the concrete change
     config_overrides: dict = field(default_factory=dict)  # nanoGPT config keys when a config fix
+    # The settings the fix's change sets, in the same names, also where they stay out of the
+    # corrected config (a change timed within noise): what the script's own terms are found for
+    # (analysis/script_knobs.py). Empty: config_overrides' are the settings.
+    settings: dict = field(default_factory=dict)
     kind: str = "fix"  # fix | correction (a wrong figure, not time) | verdict | info
     note: str = ""  # e.g. why the saving cannot be estimated, or the constraint on the fix
     # The evidence in words, with units: a sentence or two the rule writes from the same numbers

@@ -105,6 +105,11 @@ def analyze(profile: Profile, options: AnalysisOptions | None = None, **kw) -> A
         findings = [replace(f, title=f"rank {view}: {f.title}")
                     if f.id not in own and view is not None and not f.title.startswith("rank ") else f
                     for f in findings]
+    if profile.run.get("mode") == "script":  # each change in the script's own flags (analysis/script_knobs.py)
+        from gpuprof.analysis.script_knobs import find_knobs, worded
+
+        knobs = find_knobs(profile.config, int(profile.run.get("world_size") or 1))
+        findings = [worded(f, profile.config, knobs=knobs) for f in findings]
     findings, more = enforce_savings(stats, findings)  # last: nothing impossible reaches the report
     return Analysis(options, stats, mfu, tuple(findings), merge(findings, profile.config),
                     tuple(repairs + more), distributed)

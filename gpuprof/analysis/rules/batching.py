@@ -140,9 +140,12 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         because += (f"; timed after the run in {mb.pair.rounds} paired rounds, {b2 // batch} micro-steps of "
                     f"batch_size {batch} against 1 of {b2} (the same tokens) took {times(mb.pair.ratio)} the time")
         ev.update({"new_batch_size": b2, "new_grad_accum": n2, "new_batch_measured": True, **timed.evidence})
-        if not timed.within_noise and timed.estimate <= 0:
-            return [Finding(id="micro-batch-too-small", title=title, saving_s=None, evidence=ev, confidence="medium",
-                            because=because, note=f"batch_size={b2} ran no faster in paired rounds: {timed.note}")]
+        if timed.estimate <= 0:  # slower in the rounds, within noise or not: never offered as a change
+            return [Finding(id="micro-batch-too-small", saving_s=None, evidence=ev, confidence="medium",
+                            title=(f"a larger micro-batch ran no faster: {n2} micro-step{'s' if n2 > 1 else ''} of "
+                                   f"batch_size {b2} took {times(mb.pair.ratio)} the time of {n} of {batch}"),
+                            kind="info", because=because,
+                            note=f"batch_size={b2} ran no faster in paired rounds: {timed.note}")]
         b2_note = (f"batch_size {b2} is the largest timed (up to 8x the run's, within the post-run budget)"
                    + ("; larger ones may save more, not timed" if best is not None and best[0] > b2 else ""))
         saving = timed.saving_s
@@ -186,6 +189,7 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         fix=(f"batch_size={b2}, gradient_accumulation_steps={n2} (same "
              f"{b2 * n2 * (ctx.config.get('block_size') or 0):,} tokens per step)"),
         note=note, config_overrides={} if within else {"batch_size": b2, "gradient_accumulation_steps": n2},
+        settings={"batch_size": b2, "gradient_accumulation_steps": n2},
         because=because, claims={} if saving is None else {"forward": saving / 3, "backward": saving * 2 / 3},
     )]
 

@@ -39,13 +39,13 @@ def _small(saving: float, total: float) -> str:
 
 
 def outcome(timed: TimedSaving, total: float, share: float = CLAIM_SHARE) -> str:
-    """What a timed saving supports: "noise" (its interval holds no change), "slower" (the changed
-    way is not faster: a supported loss, or a point figure ≤ 0), "small" (under `share` of the
-    step) or "claim"."""
-    if timed.within_noise:
-        return "noise"
+    """What a timed saving supports: "slower" (the changed way was not faster: its point figure is
+    ≤ 0, within noise or not — a change the measurement says is slower is never offered as a fix),
+    "noise" (its interval holds no change), "small" (under `share` of the step) or "claim"."""
     if timed.estimate <= 0:
         return "slower"
+    if timed.within_noise:
+        return "noise"
     return "small" if not total or timed.estimate / total < share else "claim"
 
 
@@ -170,7 +170,7 @@ def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, 
         note = {"noise": ts.note, "small": _small(ts.estimate, total),
                 "slower": f"measured: {way_b} was not faster here, so no saving is claimed on this device"}[verdict]
         return [Finding(id=fid, title=title, saving_s=None, evidence=ev, confidence=ts.confidence,
-                        kind="info", fix=fix, because=because,
+                        kind="info", fix="" if verdict == "slower" else fix, because=because,
                         note=join_notes(note, ts.note if verdict != "noise" else "", memory.removeprefix("; ")))]
     saving = ts.saving_s
     # Split over forward and backward where the gain was (a part that got slower gains nothing),

@@ -266,8 +266,10 @@ def _compile_measured(ctx: Context) -> list[Finding] | None:
                                     f"step: under {COMPILE_CLAIM_SHARE:.0%}, so no saving is claimed on this device"
                                     if total else "", ts.note)}[verdict]
         return [Finding(id="compile-missing", title="the model runs eagerly (compile=False)", saving_s=None,
-                        evidence=ev, confidence=ts.confidence, kind="info", fix=fix,
-                        config_overrides={} if verdict == "noise" else overrides, because=because,
+                        evidence=ev, confidence=ts.confidence, kind="info",
+                        fix="" if verdict == "slower" else fix,
+                        config_overrides=overrides if verdict == "small" else {},
+                        settings={} if verdict == "slower" else {"compile": True}, because=because,
                         note=join_notes(note, cost_words))]
     saving = ts.saving_s
     return [Finding(

@@ -111,7 +111,8 @@ def data_loading_exposed(ctx: Context) -> list[Finding]:
             fix = ("DataLoader(num_workers=N, pin_memory=True, persistent_workers=True, prefetch_factor=2) "
                    "so batches are prepared in worker processes while the model computes")
     else:
-        fix = ("prefetch batches in a background thread (a queue of 1-2 ready batches) so get_batch "
+        call = ctx.sections.script.loader_call() if mode(ctx) == "script" else None
+        fix = (f"prefetch batches in a background thread (a queue of 1-2 ready batches) so {call or 'get_batch'} "
                "overlaps forward/backward; on CUDA keep pin_memory + non_blocking copies")
         if free is not None and free["free_cores"] < 1:
             note = (note + "; " if note else "") + (
@@ -244,8 +245,9 @@ def compute_bound(ctx: Context) -> list[Finding]:
     ev = {"compute_share": compute_share, "non_compute_exposed_share": share, **step_evidence(ctx)}
     title = f"compute-bound: forward, backward and optimizer are {compute_share:.1%} of the step"
     because = (f"forward, backward and optimizer: {seconds(compute_s)} per step, {pct(compute_share)} of "
-               f"the step; data loading, copies and other loop code leave the device waiting "
-               f"{seconds(non_compute)} per step ({pct(share)})")
+               f"the step; data loading, copies and other loop code "
+               + ("leave the GPU waiting" if on_cuda(ctx) else "take")
+               + f" {seconds(non_compute)} per step ({pct(share)})")
     mfu = ctx.mfu if ctx.mfu is not None else MfuResult()
     floor = mfu.floor_s
     shown = total

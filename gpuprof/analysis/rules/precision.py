@@ -7,6 +7,7 @@ from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.precision import compute_dtype_name
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
 from gpuprof.analysis.rules.intervals import timed_saving
+from gpuprof.analysis.script_knobs import find_knobs
 from gpuprof.hardware import MARKED_FASTER as MARKED, TORCH_NAME, pick_faster
 from gpuprof.sections import Precisions
 from gpuprof.units import flops_rate, join_notes, seconds, times
@@ -106,8 +107,8 @@ def precision_slow(ctx: Context) -> list[Finding]:
         basis = ((f"the step's {flops:.3g} FLOPs at {flops_rate(r_now)} = {seconds(matmul_s)} of its "
                   f"{seconds(compute)} forward+backward" if flops else f"forward+backward ({seconds(compute)})")
                  + f", sped up by the measured matmul rate ratio ({flops_rate(r_now)} vs {flops_rate(rates[best])})")
-    if not total or (not timed.within_noise and timed.estimate / total < MIN_SHARE):
-        return []  # a supported loss, or a saving under 2% of the step
+    if not total or timed.estimate <= 0 or (not timed.within_noise and timed.estimate / total < MIN_SHARE):
+        return []  # measured slower (within noise or not), or a saving under 2% of the step
     saving = timed.saving_s
     because = (f"at the model's matmul shapes this device ran {current} at {flops_rate(r_now)} and {best} at "
                f"{flops_rate(rates[best])} ({times(rates[best] / r_now)}); forward+backward take "
@@ -121,8 +122,14 @@ def precision_slow(ctx: Context) -> list[Finding]:
     elif matmul_s is not None:
         because += f", of which {seconds(matmul_s)} is matmul time at the measured rate"
     own = ctx.config.get("script_globals")
-    fix, overrides = _fix(current, best, on_cuda(ctx), mode(ctx) == "script",
-                          dtype_setting=own is None or "dtype" in own)
+    # A script with a precision setting of its own (a --dtype flag, an environment variable it
+    # reads): the change is that setting, worded in the script's terms by analysis/script_knobs.py.
+    knob = find_knobs(ctx.config).get("dtype") if mode(ctx) == "script" else None
+    if knob is not None and knob.kind != "global" and best != "tf32":
+        fix, overrides = f"dtype = '{TORCH_NAME[best]}'", {"dtype": TORCH_NAME[best]}
+    else:
+        fix, overrides = _fix(current, best, on_cuda(ctx), mode(ctx) == "script",
+                              dtype_setting=own is None or "dtype" in own)
     others = ", ".join(f"{d} {r / r_now:.1f}x" for d, r in sorted(faster.items(), key=lambda kv: -kv[1]) if d != best)
     note = f"estimate: {basis}"
     if others:
@@ -148,7 +155,7 @@ def precision_slow(ctx: Context) -> list[Finding]:
                   "chosen_by": "matmul rate" if by_rate else "runner-up",
                   "shapes": [f"{prec.m}x{s.k}x{s.n}" for s in prec.shapes], **timed.evidence},
         confidence=timed.confidence, fix=fix, note=note,
-        config_overrides={} if timed.within_noise else overrides, because=because,
+        config_overrides={} if timed.within_noise else overrides, settings=overrides, because=because,
         claims={} if saving is None else {"forward": saving * fwd / compute, "backward": saving * bwd / compute},
     )]
 
