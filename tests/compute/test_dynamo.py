@@ -303,7 +303,7 @@ def test_the_real_run_gives_a_graph_break_and_a_recompile_finding(broken_run):
     assert f.id == "graph-break" and f.title.startswith(f"torch.compile graph break at {HERE}:{_item_line()}: ")
     assert "Tensor.item()" in f.title and "capture_scalar_outputs = True" in f.fix
     assert f.saving_s is None and f.note.startswith("not estimated") and f.kind == "fix"
-    found = compile_breaks.recompiles(ctx)
+    found = [x for x in compile_breaks.recompiles(ctx) if x.id != "recompile-warmup"]
     assert {x.id for x in found} == {"recompile"}
     fwd = next(x for x in found if x.evidence["function"] == "forward")
     assert f"{HERE}:{_forward_line()}" in fwd.title and "size mismatch" in fwd.title
@@ -360,11 +360,16 @@ def _recompile(step, reason, function="forward", **kw):
     return r
 
 
-def test_recompiles_in_warmup_give_no_finding_those_in_measured_steps_one():
+def test_recompiles_in_warmup_are_named_as_information_those_in_measured_steps_a_finding_each():
     warm = _recompile(0, "tensor 'x' size mismatch at index 0. expected 16, actual 7")
-    assert compile_breaks.recompiles(_ctx({"recompiles": [warm]})) == []
+    (info,) = compile_breaks.recompiles(_ctx({"recompiles": [warm]}))
+    assert info.id == "recompile-warmup" and info.kind == "info" and info.saving_s is None
+    assert info.title == "torch.compile recompiled 1 function once before the measured steps, 250 ms of compiling"
+    assert info.because == "forward at train.py:30 once: tensor 'x' size mismatch at index 0. expected 16, actual 7"
+    assert info.evidence["hook_guards"] == 0
     late = _recompile(2, "tensor 'x' size mismatch at index 0. expected 16, actual 7")
-    (f,) = compile_breaks.recompiles(_ctx({"recompiles": [warm, late]}))
+    (f, info) = compile_breaks.recompiles(_ctx({"recompiles": [warm, late]}))
+    assert info.id == "recompile-warmup" and info.evidence["recompiles"] == 1
     assert f.id == "recompile" and "recompiled forward at train.py:30 once in the measured steps: tensor 'x' size mismatch" in f.title
     assert "size mismatch" in f.title and "mark_dynamic(x, dim)" in f.fix and "dynamic=True" in f.fix
     assert f.saving_s is None and f.note.startswith("not estimated") and f.evidence["guard_kind"] == "shape"
@@ -379,8 +384,18 @@ def test_recompiles_in_warmup_give_no_finding_those_in_measured_steps_one():
                            "resume_of": {"function": "forward", "line": 42}}, "remove that graph break"),
 ])
 def test_the_recompile_fix_names_the_guard(reason, extra, fix_has):
-    (f,) = compile_breaks.recompiles(_ctx({"recompiles": [_recompile(1, reason, **extra)]}))
+    (f,) = [x for x in compile_breaks.recompiles(_ctx({"recompiles": [_recompile(1, reason, **extra)]}))
+            if x.id == "recompile"]
     assert fix_has in f.fix and reason in f.title
+
+
+def test_a_hook_added_to_a_compiled_model_is_named_as_the_warmup_recompiles_cause():
+    hook = _recompile(0, "len(self._modules['lm_head']._forward_hooks) != 1")
+    (info,) = compile_breaks.recompiles(_ctx({"recompiles": [hook, _recompile(0, "x.size()[0] == 8", line=31,
+                                                                              where="train.py:31")]}))
+    assert info.evidence == {"recompiles": 2, "functions": 2, "compile_s": 0.5, "hook_guards": 1,
+                             "guards": ["len(self._modules['lm_head']._forward_hooks) != 1", "x.size()[0] == 8"]}
+    assert "1 of them failed a guard on a module's hooks" in info.note and "2 functions 2 times" in info.title
 
 
 def test_a_recompile_limit_hit_says_the_function_runs_eagerly():

@@ -1,7 +1,8 @@
 """Rules about what torch.compile reported during the run (measurements.dynamo, read by
 measure/dynamo.py from dynamo's own records): a graph break in the compiled code (graph-break),
-recompilations during the measured steps (recompile), a function dynamo gave up compiling after
-too many recompilations (recompile-limit). Pure: no torch import.
+recompilations during the measured steps (recompile) and before them (recompile-warmup, information),
+a function dynamo gave up compiling after too many recompilations (recompile-limit). Pure: no torch
+import.
 
 None of them estimates a saving: what a break costs (the pieces' extra launches, the fusion lost
 across the split) and what a recompilation costs a typical step were not measured in the run;
@@ -13,7 +14,7 @@ import re
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.sections.dynamo import DynamoSection, GraphBreak, Recompile
-from gpuprof.units import seconds
+from gpuprof.units import join_notes, seconds
 
 _RESUME = re.compile(r"^torch_dynamo_resume_in_(.+)_at_(\d+)$")  # dynamo's code after a graph break
 MAX_BREAK_FINDINGS = 10  # break places reported (the user's code first, then the most met)
@@ -224,6 +225,7 @@ def recompiles(ctx: Context) -> list[Finding]:
                       "compile_s": compile_s, "measured_steps": n_measured},
             confidence="high", kind="fix", fix=_recompile_fix(first, guard), note=note, because=because,
         ))
+    out.extend(_warmup_recompiles(sec, in_measured))
     for hit in sec.limit_hits:
         where = hit.where or (f"{hit.file}:{hit.line}" if hit.file else "an unknown place")
         resume = _RESUME.match(hit.function or "")
@@ -251,3 +253,44 @@ def recompiles(ctx: Context) -> list[Finding]:
             because=because,
         ))
     return out
+
+
+# A guard on a module's hook dicts: a hook added to (or removed from) the model after it was
+# compiled. gpuprof adds none to a compiled model (runners/script_state.py), so it is the script's.
+_HOOK_GUARD = re.compile(r"_(?:forward|forward_pre|backward|backward_pre|state_dict)_hooks")
+
+
+def _warmup_recompiles(sec: DynamoSection, in_measured) -> list[Finding]:
+    """recompile-warmup: the recompilations outside the measured steps (the first steps compile,
+    and a function called with another shape, mode or object compiles again), each function once
+    with its guard, so a report of a compiled run names them; information, no saving (a one-time
+    cost, inside compile warm-up's figure). A guard that keeps failing shows again in the measured
+    steps as `recompile`."""
+    early = [r for r in sec.recompiles if not in_measured(r.step_index)]
+    if not early:
+        return []
+    groups: dict = {}
+    for r in early:
+        groups.setdefault((r.function, r.file, r.line), []).append(r)
+    parts = []
+    for rs in groups.values():
+        first = rs[0]
+        where = first.where or (f"{first.file}:{first.line}" if first.file else "an unknown place")
+        parts.append(f"{_function_words(first)} at {where} {_times(len(rs))}: {first.reason or 'no guard given'}")
+    times_ = [r.compile_s for r in early if r.compile_s is not None]
+    spent = f", {seconds(sum(times_))} of compiling" if times_ else ""
+    hooks = [r for r in early if r.reason and _HOOK_GUARD.search(r.reason)]
+    note = "a one-time cost of the first steps, inside the compile warm-up; not in the measured steps"
+    if hooks:
+        note = join_notes(note, f"{len(hooks)} of them failed a guard on a module's hooks: a hook was added to or "
+                                "removed from the compiled model after it was compiled (gpuprof adds none to a "
+                                "compiled model), and each change of its hooks compiles it again")
+    return [Finding(
+        id="recompile-warmup", kind="info", saving_s=None, confidence="high",
+        title=(f"torch.compile recompiled {len(groups)} function{_s(len(groups))} {_times(len(early))} "
+               f"before the measured steps{spent}"),
+        evidence={"recompiles": len(early), "functions": len(groups), "compile_s": sum(times_) if times_ else None,
+                  "hook_guards": len(hooks), "guards": [r.reason for r in early[:5]]},
+        because="; ".join(parts[:4]) + (f"; and {len(parts) - 4} more" if len(parts) > 4 else ""),
+        note=note,
+    )]
