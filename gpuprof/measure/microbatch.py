@@ -98,7 +98,13 @@ class MicroBatchProbe:
             skipped.append(out["stopped"])
         out["skipped_sizes"] = left_out
         n = getattr(getattr(getattr(ctx, "profile", None), "stats", None), "micro_steps", None) or 1
-        out["pair"] = self._pair(ctx, args, kwargs, out, n, t_b, allotted - (time.perf_counter() - t0), skipped)
+        # The rounds are planned on the slower of the run's micro-step and the curve's own at the
+        # run's size: the curve runs the eager model, which for a compiled run can take several
+        # times the run's (a compiled GPT's 25 ms micro-step took 36-110 ms eager on this project's
+        # VM, and rounds planned on 25 ms spent 19.5 s of the 10.8 s allotted).
+        eager = next((pt.get("seconds") for pt in out.get("points") or [] if pt.get("batch_size") == batch), None)
+        t_plan = max(t_b, eager or 0.0)
+        out["pair"] = self._pair(ctx, args, kwargs, out, n, t_plan, allotted - (time.perf_counter() - t0), skipped)
         budget.done(self.name, skipped)
         return out
 
