@@ -115,7 +115,13 @@ def python_descendants(p: psutil.Process) -> list[dict]:
             parent[k.pid] = k.ppid()
         except psutil.Error:
             pass
-    procs = {k.pid: k for k in kids if k.pid in parent}
+    # gpuprof itself (run from the shell it was given) is never a candidate, nor a process it runs
+    # under (`uv run gpuprof attach`)
+    try:
+        ours = {os.getpid(), *(a.pid for a in psutil.Process().parents())}
+    except psutil.Error:
+        ours = {os.getpid()}
+    procs = {k.pid: k for k in kids if k.pid in parent and k.pid not in ours}
     python = {pid for pid, k in procs.items() if is_python(k) is True}
 
     def top(pid: int) -> int | None:

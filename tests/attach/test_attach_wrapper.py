@@ -144,3 +144,9 @@ def test_a_wrapper_without_a_python_child_says_so(wrapper):
     assert f"process {w.pid} is not a Python program py-spy can read (it runs: sh -c sleep 30; true)" in line, line
     assert "and none of its child processes is Python (py-spy: " in line, line
     assert "gpuprof attach" not in line
+
+
+def test_gpuprof_itself_is_never_the_child_it_names():
+    """`gpuprof attach $$` from a shell: gpuprof is that shell's Python child, never the answer."""
+    parent = psutil.Process().parent()
+    assert os.getpid() not in [d["pid"] for d in python_descendants(parent)]
