@@ -104,7 +104,9 @@ def run_builtin(cfg, measure: Measure, display=None) -> RunResult:
 
 def shown(script: str, module: bool = False) -> str:
     """The script as the user wrote it: `train.py`, or `-m scripts.base_train` for a module."""
-    return f"-m {script}" if module else script
+    from gpuprof.runners.script_module import shown as module_shown
+
+    return module_shown(script) if module else script
 
 
 def run_script(script: str, args: list[str], measure: Measure, display=None, *, stdout=None,

@@ -339,3 +339,24 @@ def test_the_saves_line_gives_the_promise_as_shares_of_the_step(profile_factory)
     assert ev["saving_low_s"] < ev["saving_high_s"] and "timed_part_s" in ev
     line = finding_view(with_share(f, step)).saves
     assert f"of the typical step, {pct_range(ev['saving_low_s'] / step, ev['saving_high_s'] / step)}" in line
+
+
+def test_micro_batch_timed_slower_is_never_offered_as_a_change(profile_factory):
+    # issue #40: the rounds timed the larger micro-batch at 1.30x the time, with an interval that
+    # (on this noise) still holds no change: a slowdown, never shown as a fix's change
+    a, b, iv = _rounds(1.30, n=6, noise=0.6, seed=17)
+    assert iv.low < 1.0 < iv.high  # within noise, and 30% slower at its estimate
+    (f,) = batching.micro_batch_too_small(_curve_ctx(profile_factory, _pair(iv)))
+    assert f.kind == "info" and f.fix == "" and f.config_overrides == {} and f.settings == {}
+    assert f.title.startswith("a larger micro-batch ran no faster: 4 micro-steps of batch_size 8 took 1.3")
+
+
+def test_a_negative_figure_inside_the_noise_is_noise_a_material_one_is_slower():
+    from gpuprof.analysis.rules.compute import outcome
+    from gpuprof.analysis.rules.intervals import TimedSaving
+
+    step = 0.1
+    assert outcome(TimedSaving(-0.03, None, "low", within_noise=True), step) == "slower"  # 30% of the step slower
+    assert outcome(TimedSaving(-0.0001, None, "low", within_noise=True), step) == "noise"
+    assert outcome(TimedSaving(-0.0001, None, "high", within_noise=False), step) == "slower"  # a supported loss
+    assert outcome(TimedSaving(0.02, 0.02, "high"), step) == "claim"

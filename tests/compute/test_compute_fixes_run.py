@@ -34,7 +34,11 @@ def test_each_fix_is_seen_and_timed_in_the_script_as_written():
     assert k["vocab"]["timing"]["tokens"] == 2 * 64 and k["vocab"]["timing"]["vocab_s"] > 0
     assert k["optimizer"]["mode"] == "for-loop" and k["optimizer"]["timing"]["fused_s"] > 0
     assert "attention-by-hand" in found  # a fix or, under 5% of the step here, information
-    assert "blocks.0.attn" in found["attention-by-hand"].fix
+    attn = found["attention-by-hand"]
+    if attn.fix:
+        assert "blocks.0.attn" in attn.fix
+    else:  # timed slower here by ≥ 2% of the step (a loaded machine): never offered as a change
+        assert attn.evidence["measured_saving_s"] < 0 and "was not faster here" in attn.note
 
 
 def test_nothing_is_found_once_the_fixes_are_applied():

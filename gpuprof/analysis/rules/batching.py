@@ -7,7 +7,7 @@ import statistics
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, on_cuda, step_s
-from gpuprof.analysis.rules.intervals import timed_saving
+from gpuprof.analysis.rules.intervals import says_slower, timed_saving
 from gpuprof.units import gib, join_notes, pct, seconds, times
 
 FIXED_SHARE_MIN = 0.10  # fixed per-micro-step cost worth acting on
@@ -140,7 +140,7 @@ def micro_batch_too_small(ctx: Context) -> list[Finding]:
         because += (f"; timed after the run in {mb.pair.rounds} paired rounds, {b2 // batch} micro-steps of "
                     f"batch_size {batch} against 1 of {b2} (the same tokens) took {times(mb.pair.ratio)} the time")
         ev.update({"new_batch_size": b2, "new_grad_accum": n2, "new_batch_measured": True, **timed.evidence})
-        if timed.estimate <= 0:  # slower in the rounds, within noise or not: never offered as a change
+        if says_slower(timed, step_s(ctx)):  # never offered as a change
             return [Finding(id="micro-batch-too-small", saving_s=None, evidence=ev, confidence="medium",
                             title=(f"a larger micro-batch ran no faster: {n2} micro-step{'s' if n2 > 1 else ''} of "
                                    f"batch_size {b2} took {times(mb.pair.ratio)} the time of {n} of {batch}"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
-from gpuprof.analysis.rules.intervals import TimedSaving, interval_of, timed_saving
+from gpuprof.analysis.rules.intervals import TimedSaving, interval_of, says_slower, timed_saving
 from gpuprof.units import count, join_notes, pct, seconds, times
 
 CLAIM_SHARE = 0.05  # a measured saving under 5% of the step is not claimed (issue #21's bar)
@@ -39,10 +39,10 @@ def _small(saving: float, total: float) -> str:
 
 
 def outcome(timed: TimedSaving, total: float, share: float = CLAIM_SHARE) -> str:
-    """What a timed saving supports: "slower" (the changed way was not faster: its point figure is
-    ≤ 0, within noise or not — a change the measurement says is slower is never offered as a fix),
-    "noise" (its interval holds no change), "small" (under `share` of the step) or "claim"."""
-    if timed.estimate <= 0:
+    """What a timed saving supports: "slower" (the measurement says the changed way is slower:
+    intervals.says_slower — never offered as a fix), "noise" (its interval holds no change),
+    "small" (under `share` of the step, or a point figure ≤ 0 too small to say slower) or "claim"."""
+    if says_slower(timed, total):
         return "slower"
     if timed.within_noise:
         return "noise"

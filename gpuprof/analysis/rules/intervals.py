@@ -117,3 +117,18 @@ def timed_saving(interval: dict | None, of_s: float, ratio: float, why_none: str
 
 
 TRANSFER_TOL = 0.02  # under 2% apart, the note does not name the transfer (its interval still holds it)
+
+
+# A change whose point figure is slower by at least this share of the step says "slower", even where
+# its interval also holds no change: a change timed at 1.30x the time is not offered as a fix. A
+# smaller negative figure inside the noise says nothing either way (the rule's "within noise").
+SLOWER_SHARE = 0.02
+
+
+def says_slower(timed: TimedSaving, total: float | None) -> bool:
+    """The measurement says the change makes the step slower: its point figure is ≤ 0 and either
+    its interval excludes no change, or it is slower by ≥ SLOWER_SHARE of the step."""
+    if timed.estimate > 0:
+        return False
+    return not timed.within_noise or bool(total and -timed.estimate >= SLOWER_SHARE * total)
+
