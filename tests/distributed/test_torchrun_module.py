@@ -3,6 +3,7 @@ point in each rank, and each rank runs the repo's module (tests/module_repo.py) 
 from the launching folder."""
 
 import json
+import re
 
 from module_repo import make_repo
 
@@ -21,7 +22,9 @@ def test_each_rank_runs_the_module(tmp_path):
     assert prof["run"]["command"] == ["-m", "scripts.ddp_train"]
     assert prof["run"]["world_size"] == 2 and len(prof["steps"]) == 3
     # each rank's python -m view: its working directory first on the path, the module's own file
-    wheres = [json.loads(ln[len("WHERE "):]) for ln in r.stdout.splitlines() if ln.startswith("WHERE ")]
+    # two ranks print to one pipe: a line may hold both ranks' (a print's text and its newline are two
+    # writes), so each object is read where it starts, not line by line
+    wheres = [json.loads(m) for m in re.findall(r"WHERE (\{[^{}]*\})", r.stdout)]
     file = str(repo / "scripts" / "ddp_train.py")
     assert len(wheres) == 2 and all(w == {"argv0": file, "path0": str(repo), "package": "scripts",
                                           "spec": "scripts.ddp_train", "file": file, "name": "__main__"}
