@@ -48,6 +48,8 @@ class Measure:
     samplers: bool = True
     post_budget: float | None = None
     measure_compile: bool = False  # time the eager model compiled after the run (outside the budget)
+    # experiment steps in a script's own loop after its measured steps (gpuprof.measure.experiments)
+    experiments: bool = True
     keep_steps: int | None = None  # bounded memory (watch): a uniform sample of this many steps is kept
     # the stack sampler's rate: samples per step, and its longest period (watch samples less)
     stack_per_step: float = 2.0
@@ -139,7 +141,8 @@ def run_script(script: str, args: list[str], measure: Measure, display=None, *, 
                      post_budget_s=measure.post_budget, on_progress=getattr(display, "on_post", None),
                      on_step_record=getattr(display, "on_step", None), keep_steps=measure.keep_steps,
                      stack_rate=(measure.stack_per_step, measure.stack_max_interval_s),
-                     module=module, own_options=own_options)
+                     module=module, own_options=own_options,
+                     experiments={"compile": measure.measure_compile} if measure.experiments else None)
     if result.profile is None:
         raise _no_profile_error(script, result, module=module, args=args, own_options=own_options)
     steps = len(result.profile.steps) + len(result.profile.warmup_steps)

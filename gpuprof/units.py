@@ -60,10 +60,11 @@ def seconds_range(low: float, high: float) -> str:
     return f"{num}–{b}" if num and b.endswith(" " + unit) else f"{a}–{b}"
 
 
-def interval_text(low: float, high: float, level: float, rounds: int | None) -> str:
+def interval_text(low: float, high: float, level: float, rounds: int | None, unit: str = "rounds") -> str:
     """A saving's interval in words: "18.0–41.0 ms, 93%, 8 rounds" (the coverage the interval
-    achieves, and the paired rounds it comes from)."""
-    return f"{seconds_range(low, high)}, {level:.0%}" + (f", {rounds} rounds" if rounds else "")
+    achieves, and the paired rounds it comes from; `unit` "pairs of your loop's steps" for the
+    script's own steps)."""
+    return f"{seconds_range(low, high)}, {level:.0%}" + (f", {rounds} {unit}" if rounds else "")
 
 
 def duration(s: float) -> str:

@@ -18,8 +18,10 @@ from typing import Callable
 MIN_S = 15.0
 RUN_SHARE = 0.25
 # The share of the whole budget each part may take at most (what is left caps it too).
-SHARES = {"copies": 0.05, "probe": 0.45, "flops": 0.2, "kernels": 0.25, "microbatch": 1.0, "settle": 1.0}
-LABELS = {"copies": "host-to-device copy bandwidths", "probe": "matmul ceiling and precisions",
+SHARES = {"experiments": 0.5, "copies": 0.05, "probe": 0.45, "flops": 0.2, "kernels": 0.25, "microbatch": 1.0,
+          "settle": 1.0}
+LABELS = {"experiments": "fixes switched on in your own loop (experiment steps)",
+          "copies": "host-to-device copy bandwidths", "probe": "matmul ceiling and precisions",
           "flops": "FLOP count", "kernels": "attention, vocabulary and optimizer timed changed",
           "microbatch": "micro-batch curve",
           "settle": "more paired rounds where two fixes are tied"}

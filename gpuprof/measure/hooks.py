@@ -112,6 +112,8 @@ class TrainingHooks(ForwardHooks, OptimizerHooks, StepRules, TorchWrappers, Data
         # Objects whose hooks go on the model only during a training forward: arm() at its
         # start, disarm() at its end (gpuprof.measure.precision.MatmulDtypeWatch).
         self.forward_watchers: list = []
+        # After the measured steps, before the stop: gpuprof.measure.experiments.Experiments (or None)
+        self.experiments = None
         self._fwd_prev = "other"
         self._fwd_training = False
         self._opt_prev: list[str] = []

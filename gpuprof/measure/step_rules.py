@@ -85,9 +85,14 @@ class StepRules:
         self.timer.end_step(tokens=s.tokens, micro_steps=s.backwards or s.forwards, extra=s.extra())
         self._step = _StepCounts()
         self.steps_done += 1
-        if self._on_step is not None:
-            self._on_step(self.steps_done)
+        if self._on_step is not None and (self.stop_after is None or self.steps_done <= self.stop_after):
+            self._on_step(self.steps_done)  # the run's steps (experiment steps after them are not)
         if self.stop_after is not None and self.steps_done >= self.stop_after:
+            # After the measured steps: experiment steps in the script's own loop, if any, then the stop
+            # (gpuprof.measure.experiments). Between two steps: outside both steps' timing.
+            if self.experiments is not None and self.experiments.next_step(self):
+                self.timer.start_step()
+                return
             self.stopped = True
             self._off = True  # nothing after this point is measured
             self._raise_stop()

@@ -354,6 +354,15 @@ class PhaseTimer:
         self._resolve(stopped)
         return list(self._done)
 
+    def host_walls(self) -> list[float]:
+        """Host wall seconds of the steps closed and not yet read by steps() (all of them in an
+        unbounded run), oldest first: what the experiments plan on while the run goes on."""
+        return [p.wall_ns / 1e9 for p in self._pending]
+
+    def last_index(self) -> int | None:
+        """The index of the step closed last (None before any)."""
+        return self._index - 1 if self._index else None
+
     def gpu_report(self) -> dict | None:
         """How the GPU timeline was measured (None on CPU): events, pool, steps not measured."""
         if self._events is None and self.gpu_unavailable is None:

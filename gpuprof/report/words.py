@@ -77,8 +77,9 @@ def saving_text(f: Finding) -> str | None:
     change whose interval holds no change: none claimed, within this machine's noise."""
     ev = f.evidence or {}
     timed = "saving_low_s" in ev and "saving_high_s" in ev
+    unit = "pairs of your loop's steps" if ev.get("measured_on") == "your loop" else "rounds"
     interval = interval_text(ev["saving_low_s"], ev["saving_high_s"], ev.get("interval_level") or 0.0,
-                             ev.get("rounds")) if timed else ""
+                             ev.get("rounds"), unit) if timed else ""
     if timed and ev.get("within_noise") and f.saving_s is None:
         return f"none claimed: within this machine's noise ({interval})"
     if f.kind == "correction":

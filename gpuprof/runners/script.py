@@ -144,7 +144,8 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
                on_progress: Callable[[str], None] | None = None,
                on_step_record: Callable[[dict], None] | None = None,
                keep_steps: int | None = None, stack_rate: tuple[float, float] | None = None,
-               module: bool = False, own_options: OwnOptions | None = None) -> ScriptRun:
+               module: bool = False, own_options: OwnOptions | None = None,
+               experiments: dict | None = None) -> ScriptRun:
     """Run `script args...` under the hooks; return its profile and how it ended.
 
     module: `script` is a module name, run as `python -m script args` (its profile's command is
@@ -156,7 +157,9 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
     post_budget_s / on_progress: the post-run measurements' shared budget and progress lines.
     keep_steps: bounded memory for a run of any length (`gpuprof watch`): the profile keeps the
     warmup steps and a uniform sample of at most this many measured steps (PhaseTimer).
-    stack_rate: the stack sampler's (samples per step, longest period in seconds); default (2, 0.05)."""
+    stack_rate: the stack sampler's (samples per step, longest period in seconds); default (2, 0.05).
+    experiments: experiment steps in the script's loop after its measured steps, within the post-run
+    budget ({"compile": bool}: torch.compile tried too); None: none (gpuprof.measure.experiments)."""
     path, code = _load(script, module)
     shown = script_module.shown(script) if module else script
     command = ["-m", script, *args] if module else [script, *args]
@@ -164,6 +167,7 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
     run.post_budget_s, run.on_progress = post_budget_s, on_progress
     run.on_step_record = on_step_record
     run.keep_steps = keep_steps
+    run.experiment_options = experiments
     if stack_rate is not None:
         run.stack_rate = stack_rate
     hooks = TrainingHooks(run.first_forward, on_step=on_step, stop_after=(warmup + steps) if stop else None)
@@ -180,7 +184,7 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
     out = _Tee(stdout if stdout is not None else sys.stdout, run.on_line)
     err = _Tee(sys.stderr, run.on_line)
     ended, error, leaked = "finished", None, None
-    t0 = time.perf_counter()
+    t0 = run.t0 = time.perf_counter()
     with warnings.catch_warnings():
         # Our global hooks make torch.compile warn that they fire for the wrapper too; we count
         # outermost calls only, so that is intended.
@@ -212,6 +216,11 @@ def run_script(script: str, args: list[str], *, steps: int, warmup: int, stop: b
             ended = "interrupted"
         except BaseException as exc:  # the script's own error: keep the completed steps
             ended, error = "failed", _error_location(exc)
+            if hooks.experiments is not None and hooks.experiments.running():
+                # raised in an experiment step, under a fix gpuprof switched on: the fix's failure,
+                # kept in its result; the run itself was done with its measured steps
+                hooks.experiments.failed(error)
+                ended, error = "stopped", None
         finally:
             inputs.remove()
             hooks.remove()

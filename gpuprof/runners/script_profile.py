@@ -23,8 +23,19 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
         return None
     ended_in = timer.open_step() if ended != "finished" else None
     timer.abandon_step()
-    records = timer.steps(stopped=ended in ("failed", "interrupted"))  # a bounded wait for the GPU
+    experiments = run.hooks.experiments  # experiment steps after the measured ones (measure/experiments.py)
+    if experiments is not None:
+        experiments.finish()  # every switch restored, however the run ended
+    every = timer.steps(stopped=ended in ("failed", "interrupted"))  # a bounded wait for the GPU
+    trial = experiments.indices() if experiments is not None else set()
+    records = [r for r in every if r.index not in trial]
     if not records:
+        # no complete step: nothing to measure, but every instrument stops (dynamo's restores the
+        # log state it changed, the samplers their threads)
+        try:
+            stop_instruments(run.instruments, run.ctx, PostRunBudget.none("no complete step"))
+        except Exception:  # noqa: BLE001 - the run's own error line is what the user gets
+            pass
         return None
     gpu_collectives = run.hooks.collective_events.into_steps(records) if run.hooks.collective_events else None
     w = run.warmup if len(records) > run.warmup else len(records) - 1
@@ -100,9 +111,13 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     elif ended == "failed" and run.ctx is not None and getattr(run.ctx, "ddp", None) is not None:
         budget = PostRunBudget.none(DDP_FAILED, on_progress=run.on_progress)
     else:
-        budget = PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress)
+        budget = run.budget if run.budget is not None and ended != "interrupted" else \
+            PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress)
     profile.measurements.update(stop_instruments(run.instruments, run.ctx, budget))
     _precision_from_count(run, profile)
+    if experiments is not None and experiments.planned is not None:
+        profile.measurements["experiments"] = experiments.section(
+            {r.index: r.gpu_s if r.gpu_s is not None else r.wall_s for r in every if r.index in trial})
     if budget.interrupted:  # Ctrl-C during the post-run work: the steps stand, the run was stopped
         run_info["ended"], run_info["partial"] = "interrupted", True
     for name, why in run.not_started.items():

@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import os
 import random
+import time
 import types
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from gpuprof.measure.budget import PostRunBudget
 from gpuprof.measure.data_names import data_like_name
+from gpuprof.measure.experiments import Experiments
 from gpuprof.measure.hooks import TrainingHooks
 from gpuprof.measure.instruments import start_instruments
 from gpuprof.measure.precision import MatmulDtypeWatch, read_precision
 from gpuprof.measure.stacks import StackSampler
+from gpuprof.measure.switches import script_switches
 from gpuprof.measure.timer import PhaseTimer
 from gpuprof.runners.builtin import RunContext
 from gpuprof.runners.loader_discovery import discover
@@ -58,6 +62,12 @@ class _Run:
         self.loader = None  # gpuprof.runners.loader_discovery.Found, at the first forward
         self.post_budget_s: float | None = None
         self.on_progress: Callable[[str], None] | None = None
+        # Experiment steps after the measured ones (gpuprof.measure.experiments): None = off, else
+        # {"compile": bool} (torch.compile tried too, --measure-compile); set by the runner.
+        self.experiment_options: dict | None = None
+        self.t0: float | None = None  # perf_counter at the script's start (the post-run budget's run time)
+        self.budget = None  # measure.budget.PostRunBudget, made when the experiments start (or after the run)
+        self.compiled = False
         self.on_step_record: Callable[[dict], None] | None = None
         self.instrument_errors: list[str] = []
         self.device = "cpu"
@@ -71,6 +81,9 @@ class _Run:
         self._rng = random.Random(0)
 
     def on_line(self, line: str) -> None:
+        hooks = self.hooks
+        if hooks is not None and hooks.stop_after is not None and hooks.steps_done >= hooks.stop_after:
+            return  # the measured steps are done: what follows is experiment steps' (measure/experiments.py)
         rec = parse_line(line)
         if isinstance(rec, IterLine):
             self._lines_seen += 1
@@ -95,6 +108,7 @@ class _Run:
             self.source["model"] = ("script globals: no forward was seen (a model compiled in place "
                                     "with Module.compile() hides its forwards); forward time is in `other`")
         eager, compiled = _unwrap(module)
+        self.compiled = compiled
         first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
         param = next(eager.parameters(), None)
         dev = first.device if first is not None else (param.device if param is not None else torch.device("cpu"))
@@ -140,6 +154,7 @@ class _Run:
                 self.matmul_watch = None
         self.ctx = RunContext(self.config, gcfg, eager, tuple(args), dict(kwargs), self.device,
                               self.timer, autocast, precision=precision, ddp=_find_ddp(module))
+        self._arm_experiments()
         if self.instruments_factory is not None:
             try:
                 wanted = list(self.instruments_factory(self.device, self.config.get("data_path")))
@@ -148,6 +163,30 @@ class _Run:
                 self.instrument_errors.append(f"instruments: {exc!r}")
             self.instruments, self.not_started = start_instruments(wanted, self.ctx)
         return self.timer
+
+    def _arm_experiments(self) -> None:
+        """Experiment steps after the measured ones, when asked for and when the script is stopped
+        after its steps in a single process (never under --no-stop, watch or torchrun)."""
+        hooks = self.hooks
+        if (self.experiment_options is None or hooks.stop_after is None or self.keep_steps is not None
+                or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1):
+            return
+        hooks.experiments = Experiments(self._experiment_switches, self.post_run_budget)
+
+    def _experiment_switches(self) -> list:
+        primary = getattr(self.hooks, "_primary_opt", None)
+        optimizer = primary() if primary is not None else None
+        ctx = self.ctx
+        return script_switches(self.device, ctx.precision, ctx.autocast_dtype, optimizer, ctx.model,
+                               compiled=self.compiled,
+                               measure_compile=bool((self.experiment_options or {}).get("compile")))
+
+    def post_run_budget(self):
+        """The run's post-run budget, made once: when the experiments start, else after the run."""
+        if self.budget is None:
+            wall = time.perf_counter() - self.t0 if self.t0 is not None else 0.0
+            self.budget = PostRunBudget.for_run(wall, self.post_budget_s, on_progress=self.on_progress)
+        return self.budget
 
     def _find_loader(self) -> None:
         """The `data` phase: the calls that produced the first forward's inputs, followed from its
@@ -162,6 +201,9 @@ class _Run:
 
     def _sample_label(self):
         t = self.timer
-        if t is None or not t.in_step or self.hooks.steps_done < self.warmup:
+        hooks = self.hooks
+        if t is None or not t.in_step or hooks.steps_done < self.warmup:
             return None
+        if hooks.stop_after is not None and hooks.steps_done >= hooks.stop_after:
+            return None  # an experiment step (gpuprof.measure.experiments): not the run's
         return t.current

@@ -13,6 +13,7 @@ into one typed object per section:
   precision, timer, storage, comm, post_run, settle
                       run.py       what the step computed in, how the run was timed and fed, the
                                    post-run budget
+  experiments         experiments.py  fixes switched on in the script's own loop, paired steps
 
 Every section is always there: a profile without it gets an empty instance (`present` False,
 every figure None). A section an instrument could not measure, {"not_measured": reason}, keeps
@@ -29,6 +30,7 @@ from gpuprof.sections.compute import (CompileSection, CopiesSection, FlopsSectio
                                       MemorySection, MicrobatchPair, MicrobatchPoint, MicrobatchSection, Precisions,
                                       ProbeSection, Switch, SyncsSection)
 from gpuprof.sections.dynamo import DynamoSection
+from gpuprof.sections.experiments import Experiment, ExperimentsSection
 from gpuprof.sections.run import (CommSection, CommStep, Filesystem, PostRunPart, PostRunSection,
                                   PrecisionSection, Residency, SettleSection, StorageSection, TimerSection)
 from gpuprof.sections.samplers import (Cost, HostSection, NvmlGpu, NvmlSection, SamplerPhase,
@@ -40,7 +42,7 @@ __all__ = ["Sections", "Record", "Section", "HostSection", "NvmlSection", "NvmlG
            "ProbeSection", "KernelsSection", "CompileSection", "Precisions", "Switch", "MatmulShape", "FlopsSection", "MicrobatchSection",
            "MicrobatchPoint", "MicrobatchPair", "MemorySection", "CopiesSection", "SyncsSection", "TimerSection",
            "StorageSection", "Filesystem", "Residency", "CommSection", "CommStep", "PostRunSection",
-           "PostRunPart", "PrecisionSection", "SettleSection", "SECTION_TYPES"]
+           "PostRunPart", "PrecisionSection", "SettleSection", "Experiment", "ExperimentsSection", "SECTION_TYPES"]
 
 # measurements.<name> -> its typed view
 SECTION_TYPES = {"host": HostSection, "nvml": NvmlSection, "script": ScriptSection, "probe": ProbeSection,
@@ -48,7 +50,7 @@ SECTION_TYPES = {"host": HostSection, "nvml": NvmlSection, "script": ScriptSecti
                  "syncs": SyncsSection, "copies": CopiesSection, "storage": StorageSection,
                  "timer": TimerSection, "comm": CommSection, "post_run": PostRunSection,
                  "dynamo": DynamoSection, "kernels": KernelsSection, "compile": CompileSection,
-                 "precision": PrecisionSection, "settle": SettleSection}
+                 "precision": PrecisionSection, "settle": SettleSection, "experiments": ExperimentsSection}
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class Sections:
     compile: CompileSection = field(default_factory=CompileSection)
     precision: PrecisionSection = field(default_factory=PrecisionSection)
     settle: SettleSection = field(default_factory=SettleSection)
+    experiments: ExperimentsSection = field(default_factory=ExperimentsSection)
 
     @classmethod
     def from_measurements(cls, measurements, config=None) -> "Sections":

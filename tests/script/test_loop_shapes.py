@@ -85,12 +85,17 @@ def test_an_inference_loop_is_stopped_after_a_bounded_number_of_forwards(tmp_pat
 def test_no_training_step_is_one_line_and_exit_2_through_the_cli(tmp_path, monkeypatch, capsys):
     # gpuprof's entry point in this process (as the run_script tests above run this script): the
     # script is stopped before any step, so nothing of it outlives the call
+    import torch._logging._internal as tli
+
     from gpuprof.cli import main
 
     monkeypatch.chdir(tmp_path)
+    artifacts = set(tli.log_state.artifact_names)
     with pytest.raises(SystemExit) as exc:
         main(["diagnose", "--no-samplers", "--steps", "2", "--warmup", "1", WORD_LM, *SMALL,
               "--save", str(tmp_path / "m.pt"), "--no-backward"])
+    # with no complete step, the instruments still stop: dynamo's gives back the log state it changed
+    assert set(tli.log_state.artifact_names) == artifacts
     _, stderr = capsys.readouterr()
     assert exc.value.code == 2, stderr
     errors = [x for x in stderr.splitlines() if x.startswith("gpuprof: error:")]

@@ -73,7 +73,10 @@ def trainer_run(request):
 
 def test_optimizer_steps_and_micro_steps_are_detected(trainer_run):
     _, p = trainer_run
-    assert p["run"]["ended"] == "stopped" and p["run"]["partial"] is False
+    # stopped after its steps, or (its max_steps reached during the experiment steps that follow
+    # them, measure/experiments.py) finished
+    assert p["run"]["ended"] in ("stopped", "finished") and p["run"]["partial"] is False
+    assert p["run"]["ended"] == "stopped" or p["measurements"]["experiments"]["steps"]
     assert len(p["warmup_steps"]) == WARMUP and len(p["steps"]) == STEPS
     assert [s["micro_steps"] for s in p["steps"]] == [ACCUM] * STEPS
     assert all(s["extra"]["forwards"] == ACCUM and s["extra"]["backwards"] == ACCUM for s in p["steps"])
@@ -98,7 +101,8 @@ def test_injected_getitem_delay_is_recovered_as_the_data_share(trainer_run):
     slept = {int(m.group(1)): float(m.group(2)) / 1e3
              for m in re.finditer(r"fixture: step (\d+) slept ([0-9.]+) ms", res.stdout)}
     steps = [s for s in p["steps"] if s["index"] in slept]
-    assert len(steps) == STEPS - 1 and all(slept[s["index"]] >= BATCH * ACCUM * DELAY for s in steps)
+    # (with experiment steps after the measured ones, measure/experiments.py, the last one's line comes too)
+    assert len(steps) >= STEPS - 1 and all(slept[s["index"]] >= BATCH * ACCUM * DELAY for s in steps)
     wall = sum(s["wall_s"] for s in steps)
     truth = sum(slept[s["index"]] for s in steps) / wall
     measured = sum(s["phases"]["data"] for s in steps) / wall

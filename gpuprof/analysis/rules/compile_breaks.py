@@ -225,7 +225,7 @@ def recompiles(ctx: Context) -> list[Finding]:
                       "compile_s": compile_s, "measured_steps": n_measured},
             confidence="high", kind="fix", fix=_recompile_fix(first, guard), note=note, because=because,
         ))
-    out.extend(_warmup_recompiles(sec, in_measured))
+    out.extend(_warmup_recompiles(sec, in_measured, ctx.profile.steps))
     for hit in sec.limit_hits:
         where = hit.where or (f"{hit.file}:{hit.line}" if hit.file else "an unknown place")
         resume = _RESUME.match(hit.function or "")
@@ -260,13 +260,16 @@ def recompiles(ctx: Context) -> list[Finding]:
 _HOOK_GUARD = re.compile(r"_(?:forward|forward_pre|backward|backward_pre|state_dict)_hooks")
 
 
-def _warmup_recompiles(sec: DynamoSection, in_measured) -> list[Finding]:
+def _warmup_recompiles(sec: DynamoSection, in_measured, measured_steps=()) -> list[Finding]:
     """recompile-warmup: the recompilations outside the measured steps (the first steps compile,
     and a function called with another shape, mode or object compiles again), each function once
     with its guard, so a report of a compiled run names them; information, no saving (a one-time
     cost, inside compile warm-up's figure). A guard that keeps failing shows again in the measured
     steps as `recompile`."""
-    early = [r for r in sec.recompiles if not in_measured(r.step_index)]
+    # before the first measured step (the experiment steps after the measured ones are not warm-up)
+    first = min((s.index for s in measured_steps), default=None)
+    early = [r for r in sec.recompiles if not in_measured(r.step_index)
+             and (first is None or r.step_index is None or r.step_index < first)]
     if not early:
         return []
     groups: dict = {}

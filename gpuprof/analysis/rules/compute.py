@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
+from gpuprof.analysis.rules.experiments import measured_on_loop, on_your_loop, slower_finding
 from gpuprof.analysis.rules.intervals import TimedSaving, interval_of, says_slower, timed_saving
 from gpuprof.units import count, join_notes, pct, seconds, times
 
@@ -279,6 +280,12 @@ def fused_optimizer_saving(ctx: Context) -> tuple[TimedSaving, str, dict] | None
     gpuprof's samplers taking the GIL from a Python-bound loop; the ratio then over-predicted
     (1.29×). The copy is timed after the run with the samplers stopped, as the script runs
     without gpuprof; the phase only caps it."""
+    exp = measured_on_loop(ctx, "optimizer:fused")
+    if exp is not None and step_s(ctx):  # fused=True switched on in the script's own loop: that, first
+        ts = on_your_loop(exp, step_s(ctx))
+        words = (f"measured on your loop: {exp.pairs} paired steps, the step took {seconds(exp.b_median_s)} with "
+                 f"fused=True and {seconds(exp.a_median_s)} as configured (medians; {times(exp.ratio)} the time)")
+        return ts, words, {"ratio": exp.ratio, "measured_saving_s": ts.estimate, **ts.evidence}
     o = ctx.sections.kernels.optimizer
     t = o.timing
     if o.mode in (None, "fused") or not t.current_s or t.fused_s is None:
@@ -306,11 +313,13 @@ def optimizer_not_fused(ctx: Context) -> list[Finding]:
         return []  # optimizer-slow's finding
     ts, words, ev = measured
     o = ctx.sections.kernels.optimizer
+    exp = measured_on_loop(ctx, "optimizer:fused")
+    name = o.class_ or "the optimizer"
+    fix = exp.fix if exp is not None and exp.fix else f"torch.optim.{name}(..., fused=True)"
     verdict = outcome(ts, total)
     if verdict == "slower":
-        return []
-    fix = f"torch.optim.{o.class_}(..., fused=True)"
-    title = f"{o.class_} is not fused ({o.mode})"
+        return [slower_finding("optimizer-not-fused", fix, exp, ts, total)] if exp else []
+    title = f"{name} is not fused ({o.mode or 'foreach or for-loop'})"
     if verdict != "claim":
         return [Finding(id="optimizer-not-fused", title=title, saving_s=None, evidence=ev, fix=fix, kind="info",
                         confidence=ts.confidence, because=words,
@@ -318,7 +327,8 @@ def optimizer_not_fused(ctx: Context) -> list[Finding]:
     return [Finding(
         id="optimizer-not-fused", title=f"{title}: fused=True steps in {times(ev['ratio'])} the time",
         saving_s=ts.saving_s, evidence=ev, confidence=ts.confidence, fix=fix, because=words,
-        note=join_notes(ts.note, "estimate: one step of a copy of the parameters timed both ways after the run"),
+        note=ts.note if exp is not None else join_notes(ts.note, "estimate: one step of a copy of the parameters "
+                                                                  "timed both ways after the run"),
         claims={"optimizer": ts.saving_s},
     )]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.precision import compute_dtype_known, run_compute_dtype
 from gpuprof.analysis.rules.compute import fused_optimizer_saving, medians, outcome, ratio_of
+from gpuprof.analysis.rules.experiments import measured_on_loop, on_your_loop, slower_finding
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, on_gpu_timeline, step_s
 from gpuprof.analysis.rules.intervals import timed_saving
 from gpuprof.dims import ADAMW_BYTES_PER_PARAM
@@ -118,8 +119,9 @@ def optimizer_slow(ctx: Context) -> list[Finding]:
         verdict = outcome(ts, total, share=0.0)
         within = verdict == "noise"
         saving, confidence = (ts.saving_s, ts.confidence) if verdict == "claim" else (None, ts.confidence)
-        note = {"claim": join_notes(ts.note, "estimate: one step of a copy of the parameters timed as configured "
-                                             "and with fused=True after the run"),
+        on_loop = more.get("measured_on") == "your loop"
+        note = {"claim": ts.note if on_loop else join_notes(ts.note, "estimate: one step of a copy of the parameters "
+                                                                     "timed as configured and with fused=True after the run"),
                 "noise": ts.note,
                 "slower": join_notes("measured: fused=True was not faster here, so no saving is claimed", ts.note),
                 }[verdict]
@@ -231,6 +233,37 @@ def compile_findings(ctx: Context) -> list[Finding]:
     return out
 
 
+def _compile_on_loop(ctx: Context, exp) -> list[Finding]:
+    """compile-missing from experiment steps: the model's forward compiled in the script's own loop
+    (measure/switches.CompileSwitch), its first steps (the compile) kept out of the pairs and said."""
+    total = step_s(ctx)
+    ts = on_your_loop(exp, total)
+    fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
+    first = exp.warmup_s[0] if exp.warmup_s else None
+    cost = first - exp.a_median_s if first and exp.a_median_s and first > exp.a_median_s else None
+    cost_words = (f"the first compiled step took {seconds(first)}: compiling costs about {seconds(cost)} once, at "
+                  "the start of every run" if cost else "")
+    because = (f"measured on your loop: {exp.pairs} paired steps, the step took {seconds(exp.b_median_s)} compiled and "
+               f"{seconds(exp.a_median_s)} eager (medians; {times(exp.ratio)} the time)")
+    ev = {"compile": False, "compile_s": cost, **ts.evidence}
+    fix = "compile = True (torch.compile(model)); exclude the first steps from timing"
+    overrides = {"compile": True} if mode(ctx) == "builtin" else {}
+    verdict = outcome(ts, total, COMPILE_CLAIM_SHARE)
+    if verdict == "slower":
+        return [slower_finding("compile-missing", "torch.compile(model)", exp, ts, total)]
+    if verdict != "claim":
+        return [Finding(id="compile-missing", title="the model runs eagerly (compile=False)", saving_s=None,
+                        evidence=ev, confidence=ts.confidence, kind="info", fix=fix, settings={"compile": True},
+                        config_overrides=overrides if verdict == "small" else {}, because=because,
+                        note=join_notes(ts.note, cost_words))]
+    return [Finding(
+        id="compile-missing", title=f"the model runs eagerly: compiled, your step ran in {times(exp.ratio)} the time",
+        saving_s=ts.saving_s, evidence=ev, confidence=ts.confidence, fix=fix, config_overrides=overrides,
+        settings={"compile": True}, because=because, note=join_notes(ts.note, cost_words),
+        claims={"forward": ts.saving_s * fwd / (fwd + bwd), "backward": ts.saving_s * bwd / (fwd + bwd)} if fwd + bwd else {},
+    )]
+
+
 COMPILE_CLAIM_SHARE = 0.05  # as the compute fixes (rules/compute.py): under 5% of the step, no claim
 
 
@@ -241,6 +274,9 @@ def _compile_measured(ctx: Context) -> list[Finding] | None:
     noise, information without a saving or a config change; a profile before paired rounds, the
     best of each way at confidence low); the compile time it cost is said. None when it was not
     measured."""
+    exp = measured_on_loop(ctx, "compile")
+    if exp is not None:
+        return _compile_on_loop(ctx, exp)
     c = ctx.sections.compile
     if not c.eager_s or not c.compiled_s:
         return None

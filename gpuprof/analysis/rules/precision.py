@@ -6,11 +6,12 @@ from __future__ import annotations
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.precision import compute_dtype_name
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
+from gpuprof.analysis.rules.experiments import loop_total, measured_on_loop, on_your_loop, slower_finding, verdict
 from gpuprof.analysis.rules.intervals import says_slower, timed_saving
 from gpuprof.analysis.script_knobs import find_knobs
 from gpuprof.hardware import MARKED_FASTER as MARKED, TORCH_NAME, pick_faster
 from gpuprof.sections import Precisions
-from gpuprof.units import flops_rate, join_notes, seconds, times
+from gpuprof.units import flops_rate, join_notes, pct, seconds, times
 
 MIN_SHARE = 0.02  # ... and worth at least 2% of the step
 BWD_FWD_HIGH, BWD_FWD_LOW = 4.0, 1.0  # backward is ~2x forward (two matmuls per forward one)
@@ -60,6 +61,9 @@ def precision_slow(ctx: Context) -> list[Finding]:
     (1 − current rate ÷ faster rate). Without an interval the confidence is low.
     On a CPU where no dtype multiplies markedly faster, a half-precision run's full-precision
     runner-up is timed too (hardware.runner_up): the finding then rests on that timing alone."""
+    looped = _on_your_loop(ctx)
+    if looped is not None:
+        return looped
     prec = measured_precisions(ctx)
     current = compute_dtype_name(ctx.profile)  # as the probe names it: "tf32" included
     rates = prec.tflops
@@ -157,6 +161,54 @@ def precision_slow(ctx: Context) -> list[Finding]:
         confidence=timed.confidence, fix=fix, note=note,
         config_overrides={} if timed.within_noise else overrides, settings=overrides, because=because,
         claims={} if saving is None else {"forward": saving * fwd / compute, "backward": saving * bwd / compute},
+    )]
+
+
+_TO = {"precision:bf16": "bf16", "precision:fp16": "fp16", "precision:fp32": "fp32", "precision:tf32": "tf32"}
+
+
+def _on_your_loop(ctx: Context) -> list[Finding] | None:
+    """precision-slow from the experiment steps (measure/experiments.py): the script's own step with
+    the other precision switched on (autocast, or autocast off; TF32 on CUDA) against as it runs,
+    in paired steps. None when no precision experiment was measured (the post-run estimate then)."""
+    exp = measured_on_loop(ctx, "precision:")
+    total = loop_total(ctx)
+    if exp is None or not total:
+        return None
+    current = compute_dtype_name(ctx.profile) or "the run's precision"
+    best = _TO.get(exp.id, exp.id)
+    ts = on_your_loop(exp, total)
+    what = exp.fix or f"{best} instead of {current}"
+    v = verdict(ts, total, MIN_SHARE)
+    if v == "slower":
+        return [slower_finding("precision-slow", f"{best} ({what})", exp, ts, total)]
+    own = ctx.config.get("script_globals")
+    knob = find_knobs(ctx.config).get("dtype") if mode(ctx) == "script" else None
+    if best == "tf32" or (knob is not None and knob.kind != "global"):
+        fix, overrides = (_fix(current, best, on_cuda(ctx), True)[0], {}) if best == "tf32" else \
+            (f"dtype = '{TORCH_NAME[best]}'", {"dtype": TORCH_NAME[best]})
+    else:
+        fix, overrides = _fix(current, best, on_cuda(ctx), mode(ctx) == "script",
+                              dtype_setting=own is None or "dtype" in own)
+    fix = fix if best == "tf32" or overrides else f"{fix} (as timed: {what})"
+    because = (f"measured on your loop: {exp.pairs} paired steps, the step took {seconds(exp.b_median_s)} in {best} "
+               f"and {seconds(exp.a_median_s)} as it runs in {current} (medians; {times(exp.ratio)} the time)")
+    note = ts.note
+    if best in ("bf16", "fp16") and current in ("fp32", "tf32"):
+        note = join_notes(note, "lower precision changes the numerics: check the loss curve")
+    if v != "claim":
+        return [Finding(id="precision-slow", kind="info", saving_s=None, confidence=ts.confidence,
+                        title=f"{best} ran this step in {times(exp.ratio)} the time of {current} (measured on your loop)",
+                        evidence={"compute_dtype": current, "faster_dtype": best, **ts.evidence}, fix=fix,
+                        settings=overrides, because=because,
+                        note=note if v == "noise" else join_notes(note, f"under {pct(MIN_SHARE, 0)} of the step"))]
+    fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
+    compute = fwd + bwd
+    return [Finding(
+        id="precision-slow", saving_s=ts.saving_s, confidence=ts.confidence, fix=fix, config_overrides=overrides,
+        settings=overrides, title=f"{current} runs this step {1 / exp.ratio:.2f}x slower than {best} (measured on your loop)",
+        evidence={"compute_dtype": current, "faster_dtype": best, **ts.evidence}, because=because, note=note,
+        claims={"forward": ts.saving_s * fwd / compute, "backward": ts.saving_s * bwd / compute} if compute else {},
     )]
 
 

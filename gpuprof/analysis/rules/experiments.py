@@ -1,0 +1,66 @@
+"""A fix measured on the script's own loop (measurements.experiments, measure/experiments.py): its
+saving is the script's typical step × (1 − the paired steps' ratio), with the ratio's sign-test
+interval, at the transfer factor 1 (the steps timed are the script's own, not a copy's). The rules
+whose fix gpuprof can switch from outside (precision-slow, optimizer-not-fused / optimizer-slow,
+compile-missing) take it before their post-run estimate; a fix that made the step slower is said
+as a finding of its own ("bf16 autocast makes this step 25% slower here"). Pure: no torch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpuprof.analysis.findings import Context, Finding
+from gpuprof.analysis.rules.common import step_s
+from gpuprof.analysis.rules.intervals import TimedSaving, says_slower, timed_saving
+from gpuprof.sections.experiments import Experiment
+from gpuprof.units import interval_text, pct, seconds, times
+
+
+def measured_on_loop(ctx: Context, prefix: str) -> Experiment | None:
+    """The measured experiment of a fix (its id starting with `prefix`), None when none ran."""
+    return ctx.sections.experiments.measured(prefix)
+
+
+def on_your_loop(exp: Experiment, total: float) -> TimedSaving:
+    """The experiment's saving on the typical step `total`, its interval and what may be claimed
+    (rules/intervals.timed_saving, no transfer), the note saying where it was measured."""
+    ts = timed_saving(exp.interval, total, exp.ratio)
+    ev = dict(ts.evidence, experiment=exp.id, pairs=exp.pairs, ratio=exp.ratio, measured_on="your loop",
+              step_with_s=exp.b_median_s, step_without_s=exp.a_median_s)
+    if "saving_low_s" not in ev:
+        return replace(ts, evidence=ev, note=f"measured on your loop: {ts.note}")
+    words = interval_text(ev["saving_low_s"], ev["saving_high_s"], ev["interval_level"], exp.pairs,
+                          "pairs of your loop's steps")
+    if ts.within_noise:
+        note = (f"within this machine's noise: {words}, an interval that holds no change (estimate "
+                f"{seconds(ts.estimate)}); no saving claimed")
+    else:
+        note = (f"measured on your loop: {seconds(ts.estimate)} per step ({words}; the step with and without "
+                f"the fix, in pairs of adjacent steps, ABBA; the sign-test interval of their ratio)")
+    return replace(ts, evidence=ev, note=note)
+
+
+def slower_finding(fid: str, what: str, exp: Experiment, ts: TimedSaving, total: float) -> Finding:
+    """`what` made the script's own step slower: information, never a change to make."""
+    return Finding(
+        id=fid, kind="info", saving_s=None, confidence=ts.confidence,
+        title=f"{what} makes this step {pct(exp.ratio - 1, 0)} slower here ({times(exp.ratio)} the time)",
+        evidence=dict(ts.evidence, slower=True),
+        because=(f"measured on your loop: {exp.pairs} paired steps with and without it, the step took "
+                 f"{seconds(exp.b_median_s)} with it and {seconds(exp.a_median_s)} without (medians); "
+                 f"{seconds(-ts.estimate)} per step more"),
+        note="not a fix on this device: leave it as it is",
+    )
+
+
+def verdict(ts: TimedSaving, total: float, share: float) -> str:
+    """slower | noise | small (under `share` of the step) | claim."""
+    if says_slower(ts, total):
+        return "slower"
+    if ts.within_noise:
+        return "noise"
+    return "small" if not total or ts.estimate / total < share else "claim"
+
+
+def loop_total(ctx: Context) -> float:
+    return step_s(ctx) or 0.0

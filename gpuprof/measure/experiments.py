@@ -1,0 +1,299 @@
+"""Experiment steps: each fix gpuprof can switch from outside (gpuprof.measure.switches) timed in
+the script's own loop, on its own steps, after the measured ones and before the script is stopped.
+
+A saving timed on a copy of the model after the run has to be carried to the script's step (the
+copy runs eagerly, alone, without the script's data, copies and Python), and the interval that
+honestly spans both readings held zero for savings of 9%, while the copy missed what the script's
+own step did (bf16 slower in the script, not in the copy). Here the script's next steps are the
+measurement: for each applicable fix, `warmup_steps` steps with it on (a compile, autocast's
+caches), one without, then paired steps in ABBA order (A = as the script runs, B = the fix on),
+each pair two adjacent steps of the same loop. The step's ratio B/A per pair gives the fix's
+saving as a share of the script's own step, with its sign-test interval
+(gpuprof.measure.paired), at the transfer factor 1.
+
+Bounded: the experiments share the post-run budget ("experiments", gpuprof.measure.budget),
+planned on the measured steps' median host time, most promising first; an experiment that
+cannot get MIN_PAIRS pairs is skipped and said. Never under --no-stop or watch (the training
+itself is not altered there), nor in a data-parallel run (every rank would have to switch alike).
+The hooks call `next_step()` at each step closed after the measured ones; it records that step's
+way and sets the next one's, and answers False once done, with every switch restored.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from gpuprof.measure.paired import ADVISED_ROUNDS, paired_ratio_interval
+from gpuprof.stats import median
+
+MIN_PAIRS = 4  # fewer pairs give no 90% sign interval narrower than the pairs' full range
+MAX_PAIRS = ADVISED_ROUNDS  # 8
+
+
+@dataclass
+class _Planned:
+    switch: object
+    pairs: int
+    steps: list = field(default_factory=list)  # [(way, timed)] in order
+
+
+class _PerForward:
+    """A per-forward switch as one of the forward hooks' watchers (armed at each training
+    forward's start, disarmed at its end: gpuprof.measure.forward_hooks)."""
+
+    done = False
+
+    def __init__(self, switch):
+        self.switch = switch
+
+    def arm(self) -> None:
+        self.switch.enter()
+
+    def disarm(self) -> None:
+        self.switch.leave()
+
+
+def schedule(pairs: int, warmup: int) -> list[tuple[str, bool]]:
+    """One experiment's steps: `warmup` with the fix (b), one without (a), then `pairs` pairs in
+    ABBA order: (a, b), (b, a), (a, b), ... Each entry (way, timed)."""
+    steps = [("b", False)] * warmup + [("a", False)]
+    for i in range(pairs):
+        steps += [("a", True), ("b", True)] if i % 2 == 0 else [("b", True), ("a", True)]
+    return steps
+
+
+SLOWDOWN = 1.5  # a fix may make a step this much slower: each experiment is costed at it
+
+
+def plan_one(switch, step_s: float, seconds: float, slowdown: float = SLOWDOWN) -> tuple[_Planned | None, str]:
+    """The experiment of `switch` within `seconds` (steps of ~step_s, each costed `slowdown` times
+    that): as many pairs as fit, up to MAX_PAIRS; or None and why not."""
+    fixed = (switch.warmup_steps + 1) * step_s * slowdown
+    per_pair = 2 * step_s * slowdown
+    pairs = min(MAX_PAIRS, int((seconds - fixed) / per_pair)) if step_s > 0 else 0
+    if pairs < MIN_PAIRS:
+        return None, (f"{switch.id}: {MIN_PAIRS} paired steps of ~{step_s:.2f} s do not fit the "
+                      f"{max(seconds, 0):.1f} s left")
+    return _Planned(switch, pairs, schedule(pairs, switch.warmup_steps)), ""
+
+
+class Experiments:
+    """The experiment steps of one script run (see the module doc).
+
+    candidates() -> [Switch]: the fixes to try, most promising first (called once, when the
+    measured steps are done). budget() -> (PostRunBudget): the run's post-run budget, made then.
+    """
+
+    def __init__(self, candidates: Callable[[], list], budget: Callable[[], object],
+                 clock: Callable[[], float] = time.perf_counter):
+        self._candidates = candidates
+        self._budget = budget
+        self._clock = clock
+        self.planned: list[_Planned] | None = None
+        self.skipped: list[str] = []
+        self.not_applicable: dict[str, str] = {}
+        self.records: list[dict] = []  # each experiment step: index, experiment, way, timed, host_s
+        self.errors: list[str] = []
+        self.failures: list[dict] = []  # the script raised in an experiment step
+        self._queue: list[tuple[int, str, bool]] = []  # (planned index, way, timed) still to run
+        self._waiting: list = []  # switches not planned yet
+        self.step_s: float | None = None
+        self._open: tuple[int, str, bool] | None = None  # the step running now
+        self._on: int | None = None  # the planned index whose fix is on
+        self._watcher: _PerForward | None = None
+        self._deadline: float | None = None
+        self._hooks = None
+        self.allotted_s: float | None = None
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.stopped_early: str | None = None
+
+    # -- the hooks' entry point ----------------------------------------------------------------
+
+    def next_step(self, hooks) -> bool:
+        """A step closed after the measured ones: record it, set the next one's way. False when
+        the experiments are done (every switch restored): the hooks then stop the script."""
+        try:
+            if self.planned is None:
+                self._start(hooks)
+            else:
+                self._record(hooks)
+            if self._queue and self._clock() > self._deadline:
+                self._cut("the experiments' share of the post-run budget ran out")
+            if not self._queue:
+                self._plan_next()
+            if not self._queue:
+                self.finish()
+                return False
+            self._open = self._queue.pop(0)
+            self._apply(*self._open[:2])
+            return True
+        except Exception as exc:  # noqa: BLE001 - an experiment never fails the user's run
+            self.errors.append(f"{exc.__class__.__name__}: {exc}")
+            self.finish()
+            return False
+
+    def running(self) -> bool:
+        """Between the first experiment step's start and the end of the experiments."""
+        return self.planned is not None and self.ended is None
+
+    def failed(self, error: dict) -> None:
+        """The script raised during an experiment step (under the fix then on, or not): recorded
+        with that experiment, every switch restored."""
+        which = self.planned[self._open[0]].switch.id if self._open is not None else None
+        self.failures.append({"experiment": which, "way": self._open[1] if self._open else None,
+                              "error": f"{error.get('type')}: {error.get('message')}",
+                              "where": f"{error.get('file')}:{error.get('line')}"})
+        self.finish()
+
+    def _start(self, hooks) -> None:
+        self._hooks = hooks
+        self._counts = dict(hooks.counts)  # the run's own counts: experiment steps are not the run's
+        budget = self._budget()
+        self.allotted_s = budget.allot("experiments") if budget is not None else 0.0
+        self.started = self._clock()
+        self._deadline = self.started + self.allotted_s
+        walls = hooks.timer.host_walls()
+        step_s = median(walls[-10:]) if walls else 0.0
+        switches = []
+        for sw in self._candidates():
+            why = sw.why_not()
+            if why is None:
+                switches.append(sw)
+            else:
+                self.not_applicable[sw.id] = why
+        self.step_s = step_s
+        self.planned = []
+        self._waiting = switches  # planned one at a time, each on the time the ones before left
+        self._plan_next()
+        if hooks.timer is not None:
+            hooks.timer.listener = None  # the live display counts the measured steps, not these
+
+    def _plan_next(self) -> None:
+        """Queue the next experiment that fits what is left of the share (the ones that do not, said)."""
+        while self._waiting and not self._queue:
+            sw = self._waiting.pop(0)
+            planned, why = plan_one(sw, self.step_s, self._deadline - self._clock())
+            if planned is None:
+                self.skipped.append(why)
+                continue
+            self.planned.append(planned)
+            i = len(self.planned) - 1
+            self._queue = [(i, way, timed) for way, timed in planned.steps]
+
+    def _record(self, hooks) -> None:
+        i, way, timed = self._open
+        walls = hooks.timer.host_walls()
+        self.records.append({"index": hooks.timer.last_index(), "experiment": self.planned[i].switch.id,
+                             "way": way, "timed": timed, "host_s": walls[-1] if walls else None})
+        self._open = None
+
+    def _cut(self, why: str) -> None:
+        """Stop early, at a pair's end: the step that completes an open pair still runs, what
+        follows it is dropped."""
+        keep = []
+        last = self.records[-1] if self.records else None
+        if last is not None and last["timed"] and self._queue and self._queue[0][2]:
+            n = sum(1 for r in self.records if r["experiment"] == last["experiment"] and r["timed"])
+            if n % 2 == 1:
+                keep = self._queue[:1]
+        self.stopped_early = why
+        self._queue = keep
+        self.skipped += [f"{sw.id}: not started, the experiments' share of the budget was spent" for sw in self._waiting]
+        self._waiting = []
+
+    def _apply(self, i: int, way: str) -> None:
+        if self._on is not None and (self._on != i or way == "a"):
+            self._switch_off()
+        if way == "b" and self._on is None:
+            sw = self.planned[i].switch
+            sw.on()
+            if sw.per_forward:
+                self._watcher = _PerForward(sw)
+                self._hooks.forward_watchers.append(self._watcher)
+            self._on = i
+
+    def _switch_off(self) -> None:
+        sw = self.planned[self._on].switch
+        if self._watcher is not None and self._watcher in self._hooks.forward_watchers:
+            self._hooks.forward_watchers.remove(self._watcher)
+        self._watcher = None
+        sw.off()
+        self._on = None
+
+    def finish(self) -> None:
+        """Every switch back to the script's own settings (idempotent)."""
+        if self.ended is not None:
+            return
+        self.ended = self._clock()
+        if self._hooks is not None and getattr(self, "_counts", None) is not None:
+            self._hooks.counts.clear()
+            self._hooks.counts.update(self._counts)
+        if self._on is not None:
+            try:
+                self._switch_off()
+            except Exception as exc:  # noqa: BLE001
+                self.errors.append(f"restoring: {exc.__class__.__name__}: {exc}")
+        for p in self.planned or []:
+            try:
+                p.switch.restore()
+            except Exception as exc:  # noqa: BLE001
+                self.errors.append(f"restoring {p.switch.id}: {exc.__class__.__name__}: {exc}")
+        budget = self._budget() if self.planned is not None else None
+        if budget is not None:
+            budget.done("experiments", list(self.skipped) + ([self.stopped_early] if self.stopped_early else []))
+
+    # -- the profile ---------------------------------------------------------------------------
+
+    def indices(self) -> set[int]:
+        return {r["index"] for r in self.records}
+
+    def section(self, step_seconds: dict[int, float]) -> dict:
+        """measurements.experiments, from each experiment step's time as the profile measures a
+        step (`step_seconds`: index -> seconds, GPU timeline where there is one)."""
+        out = {"method": ("experiment steps in the script's own loop after its measured steps: per fix, "
+                          "warm-up steps with it on, one without, then paired steps in ABBA order "
+                          "(a = as the script runs, b = the fix on); the ratio b/a per pair, its median "
+                          "and sign-test interval"),
+               "allotted_s": self.allotted_s, "step_s": self.step_s,
+               "spent_s": (self.ended - self.started) if self.started is not None and self.ended else None,
+               "skipped": list(self.skipped), "not_applicable": dict(self.not_applicable),
+               "steps": [dict(r, seconds=step_seconds.get(r["index"])) for r in self.records],
+               "results": []}
+        if self.stopped_early:
+            out["stopped_early"] = self.stopped_early
+        if self.errors:
+            out["errors"] = self.errors[:5]
+        if self.failures:
+            out["failures"] = self.failures
+        for p in self.planned or []:
+            out["results"].append(self._result(p, step_seconds))
+        return out
+
+    def _result(self, p: _Planned, step_seconds: dict[int, float]) -> dict:
+        sw = p.switch
+        mine = [r for r in self.records if r["experiment"] == sw.id]
+        a, b = [], []
+        timed = [r for r in mine if r["timed"]]
+        for first, second in zip(timed[0::2], timed[1::2]):  # each pair: two adjacent steps
+            ways = {first["way"]: step_seconds.get(first["index"]), second["way"]: step_seconds.get(second["index"])}
+            if ways.get("a") and ways.get("b"):
+                a.append(ways["a"])
+                b.append(ways["b"])
+        failed = next((f for f in self.failures if f["experiment"] == sw.id), None)
+        if failed is not None:
+            return {**sw.describe(), "pairs": len(a), "planned_pairs": p.pairs, "failed": failed,
+                    "not_measured": f"the script raised in a step with the fix {'on' if failed['way'] == 'b' else 'off'}: "
+                                    f"{failed['error']} ({failed['where']})"}
+        res = {**sw.describe(), "pairs": len(a), "planned_pairs": p.pairs, "a_s": a, "b_s": b,
+               "warmup_s": [step_seconds.get(r["index"]) for r in mine if not r["timed"]]}
+        if getattr(sw, "compile_s", None) is not None:
+            res["compile_wrapper_s"] = sw.compile_s
+        if len(a) >= MIN_PAIRS:
+            iv = paired_ratio_interval(a, b)
+            res.update(ratio=iv.estimate, interval=iv.as_dict(), a_median_s=median(a), b_median_s=median(b))
+        else:
+            res["not_measured"] = f"{len(a)} complete pairs, fewer than {MIN_PAIRS}"
+        return res
