@@ -23,7 +23,10 @@ KIND_ORDER = {"fix": 0, "correction": 1, "verdict": 2, "irregular": 3, "info": 4
 
 
 def _key(f: Finding):
-    return (KIND_ORDER.get(f.kind, len(KIND_ORDER)), f.saving_s is None, -(f.saving_s or 0.0), f.id)
+    """Fixes by their saving; those without one by the ceiling they state (evidence `ceiling_s`: the
+    most their phases could give, measured), never by their name alone; the id only breaks ties."""
+    worth = f.saving_s if f.saving_s is not None else (f.evidence or {}).get("ceiling_s") or 0.0
+    return (KIND_ORDER.get(f.kind, len(KIND_ORDER)), f.saving_s is None, -worth, f.id)
 
 
 def rank(findings: list[Finding], stats=None) -> list[Finding]:

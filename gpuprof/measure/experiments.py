@@ -6,7 +6,7 @@ copy runs eagerly, alone, without the script's data, copies and Python), and the
 honestly spans both readings held zero for savings of 9%, while the copy missed what the script's
 own step did (bf16 slower in the script, not in the copy). Here the script's next steps are the
 measurement: for each applicable fix, `warmup_steps` steps with it on (a compile, autocast's
-caches), one without, then paired steps in ABBA order (A = as the script runs, B = the fix on),
+caches), then paired steps in ABBA order (A = as the script runs, B = the fix on),
 each pair two adjacent steps of the same loop. The step's ratio B/A per pair gives the fix's
 saving as a share of the script's own step, with its sign-test interval
 (gpuprof.measure.paired), at the transfer factor 1.
@@ -25,11 +25,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gpuprof.measure.paired import ADVISED_ROUNDS, paired_ratio_interval
+from gpuprof.measure.paired import ADVISED_ROUNDS, confidence, paired_ratio_interval
 from gpuprof.stats import median
 
 MIN_PAIRS = 4  # fewer pairs give no 90% sign interval narrower than the pairs' full range
-MAX_PAIRS = ADVISED_ROUNDS  # 8
+# A fix gets up to this many pairs while its time allows, and stops once decided (DECIDED_AFTER
+# pairs at least): a loop's steps vary ±15% on a loaded 2-core VM; 8 pairs could not resolve a
+# fused optimizer's 5% there.
+MAX_PAIRS = 64
+DECIDED_AFTER = ADVISED_ROUNDS  # 8
 
 
 @dataclass
@@ -56,21 +60,21 @@ class _PerForward:
 
 
 def schedule(pairs: int, warmup: int) -> list[tuple[str, bool]]:
-    """One experiment's steps: `warmup` with the fix (b), one without (a), then `pairs` pairs in
-    ABBA order: (a, b), (b, a), (a, b), ... Each entry (way, timed)."""
-    steps = [("b", False)] * warmup + [("a", False)]
+    """One experiment's steps: `warmup` with the fix (b), then `pairs` pairs in ABBA order:
+    (a, b), (b, a), (a, b), ... Each entry (way, timed)."""
+    steps = [("b", False)] * warmup
     for i in range(pairs):
         steps += [("a", True), ("b", True)] if i % 2 == 0 else [("b", True), ("a", True)]
     return steps
 
 
-SLOWDOWN = 1.5  # a fix may make a step this much slower: each experiment is costed at it
+SLOWDOWN = 1.25  # a fix may make a step slower: each experiment is costed at this much of the run's step
 
 
 def plan_one(switch, step_s: float, seconds: float, slowdown: float = SLOWDOWN) -> tuple[_Planned | None, str]:
     """The experiment of `switch` within `seconds` (steps of ~step_s, each costed `slowdown` times
     that): as many pairs as fit, up to MAX_PAIRS; or None and why not."""
-    fixed = (switch.warmup_steps + 1) * step_s * slowdown
+    fixed = switch.warmup_steps * step_s * slowdown
     per_pair = 2 * step_s * slowdown
     pairs = min(MAX_PAIRS, int((seconds - fixed) / per_pair)) if step_s > 0 else 0
     if pairs < MIN_PAIRS:
@@ -172,10 +176,14 @@ class Experiments:
             hooks.timer.listener = None  # the live display counts the measured steps, not these
 
     def _plan_next(self) -> None:
-        """Queue the next experiment that fits what is left of the share (the ones that do not, said)."""
+        """Queue the next experiment that fits its part of what is left of the share (what is left
+        divided among the fixes still waiting; the ones that do not fit, said)."""
         while self._waiting and not self._queue:
             sw = self._waiting.pop(0)
-            planned, why = plan_one(sw, self.step_s, self._deadline - self._clock())
+            part = (self._deadline - self._clock()) / (len(self._waiting) + 1)
+            planned, why = plan_one(sw, self.step_s, part)
+            if planned is None and self._waiting:  # the later ones would not fit either: try it on all of it
+                planned, why = plan_one(sw, self.step_s, self._deadline - self._clock())
             if planned is None:
                 self.skipped.append(why)
                 continue
@@ -189,6 +197,23 @@ class Experiments:
         self.records.append({"index": hooks.timer.last_index(), "experiment": self.planned[i].switch.id,
                              "way": way, "timed": timed, "host_s": walls[-1] if walls else None})
         self._open = None
+        if timed and self._decided(self.planned[i].switch.id):
+            self._queue = [q for q in self._queue if q[0] != i]  # this fix is decided: the next one
+
+    def _decided(self, exp_id: str) -> bool:
+        """After a complete pair, from DECIDED_AFTER pairs on: the host times' interval excludes no
+        change at high confidence (the profile's step times decide the result; these only end the
+        timing early)."""
+        timed = [r for r in self.records if r["experiment"] == exp_id and r["timed"]]
+        if len(timed) % 2 or len(timed) // 2 < DECIDED_AFTER:
+            return False
+        a, b = [], []
+        for first, second in zip(timed[0::2], timed[1::2]):
+            pair = {first["way"]: first["host_s"], second["way"]: second["host_s"]}
+            if pair.get("a") and pair.get("b"):
+                a.append(pair["a"])
+                b.append(pair["b"])
+        return len(a) >= DECIDED_AFTER and confidence(paired_ratio_interval(a, b)) == "high"
 
     def _cut(self, why: str) -> None:
         """Stop early, at a pair's end: the step that completes an open pair still runs, what
@@ -254,7 +279,7 @@ class Experiments:
         """measurements.experiments, from each experiment step's time as the profile measures a
         step (`step_seconds`: index -> seconds, GPU timeline where there is one)."""
         out = {"method": ("experiment steps in the script's own loop after its measured steps: per fix, "
-                          "warm-up steps with it on, one without, then paired steps in ABBA order "
+                          "warm-up steps with it on, then paired steps in ABBA order "
                           "(a = as the script runs, b = the fix on); the ratio b/a per pair, its median "
                           "and sign-test interval"),
                "allotted_s": self.allotted_s, "step_s": self.step_s,

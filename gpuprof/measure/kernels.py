@@ -391,7 +391,8 @@ class ComputeFixesProbe:
                                 rest - optimizer_need(ctx, ADVISED_ROUNDS)), skipped)
         if vocab is not None:
             out["vocab"] = vocab
-        optimizer = optimizer_part(ctx, left(), skipped) if not sharded else None
+        looped = "optimizer:fused" in getattr(ctx, "experimented", ())  # timed on the script's own loop
+        optimizer = optimizer_part(ctx, left(), skipped) if not sharded and not looped else None
         if optimizer is not None:
             out["optimizer"] = optimizer
         out["seconds"] = time.perf_counter() - t0

@@ -171,8 +171,11 @@ class CeilingProbe:
             left = allotted - (out.get("seconds") or 0.0)
             out["precisions"] = self._precisions(ctx, min(PRECISIONS_MAX_S, left * 0.6), skipped)
             left -= time.perf_counter() - t0
-            if out["precisions"].get("tflops"):
+            looped = any(x.startswith("precision:") for x in getattr(ctx, "experimented", ()))
+            if out["precisions"].get("tflops") and not looped:
                 out["precisions"]["switch"] = self._switch(ctx, out["precisions"], left, skipped)
+            elif looped:  # the switch was timed on the script's own steps (measure/experiments.py)
+                out["precisions"]["switch"] = {"not_measured": "measured on the script's own loop (experiments)"}
         if budget is not None:
             budget.done(self.name, skipped)
         return out

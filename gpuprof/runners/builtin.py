@@ -153,6 +153,8 @@ class RunContext:
     optimizer: object | None = None  # the run's optimizer (scripts: the first one seen stepping)
     op_trace: dict | None = None  # measure/optrace.py's facts from the FLOP count's forward
     sharding: dict | None = None  # measure/sharding.py: a model whose forward communicates (FSDP2, TP)
+    # ids of the fixes measured on the script's own loop (measure/experiments.py): their copy timings are skipped
+    experimented: frozenset = frozenset()
 
 
 def default_device() -> str:

@@ -113,11 +113,14 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
     else:
         budget = run.budget if run.budget is not None and ended != "interrupted" else \
             PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress)
+    if experiments is not None and experiments.planned is not None:
+        section = experiments.section({r.index: r.gpu_s if r.gpu_s is not None else r.wall_s
+                                       for r in every if r.index in trial})
+        profile.measurements["experiments"] = section
+        if run.ctx is not None:  # a fix measured on the loop needs no timing on a copy after the run
+            run.ctx.experimented = frozenset(r["id"] for r in section["results"] if r.get("interval"))
     profile.measurements.update(stop_instruments(run.instruments, run.ctx, budget))
     _precision_from_count(run, profile)
-    if experiments is not None and experiments.planned is not None:
-        profile.measurements["experiments"] = experiments.section(
-            {r.index: r.gpu_s if r.gpu_s is not None else r.wall_s for r in every if r.index in trial})
     if budget.interrupted:  # Ctrl-C during the post-run work: the steps stand, the run was stopped
         run_info["ended"], run_info["partial"] = "interrupted", True
     for name, why in run.not_started.items():

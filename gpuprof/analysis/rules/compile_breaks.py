@@ -222,7 +222,9 @@ def recompiles(ctx: Context) -> list[Finding]:
             saving_s=None,
             evidence={"function": function, "file": file, "line": line, "recompiles": len(rs),
                       "step_indices": steps, "guards": guards[:5], "guard_kind": _guard_kind(guard),
-                      "compile_s": compile_s, "measured_steps": n_measured},
+                      "compile_s": compile_s, "measured_steps": n_measured,
+                      **({"ceiling_s": compile_s / max(n_measured, 1),
+                          "ceiling_what": "its recompilations' time over the measured steps"} if compile_s else {})},
             confidence="high", kind="fix", fix=_recompile_fix(first, guard), note=note, because=because,
         ))
     out.extend(_warmup_recompiles(sec, in_measured, ctx.profile.steps))

@@ -220,7 +220,9 @@ def compile_findings(ctx: Context) -> list[Finding]:
             id="compile-missing",
             title="the model runs eagerly (compile=False)",
             saving_s=None,
-            evidence={"compile": False, "compute_share": fb},
+            evidence={"compile": False, "compute_share": fb,
+                      "ceiling_s": ctx.seconds("forward") + ctx.seconds("backward"),
+                      "ceiling_what": "the step's forward and backward: what compiling could speed up at most"},
             confidence="low",
             because=(f"forward and backward are {pct(fb)} of the step and run eagerly; what compiling "
                      "saves was not measured in this run"),

@@ -181,7 +181,7 @@ def _on_your_loop(ctx: Context) -> list[Finding] | None:
     what = exp.fix or f"{best} instead of {current}"
     v = verdict(ts, total, MIN_SHARE)
     if v == "slower":
-        return [slower_finding("precision-slow", f"{best} ({what})", exp, ts, total)]
+        return [slower_finding("precision-slow", what, exp, ts, total)]
     own = ctx.config.get("script_globals")
     knob = find_knobs(ctx.config).get("dtype") if mode(ctx) == "script" else None
     if best == "tf32" or (knob is not None and knob.kind != "global"):
@@ -190,7 +190,6 @@ def _on_your_loop(ctx: Context) -> list[Finding] | None:
     else:
         fix, overrides = _fix(current, best, on_cuda(ctx), mode(ctx) == "script",
                               dtype_setting=own is None or "dtype" in own)
-    fix = fix if best == "tf32" or overrides else f"{fix} (as timed: {what})"
     because = (f"measured on your loop: {exp.pairs} paired steps, the step took {seconds(exp.b_median_s)} in {best} "
                f"and {seconds(exp.a_median_s)} as it runs in {current} (medians; {times(exp.ratio)} the time)")
     note = ts.note

@@ -1,0 +1,137 @@
+"""Fixes measured on the script's own loop (issue #41): does the saving gpuprof claims from its
+experiment steps (gpuprof/measure/experiments.py) match what the same fix achieves when applied to
+the script and timed plain?
+
+tests/fixtures/mingpt_train.py has a switch for each fix gpuprof can turn on from outside: `--dtype`
+(bf16 autocast on this CPU, or none), `--fused 0/1` (AdamW), `--compile inductor` (with
+--with-compile: minutes on a CPU). For each case, each round runs `gpuprof diagnose` on the script
+as it is (BEFORE), then the script plain BEFORE, AFTER, AFTER, BEFORE (ABBA, so a shared machine's
+drift hits both alike):
+
+    claimed  = the finding's saving as a share of gpuprof's typical step (saving_s ÷ step; 0 when
+               nothing is claimed), its interval as shares, and "slower" when the finding says the
+               fix makes the step slower
+    achieved = 1 − the plain script's AFTER step ÷ its BEFORE step (each run's median `time` line
+               after its first 2 iterations, medians over the rounds' runs)
+
+The bar (the issue's): a claimed saving within max(5 points, half of it) of the achieved one; an
+achieved saving of 5% or more never unclaimed; a fix achieving 5% or more slower reported as slower.
+
+    python benchmarks/loop_experiments.py [--rounds 3] [--only precision,fused] [--with-compile]
+        [--post-budget 20] [--json FILE]
+
+Children run with OMP_NUM_THREADS=1 (one core each; see benchmarks/precision_fix.py). Prints a table,
+exits 1 when a case misses the bar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "tests" / "fixtures" / "mingpt_train.py"
+sys.path.insert(0, str(REPO))
+
+from gpuprof.steplog import parse_line  # noqa: E402
+
+BASE = ["--attn", "sdpa", "--vocab", "2048", "--n-layer", "2", "--n-embd", "64", "--batch", "8", "--block", "64",
+        "--dropout", "0.0"]
+# name: (BEFORE args, AFTER args, finding id, experiment id, gpuprof's own options)
+CASES = {
+    "precision": (["--dtype", "bf16"], ["--dtype", "fp32"], "precision-slow", "precision:fp32", []),
+    "fused": (["--fused", "0"], ["--fused", "1"], "optimizer-not-fused", "optimizer:fused", []),
+    "compile": ([], ["--compile", "inductor"], "compile-missing", "compile", ["--measure-compile"]),
+}
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+
+def plain(args: list[str], steps: int = 16) -> float:
+    """The plain script's median step (seconds) after its first 2 iterations."""
+    out = subprocess.run([sys.executable, str(SCRIPT), *BASE, *args, "--steps", str(steps), "--threads", "1"],
+                         capture_output=True, text=True, env=ENV, timeout=1800, check=True).stdout
+    times = [rec.step_ms / 1e3 for line in out.splitlines()
+             if (rec := parse_line(line)) is not None and getattr(rec, "step_ms", None) and (rec.step or 0) >= 2]
+    return statistics.median(times)
+
+
+def diagnose(args: list[str], own: list[str], budget: float, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--steps", "8", "--warmup", "2", "--post-budget", str(budget),
+           "--out", str(out), *own, str(SCRIPT), *BASE, *args, "--steps", "400", "--threads", "1"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=3600)
+    if r.returncode != 0:
+        raise SystemExit(f"gpuprof failed ({r.returncode}): {r.stderr[-2000:]}")
+    return json.loads(out.read_text())
+
+
+def claimed(profile: dict, finding: str, exp_id: str) -> dict:
+    step = profile["analysis"]["steps"]["step_s"]
+    f = next((x for x in profile["analysis"]["findings"] if x["id"] == finding), None)
+    exp = next((r for r in (profile["measurements"].get("experiments") or {}).get("results", [])
+                if r["id"] == exp_id), None)
+    row = {"finding": f is not None, "experiment": exp is not None and exp.get("ratio") is not None,
+           "pairs": exp.get("pairs") if exp else None, "ratio": exp.get("ratio") if exp else None}
+    if f is None:
+        return dict(row, share=0.0, slower=False)
+    ev = f.get("evidence") or {}
+    share = (f["saving_s"] or 0.0) / step
+    row.update(share=share, slower=bool(ev.get("slower")), kind=f["kind"],
+               low=ev.get("saving_low_s", 0) / step if "saving_low_s" in ev else None,
+               high=ev.get("saving_high_s", 0) / step if "saving_high_s" in ev else None)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="precision,fused")
+    ap.add_argument("--with-compile", action="store_true")
+    ap.add_argument("--post-budget", type=float, default=20.0)
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    names = [n for n in a.only.split(",") if n] + (["compile"] if a.with_compile else [])
+    results, failed = [], False
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            before, after, finding, exp_id, own = CASES[name]
+            claims, b_runs, a_runs = [], [], []
+            for i in range(a.rounds):
+                claims.append(claimed(diagnose(before, own, a.post_budget, Path(tmp) / f"{name}{i}.json"),
+                                      finding, exp_id))
+                b1, a1, a2, b2 = plain(before), plain(after), plain(after), plain(before)
+                b_runs += [b1, b2]
+                a_runs += [a1, a2]
+            achieved = 1 - statistics.median(a_runs) / statistics.median(b_runs)
+            share = statistics.median(c["share"] for c in claims)
+            slower = sum(c["slower"] for c in claims)
+            if achieved <= -0.05:
+                ok = slower == len(claims)
+                bar = "reported slower in every run"
+            elif achieved >= 0.05:
+                ok = all(abs(c["share"] - achieved) <= max(0.05, c["share"] / 2) and c["share"] > 0 for c in claims)
+                bar = "claimed within max(5 points, half) every run"
+            else:
+                ok = all(c["share"] <= 0.05 + max(0.05, achieved) for c in claims)
+                bar = "under 5% achieved: nothing large claimed"
+            failed |= not ok
+            row = {"case": name, "achieved": achieved, "claimed_median": share, "claims": claims,
+                   "plain_before_s": statistics.median(b_runs), "plain_after_s": statistics.median(a_runs),
+                   "bar": bar, "ok": ok}
+            results.append(row)
+            shares = ", ".join(f"{c['share']:+.1%}" for c in claims)
+            print(f"{name:10s} achieved {achieved:+.1%}  claimed {shares}"
+                  f"  pairs {[c['pairs'] for c in claims]}  slower {slower}/{len(claims)}  {'OK' if ok else 'MISS'} ({bar})",
+                  flush=True)
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""Experiment steps in the script's own loop (gpuprof/measure/experiments.py, switches.py): the
+schedule (warm-up with the fix, one step without, pairs in ABBA order), the budget (planned one fix
+at a time on what is left, an open pair completed when the time runs out), every switch restored,
+and on real scripts: the fix is on exactly in the steps recorded as `b`, the measured steps and the
+run's counts are not the experiments', the script's own objects are left as they were."""
+
+import io
+import textwrap
+
+import pytest
+import torch
+
+from gpuprof.measure import experiments as ex
+from gpuprof.measure.budget import PostRunBudget
+from gpuprof.measure.switches import AutocastSwitch, FusedAdamSwitch
+from gpuprof.runners.script import run_script
+
+
+def test_the_schedule_warms_the_fix_up_then_pairs_in_abba_order():
+    assert ex.schedule(4, 1) == [("b", False), ("a", True), ("b", True), ("b", True), ("a", True),
+                                 ("a", True), ("b", True), ("b", True), ("a", True)]
+    assert ex.schedule(4, 2)[:3] == [("b", False), ("b", False), ("a", True)]
+
+
+def test_a_fix_gets_the_pairs_that_fit_and_is_skipped_with_why_when_four_do_not():
+    sw = _FakeSwitch("x")
+    planned, why = ex.plan_one(sw, step_s=0.1, seconds=100.0)
+    assert planned.pairs == ex.MAX_PAIRS and why == ""
+    planned, _ = ex.plan_one(sw, step_s=0.1, seconds=2.0)  # (2 - 0.125) / 0.25
+    assert planned.pairs == 7 and planned.steps == ex.schedule(7, 1)
+    planned, why = ex.plan_one(sw, step_s=0.1, seconds=1.0)  # (1 + 2·4)·0.125 s = 1.125 s needed
+    assert planned is None and why == "x: 4 paired steps of ~0.10 s do not fit the 1.0 s left"
+
+
+class _FakeSwitch:
+    per_forward = False
+    warmup_steps = 1
+
+    def __init__(self, id, why=None, log=None):
+        self.id, self._why, self.log = id, why, log if log is not None else []
+        self.fix, self.settings = f"fix {id}", {}
+
+    def why_not(self):
+        return self._why
+
+    def on(self):
+        self.log.append(f"{self.id} on")
+
+    def off(self):
+        self.log.append(f"{self.id} off")
+
+    def restore(self):
+        self.log.append(f"{self.id} restore")
+
+    def describe(self):
+        return {"id": self.id, "fix": self.fix, "settings": {}}
+
+
+class _FakeTimer:
+    def __init__(self):
+        self.walls, self.listener = [0.1] * 5, object()
+
+    def host_walls(self):
+        return self.walls
+
+    def last_index(self):
+        return len(self.walls) - 1
+
+
+class _FakeHooks:
+    def __init__(self):
+        self.timer, self.counts, self.forward_watchers = _FakeTimer(), {"forward": 7}, []
+
+    def close(self, seconds=0.1):
+        """A step closed: what the hooks do at each experiment step's end."""
+        self.timer.walls.append(seconds)
+        self.counts["forward"] += 1
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def _experiments(switches, seconds=20.0, clock=None):
+    budget = PostRunBudget(seconds * 2)  # the experiments' share is half
+    return ex.Experiments(lambda: switches, lambda: budget, clock=clock or _Clock()), budget
+
+
+def test_each_step_runs_its_way_and_everything_is_restored_at_the_end():
+    log = []
+    a, b, no = _FakeSwitch("a", log=log), _FakeSwitch("b", log=log), _FakeSwitch("n", why="not here")
+    exps, budget = _experiments([a, no, b])
+    hooks = _FakeHooks()
+    ways = []
+    while exps.next_step(hooks):
+        ways.append(exps._open[1])
+        hooks.close()
+    pa, pb = (p.pairs for p in exps.planned)
+    assert pa == 39  # its part: half of the 10 s share (one fix after it), (5 - 0.125) / 0.25 s per pair
+    assert ways == [w for w, _ in ex.schedule(pa, 1)] + [w for w, _ in ex.schedule(pb, 1)]
+    # on for each run of b steps, off before each a step (never twice on)
+    assert log[:4] == ["a on", "a off", "a on", "a off"] and log[-2:] == ["a restore", "b restore"]
+    assert exps.not_applicable == {"n": "not here"} and hooks.counts == {"forward": 7}  # the run's counts
+    assert hooks.timer.listener is None and "experiments" in budget.parts
+    steps = {r["index"]: 0.2 if r["way"] == "b" else 0.1 for r in exps.records}
+    sec = exps.section(steps)
+    res = {r["id"]: r for r in sec["results"]}
+    assert res["a"]["pairs"] == pa and res["a"]["ratio"] == pytest.approx(2.0)
+    assert res["a"]["interval"]["low"] == pytest.approx(2.0) and len(sec["steps"]) == len(ways)
+
+
+def test_a_fix_is_decided_early_once_its_pairs_exclude_no_change_at_high_confidence():
+    exps, _ = _experiments([_FakeSwitch("a")])
+    hooks = _FakeHooks()
+    while exps.next_step(hooks):
+        hooks.close(0.2 if exps._open[1] == "b" else 0.1)  # the fix doubles the step, every time
+    assert len([r for r in exps.records if r["timed"]]) == 2 * ex.DECIDED_AFTER
+
+
+def test_when_the_time_runs_out_the_open_pair_completes_and_the_rest_is_said():
+    clock = _Clock()
+    log = []
+    exps, _ = _experiments([_FakeSwitch("a", log=log), _FakeSwitch("b", log=log)], seconds=10.0, clock=clock)
+    hooks = _FakeHooks()
+    n = 0
+    while exps.next_step(hooks):
+        n += 1
+        if n == 2:  # warm-up b, then the first pair's a: the time is up in the middle of a pair
+            clock.t = 100.0
+        hooks.close()
+    assert n == 3 and [r["way"] for r in exps.records] == ["b", "a", "b"]  # the pair (a, b) completed
+    assert exps.stopped_early and exps.skipped == ["b: not started, the experiments' share of the budget was spent"]
+    assert log[-1] == "a restore"
+
+
+# ------------------------------------------------------------------------------ real scripts
+SCRIPT = '''
+import torch, torch.nn as nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Embedding(64, 32), nn.Linear(32, 64))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+seen = []
+for i in range(200):
+    x = torch.randint(0, 64, (8, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(x)
+    seen.append(str(logits.dtype))
+    nn.functional.cross_entropy(logits.float().view(-1, 64), x.view(-1)).backward()
+    fused = opt.param_groups[0]["fused"]  # as this step's opt.step() reads it (after it, the next step's way is set)
+    opt.step()
+    opt.zero_grad()
+    print(f"STEP {i} {seen[-1]} fused={fused}")
+'''
+
+
+@pytest.fixture(scope="module")
+def looped(tmp_path_factory):
+    path = tmp_path_factory.mktemp("exp") / "train.py"
+    path.write_text(textwrap.dedent(SCRIPT))
+    out = io.StringIO()
+    run = run_script(str(path), [], steps=4, warmup=1, stdout=out, post_budget_s=30.0,
+                     experiments={"compile": False})
+    return run, out.getvalue()
+
+
+def test_the_fix_is_on_exactly_in_the_steps_recorded_b(looped):
+    run, out = looped
+    p = run.profile
+    sec = p.measurements["experiments"]
+    ways = {r["index"]: (r["experiment"], r["way"]) for r in sec["steps"]}
+    lines = {int(w[1]): (w[2], w[3]) for w in (ln.split() for ln in out.splitlines() if ln.startswith("STEP "))}
+    assert {e for e, _ in ways.values()} == {"precision:fp32", "optimizer:fused"}
+    for index, (exp, way) in ways.items():
+        if index not in lines:
+            continue  # the last experiment step's line: the script was stopped at its optimizer step
+        dtype, fused = lines[index]
+        assert dtype == ("torch.float32" if (exp, way) == ("precision:fp32", "b") else "torch.bfloat16"), index
+        assert fused == ("fused=True" if (exp, way) == ("optimizer:fused", "b") else "fused=None"), index
+
+
+def test_the_measured_steps_and_the_counts_are_the_runs_alone(looped):
+    run, _ = looped
+    p = run.profile
+    assert run.ended == "stopped" and len(p.steps) == 4 and len(p.warmup_steps) == 1
+    assert not {s.index for s in p.steps} & {r["index"] for r in p.measurements["experiments"]["steps"]}
+    assert run.counts["optimizer_step"] == 5  # the measured run's 5 steps, not the experiments'
+    res = {r["id"]: r for r in p.measurements["experiments"]["results"]}
+    assert res["precision:fp32"]["pairs"] >= ex.MIN_PAIRS and res["precision:fp32"]["ratio"] > 0
+    assert p.measurements["post_run"]["parts"]["experiments"]["spent_s"] <= 15.5
+
+
+def test_autocast_and_fused_switches_leave_nothing_behind():
+    lin = torch.nn.Linear(8, 8)
+    opt = torch.optim.AdamW(lin.parameters(), lr=1e-3)
+    lin(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    sw = FusedAdamSwitch(opt)
+    assert sw.why_not() is None
+    sw.on()
+    assert opt.param_groups[0]["fused"] is True and opt.param_groups[0]["foreach"] is False
+    lin(torch.randn(2, 8)).sum().backward()
+    opt.step()  # fused, on the state the for-loop step made
+    sw.off()
+    assert opt.param_groups[0]["fused"] is None and opt.param_groups[0]["foreach"] is None
+    ac = AutocastSwitch("cpu", "fp32", "bf16")
+    ac.enter()
+    assert lin(torch.randn(2, 8)).dtype == torch.bfloat16
+    ac.leave()
+    ac.restore()
+    assert lin(torch.randn(2, 8)).dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
