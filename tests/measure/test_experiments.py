@@ -144,7 +144,7 @@ torch.manual_seed(0)
 model = nn.Sequential(nn.Embedding(64, 32), nn.Linear(32, 64))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 seen = []
-for i in range(200):
+for i in range(5000):  # more steps than the run and its experiments take: it is stopped
     x = torch.randint(0, 64, (8, 16))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(x)
