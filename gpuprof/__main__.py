@@ -1,4 +1,4 @@
-from gpuprof.cli import main
+from gpuprof.console import main
 
 if __name__ == "__main__":
     main()

@@ -28,6 +28,7 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 
+from gpuprof.attach.gentle import at_start_priority
 from gpuprof.errors import GpuprofError
 from gpuprof.units import UNKNOWN
 
@@ -144,10 +145,11 @@ class Recording:
             argv.append("--nonblocking")
         self.argv = argv
         self.started_at = time.time()  # py-spy's timestamps count from about here
-        # A session of its own: a terminal's Ctrl-C reaches gpuprof, which stops py-spy itself.
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                                     preexec_fn=_lower_priority)
+        # A session of its own: a terminal's Ctrl-C reaches gpuprof, which stops py-spy itself. Started
+        # at the priority gpuprof was started with, whatever its main thread's now (attach.gentle).
+        self.proc = at_start_priority(lambda: subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True, preexec_fn=_lower_priority))
         self.output = ""
 
     def running(self) -> bool:

@@ -20,6 +20,7 @@ import time
 
 import psutil
 
+from gpuprof.attach.gentle import at_start_priority
 from gpuprof.stats import quantile
 
 
@@ -44,7 +45,9 @@ class SamplerQuality:
 
     def start(self) -> None:
         self._cpu0 = psutil.cpu_times()
-        self._thread.start()
+        # created at py-spy's priority, whatever gpuprof's main thread's now (attach.gentle): a thread
+        # inherits its creator's, and one cannot raise its own
+        at_start_priority(self._thread.start)
 
     def _run(self) -> None:
         try:  # this thread alone (Linux: a thread id is a process id to setpriority)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from gpuprof.attach import phases as ph
+from gpuprof.attach.cost import BEFORE_S, CostWatch
 from gpuprof.attach.gpu import GpuWatch
 from gpuprof.attach.loops import find_shape
 from gpuprof.attach.process import ProcessWatch, open_process
@@ -43,9 +44,12 @@ class AttachResult:
 
 def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: bool = True, nvml=None,
            grad_accum: int | None = None,
-           on_tick: Callable[[dict], None] | None = None, poll_s: float = 0.2) -> AttachResult:
+           on_tick: Callable[[dict], None] | None = None, poll_s: float = 0.2,
+           cost_before_s: float = BEFORE_S, on_start: Callable[[], None] | None = None) -> AttachResult:
     """Sample every process in `pids` at once for `duration_s` (Ctrl-C ends it early) and build
-    one Profile per process.
+    one Profile per process. cost_before_s: the seconds before sampling (gpuprof idle) whose
+    waits for a CPU are the baseline of what attaching costs the target (gpuprof.attach.cost).
+    on_start(): called as sampling starts (after that baseline).
 
     GpuprofError (one line, exit 2): no such process, py-spy cannot read one (not Python, no
     permission), or one made no complete optimizer step in the window (then where its time went)."""
@@ -65,14 +69,21 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
     try:
         watches = [ProcessWatch(p) for p in procs]
         gpus = [GpuWatch(pid, nvml) for pid in pids]
-        for w, g in zip(watches, gpus):
+        costs = [CostWatch(pid) for pid in pids]
+        if cost_before_s > 0:  # the targets' waits for a CPU with gpuprof idle, as the baseline
+            for c in costs:
+                c.before(cost_before_s / len(costs))
+        for w, g, c in zip(watches, gpus, costs):
             w.start()
             g.start()
+            c.start()
         t0 = time.monotonic()
         quality = SamplerQuality(rate, NICENESS)
         quality.start()
         recs = [Recording(pid, duration_s, os.path.join(folder, f"stacks-{pid}.json"), rate=rate,
                           nonblocking=nonblocking, exe=exe) for pid in pids]
+        if on_start is not None:
+            on_start()  # sampling starts now
         try:
             while any(r.running() for r in recs):
                 time.sleep(poll_s)
@@ -98,6 +109,8 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
         results = [r.result() for r in recs]
         sampling = quality.stop()
         facts = [w.stop() for w in watches]
+        for f, c in zip(facts, costs):
+            f["cost"] = c.stop()
         nvml_sections = [g.stop() for g in gpus]
     finally:
         for r in recs:

@@ -54,9 +54,13 @@ def attach(
         err.print(f"gpuprof: {note}", highlight=False, markup=False)
     who = ", ".join(str(p) for p in pids)
     live = err.is_terminal and not as_json
-    err.print(f"gpuprof: attaching to {who} for {duration:g} s (py-spy, {rate} samples/s; Ctrl-C ends it early)",
-              highlight=False, markup=False)
     status = err.status("sampling") if live else None
+
+    def started() -> None:  # after the targets' 2-s baseline without gpuprof (attach.cost)
+        err.print(f"gpuprof: attaching to {who} for {duration:g} s (py-spy, {rate} samples/s; Ctrl-C ends it early)",
+                  highlight=False, markup=False)
+        if status is not None:
+            status.start()
 
     def tick(t: dict) -> None:
         if status is not None:
@@ -68,11 +72,9 @@ def attach(
                 for pid, f in (t.get("so_far") or {}).items())
             status.update(f"sampling {who}: {left:.0f} s left{gone}{now} (phase shares come when sampling ends)")
 
-    if status is not None:
-        status.start()
     try:
         result = run_attach(list(pids), duration, rate=rate, nonblocking=not blocking, on_tick=tick,
-                            grad_accum=grad_accum)
+                            grad_accum=grad_accum, on_start=started)
     finally:
         if status is not None:
             status.stop()

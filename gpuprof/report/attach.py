@@ -109,6 +109,9 @@ def attach_rows(profile: Profile) -> list[tuple[str, str]]:
     if rb is not None:
         line += f"; reads {count(rb)}B/s from storage, {count(rc or 0)}B/s through read() (page cache included)"
     rows.append(("process", line))
+    cost = cost_text(proc.get("cost"))
+    if cost:
+        rows.append(("its cost", cost))
     for f in (proc.get("files") or [])[:2]:
         cache = f.get("page_cache_share")
         rows.append(("file", f"{f['path']} ({count(f['size_bytes'])}B, {f.get('fs_type', UNKNOWN)} {f.get('fs_kind', '')}"
@@ -117,3 +120,18 @@ def attach_rows(profile: Profile) -> list[tuple[str, str]]:
     rows.append(("h2d", H2D_NOTE))
     rows.append(("GPU", gpu_inference_text(gpu_inference(profile))))
     return rows
+
+
+def cost_text(cost: dict | None) -> str | None:
+    """What attaching cost the target, in words, from its threads' waits for a CPU before and while
+    sampled (gpuprof.attach.cost); None for an older profile."""
+    if not isinstance(cost, dict):
+        return None
+    if cost.get("not_measured"):
+        return f"attach's cost on the target not measured: {cost['not_measured']}"
+    before, during, added = cost.get("before") or {}, cost.get("during") or {}, cost.get("added_wait_s_per_s")
+    if added is None:
+        return None
+    return (f"its threads waited for a CPU {during.get('wait_s_per_s', 0) * 1e3:.0f} ms per second while sampled, "
+            f"{before.get('wait_s_per_s', 0) * 1e3:.0f} ms per second in the {before.get('seconds', 0):.0f} s before "
+            f"(/proc schedstat): attaching cost it at most {pct(added, 1)} of its time")
