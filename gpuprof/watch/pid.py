@@ -127,8 +127,9 @@ def watch_pid(pid: int, every: Every, sinks: list[Callable[[dict], None]] | None
             t_start = clock() - t0
             try:
                 unit, unit_source = (held, held_source) if held is not None else guess or (None, None)
+                # no idle baseline before each window (attach.cost): a watch's windows follow each other
                 res = attach_fn([pid], every.seconds, rate=rate, nonblocking=nonblocking, grad_accum=unit,
-                                nvml=nvml)
+                                nvml=nvml, cost_before_s=0.0)
             except InterruptedEmpty:
                 ended = "interrupted"
                 recorder.windows = number - 1

@@ -87,6 +87,8 @@ def test_a_slower_loader_is_one_change_naming_data_and_the_new_files():
             [_recording(0.180, 0.130, 11, 20 + s) for s in range(2)]
     result, events, fake = _watch(before + after)
     assert result.ended == "finished" and result.last_profile is after[-1]
+    # windows follow each other: no idle baseline before each (attach's cost baseline, attach/cost.py)
+    assert all(kw["cost_before_s"] == 0.0 for _, _, kw in fake.calls)
     windows = [e for e in events if e["kind"] == "window"]
     assert [w["window"] for w in windows] == [1, 2, 3, 4, 5, 6]
     assert [w["steps"] for w in windows][:4] == [[0, 24], [25, 49], [50, 74], [75, 85]]
