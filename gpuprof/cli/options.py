@@ -25,8 +25,9 @@ FORCE = typer.Option(False, "--force", help=FORCE_HELP)
 TRACE = typer.Option(None, "--trace", help="Also write a Chrome trace-event JSON here (opens in ui.perfetto.dev "
                                            "and chrome://tracing).")
 HTML = typer.Option(None, "--html", help="Also write a self-contained HTML report here (no network requests).")
-DETAILS = typer.Option(False, "--details", help="Show everything: the MFU table, the GPU and host samplers, "
-                                                "user-code attribution.")
+DETAILS = typer.Option(False, "--details", help="Show everything: the whole report (each fix's evidence, noise, "
+                                                "the phase table, what ran), then the MFU table, the GPU and host "
+                                                "samplers, user-code attribution.")
 
 # torchrun's launcher options (diagnose, watch): passed to torch.distributed.run unchanged.
 NPROC_PER_NODE = typer.Option(None, "--nproc-per-node", "--nproc_per_node", help="Data parallel: launch this many ranks per node through torch.distributed.run (torchrun); every rank is measured and this node's ranks merged.", rich_help_panel="torchrun")

@@ -16,13 +16,19 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpuprof.report.first_screen import FirstScreen, build_first_screen
 from gpuprof.report.model import FindingView, Findings, RanksView, Report, build_report, group_findings
 from gpuprof.render.timeline import FillBar, timeline_panel
 
 
 def render_diagnosis(profile, analysis, console: Console, *, details: bool = False) -> None:
-    """Print the report of (profile, analysis); with details=True also the MFU table, the
-    samplers and the user-code attribution."""
+    """Print the report of (profile, analysis): its first screen (verdict first, about twenty
+    lines), or with details=True the whole report and then the MFU table, the samplers and the
+    user-code attribution. An attached run's report keeps its whole layout by default until
+    `gpuprof attach` adopts the first screen (its report is another piece of work)."""
+    if not details and profile.run.get("mode") != "attach":
+        render_first_screen(build_first_screen(profile, analysis), console)
+        return
     report = build_report(profile, analysis)
     h = report.headings
     console.print(Text(report.title, style="bold"), Text(f": {report.run_line}"), sep="", highlight=False)
@@ -64,6 +70,42 @@ def render_diagnosis(profile, analysis, console: Console, *, details: bool = Fal
         console.print(samplers_view_panel(samplers_view(profile.sections)))
     for line in report.attribution:
         console.print(Text(f"  {line}"))
+
+
+def render_first_screen(fs: FirstScreen, console: Console) -> None:
+    """The first screen (report.first_screen): the step, the verdict, the top fixes with their
+    saving and change, the phases in one line, the outlier steps, the corrected config, what was
+    not measured, a data-parallel run's ranks, and what --details adds."""
+    h = fs.headings
+
+    def line(label: str, text: str | None) -> None:
+        if text:
+            console.print(Text.assemble((f"{label} ", "bold"), text), highlight=False)
+
+    console.print(Text(fs.title, style="bold"), Text(f": {fs.run_line}"), sep="", highlight=False)
+    if fs.has_steps:
+        console.print(Text.assemble(("step ", "bold"), (fs.step, "bold green"), f" ({fs.step_how}) · {fs.rest}"),
+                      highlight=False)
+        line(h.verdict, fs.verdict)
+        rows = [(h.fields[1], fs.verdict_change, ""), ("note", fs.verdict_note, "dim")]
+        if fs.verdict_change or fs.verdict_note:
+            console.print(Padding(_fields(rows), (0, 0, 0, len(h.verdict) + 1)))
+        for text in fs.corrections:
+            line(h.correction, text)
+        console.print(Text(h.fixes if fs.fixes else h.no_fixes, style="bold underline"))
+        for i, fix in enumerate(fs.fixes, 1):
+            console.print(Text.assemble(f"{i}. ", (fix.title, "bold")), highlight=False)
+            rows = [(h.fields[0], fix.saves, "green" if fix.saves_time else ""), (h.fields[1], fix.change, "")]
+            console.print(Padding(_fields(rows), (0, 0, 0, len(f"{i}. "))))
+        for text in fs.infos:
+            line(h.infos, text)
+        line(h.phases, " │ ".join(f"{p} {s}" for p, s in fs.phases))
+        line(h.outliers, fs.outliers)
+        line(h.corrected, fs.corrected)
+    line(h.not_measured, fs.not_measured)
+    if fs.ranks is not None:
+        console.print(ranks_panel(fs.ranks))
+    console.print(Text(fs.more, style="dim"))
 
 
 def step_line(report: Report) -> Text:

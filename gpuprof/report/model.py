@@ -154,7 +154,7 @@ def build_report(profile: Profile, analysis: Analysis) -> Report:
     footer = words.HEADINGS.page_footer.format(version=profile.tool.get("version", ""),
                                                schema=profile.schema_version, nm=NM)
     common = dict(title=title, run_line=words.run_line(profile), what_ran=words.what_ran(profile, stats),
-                  notes=words.not_measured_lines(profile, analysis), ranks=_ranks(analysis.distributed), footer=footer)
+                  notes=words.not_measured_lines(profile, analysis), ranks=ranks_view(analysis.distributed), footer=footer)
     if stats is None:
         return Report(has_steps=False, **common)
     g = group_findings(analysis.findings)
@@ -174,7 +174,7 @@ def build_report(profile: Profile, analysis: Analysis) -> Report:
         script_log=words.script_log_line(profile, stats), noise=words.noise_line(profile, stats),
         verdict=g.verdict, verdict_text=g.verdict_text, irregular=g.irregular, fixes=g.fixes,
         corrections=g.corrections, infos=g.infos,
-        corrected=_corrected(analysis),
+        corrected=corrected_view(analysis),
         phase_title=f"Where a typical step's time goes: each phase per step, {basis} ({words.timeline_name(stats)})",
         phase_rows=rows, phase_total=(seconds(stats.step_s), pct(1.0)),
         phase_caption=("GPU idle: time the GPU sat idle while the host ran a host-only phase"
@@ -183,7 +183,7 @@ def build_report(profile: Profile, analysis: Analysis) -> Report:
         attribution=words.attribution_lines(profile), **common)
 
 
-def _corrected(analysis: Analysis) -> CorrectedView | None:
+def corrected_view(analysis: Analysis) -> CorrectedView | None:
     from gpuprof.recommend.config import flags, format_config
 
     cc = analysis.corrected
@@ -201,7 +201,7 @@ def _sharded_title(c) -> str:
     return "sharded (FSDP2)" if collectives_owner(c.by_kind) != "DTensor's" else "tensor parallel (DTensor)"
 
 
-def _ranks(d) -> RanksView | None:
+def ranks_view(d) -> RanksView | None:
     """The ranks of a merged multi-rank run (analysis.distributed: DistributedStats) in words."""
     if d is None:
         return None

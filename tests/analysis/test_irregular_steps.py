@@ -69,7 +69,7 @@ def test_a_script_with_one_1s_pause_among_eight_45ms_steps(tmp_path):
     ms on any CPU) and one pauses 1 s after its optimizer step."""
     out = tmp_path / "pause.gpuprof.json"
     r = subprocess.run([sys.executable, "-m", "gpuprof", "diagnose", "--steps", "8", "--warmup", "2",
-                        "--post-budget", "0", "--no-samplers", "--out", str(out), str(SCRIPT)],
+                        "--post-budget", "0", "--no-samplers", "--details", "--out", str(out), str(SCRIPT)],
                        capture_output=True, text=True, timeout=180, env=dict(os.environ, COLUMNS="100"))
     assert r.returncode == 0, r.stderr[-3000:]
     saved = json.loads(out.read_text())
@@ -83,7 +83,7 @@ def test_a_script_with_one_1s_pause_among_eight_45ms_steps(tmp_path):
     fixes = [f for f in findings if f["kind"] == "fix" and f["saving_s"] is not None]
     assert all(f["saving_s"] <= steps["step_s"] for f in fixes)
     assert sum(f["saving_s"] for f in fixes) <= steps["step_s"] * (1 + 1e-9)
-    # The report: the headline step, the phase table's total row and the shares agree.
+    # The report (--details: the whole of it): the headline step, the phase table's total row and the shares agree.
     text = " ".join(r.stdout.replace("│", " ").split())
     head = seconds(steps["step_s"])
     assert f"step {head} (typical: the mean of" in text and "irregular step" in text

@@ -42,7 +42,7 @@ def test_bigram_script_end_to_end(tmp_path, capsys):
     out = tmp_path / "bigram.gpuprof.json"
     run = [sys.executable, "-m", "gpuprof"]
     r = subprocess.run([*run, "diagnose", "--steps", "3", "--warmup", "1", "--post-budget", "0",
-                        "--no-samplers", "--out", str(out), str(SCRIPT)], capture_output=True, text=True,
+                        "--no-samplers", "--details", "--out", str(out), str(SCRIPT)], capture_output=True, text=True,
                        timeout=180, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "not GPT-shaped" in " ".join(r.stdout.split())
@@ -51,7 +51,7 @@ def test_bigram_script_end_to_end(tmp_path, capsys):
 
     capsys.readouterr()
     try:
-        main(["analyze", str(out)])
+        main(["analyze", str(out), "--details"])
         code = 0
     except SystemExit as exc:
         code = exc.code

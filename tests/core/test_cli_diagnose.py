@@ -41,15 +41,26 @@ def test_diagnose_json_and_analyze_round_trip(tmp_path):
     assert stored.exit_code == 0, stored.output
     assert json.loads(stored.stdout)["analysis"]["findings"] == findings  # the saved analysis, as saved
 
-    report = runner.invoke(app, ["analyze", str(out)])
+    report = runner.invoke(app, ["analyze", str(out)])  # the first screen
     assert report.exit_code == 0
-    assert "Where a typical step's time goes" in report.stdout and "tokens/s" in report.stdout
+    assert "Where the step goes: " in report.stdout and "tokens/s" in report.stdout
+    assert "more with --details" in report.stdout and "Where a typical step's time goes" not in report.stdout
+    full = runner.invoke(app, ["analyze", str(out), "--details"])  # the whole report, then the details
+    assert full.exit_code == 0
+    assert "Where a typical step's time goes" in full.stdout and "What ran" in full.stdout
+    assert "Model FLOPs utilization" in full.stdout and "more with --details" not in full.stdout
 
 
 def test_diagnose_report(tmp_path):
-    res = runner.invoke(app, ["diagnose", *FAST])
+    res = runner.invoke(app, ["diagnose", *FAST], env={"COLUMNS": "100"})
     assert res.exit_code == 0, res.output
     assert "forward" in res.stdout and "Verdict:" in res.stdout
+    # issue #43: verdict first, at most 25 lines at 100 columns before "more with --details"
+    lines = res.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("gpuprof diagnosis"))
+    hint = next(i for i, line in enumerate(lines) if line.startswith("more with --details"))
+    assert hint - start <= 25 and lines[start + 1].startswith("step ")
+    assert any(line.startswith("Verdict:") for line in lines[start + 2:start + 5])
 
 
 def _one_line_error(res, text):
@@ -182,7 +193,7 @@ def test_the_report_names_the_rescued_file_too(tmp_path, monkeypatch):
     _fails_once(monkeypatch)
     res = runner.invoke(app, ["diagnose", *FAST, "--out", str(tmp_path / "p.json")])
     assert res.exit_code == 3, res.output
-    assert "Where a typical step's time goes" in res.stdout and "profile written to" not in res.stdout
+    assert "Where the step goes: " in res.stdout and "profile written to" not in res.stdout
     assert "saved it to " + str(next(tmp_path.glob("p.rescued-*.json"))) in res.stderr
 
 
@@ -241,7 +252,7 @@ def test_a_step_of_minutes_is_said_up_front_and_runs(monkeypatch):
     first = res.stderr.splitlines()[0]
     assert first.startswith("gpuprof: warning: one optimizer step is estimated at 4.0 min (2.4e8 FLOPs")
     assert first.endswith("running it, Ctrl-C stops it")
-    assert "Where a typical step's time goes" in res.stdout
+    assert "Where the step goes: " in res.stdout
 
 
 def test_write_with_no_config_fix_still_prints_the_report(tmp_path, monkeypatch):
@@ -251,6 +262,6 @@ def test_write_with_no_config_fix_still_prints_the_report(tmp_path, monkeypatch)
     target = tmp_path / "corrected.py"
     res = runner.invoke(app, ["diagnose", *FAST, "--write", str(target)])
     assert res.exit_code == 0, res.output
-    assert "Where a typical step's time goes" in res.stdout and not target.exists()
+    assert "Where the step goes: " in res.stdout and not target.exists()
     assert res.stderr.strip().splitlines()[-1] == (f"gpuprof: note: nothing written to {target}: no finding "
                                                    f"of this run is a config fix")

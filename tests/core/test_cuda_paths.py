@@ -115,8 +115,11 @@ def test_cli_exit_0_and_not_measured_in_the_report(monkeypatch, tmp_path):
                               "--batch-size", "2", "--block-size", "32", "--grad-accum", "2",
                               "--steps", "2", "--warmup", "1", "--device", "cpu", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert "probe: not measured: probe failed: RuntimeError: CUDA error" in " ".join(res.stdout.split())
+    assert "Not measured in this run: probe (--details says why)" in " ".join(res.stdout.split())  # first screen
     assert out.exists()
+    full = runner.invoke(app, ["analyze", str(out), "--details"])  # the whole report says why
+    assert full.exit_code == 0, full.output
+    assert "probe: not measured: probe failed: RuntimeError: CUDA error" in " ".join(full.stdout.split())
 
 
 def test_cli_no_tf32_reaches_the_loop(fake_cuda, monkeypatch):

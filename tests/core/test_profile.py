@@ -151,7 +151,7 @@ def test_what_ran_says_not_measured_for_unknown_dims():
     prof = Profile(run={"mode": "script", "command": ["train.py"],
                         "config": {"model": "LitGPT (script)", "model_dims": {"vocab_size": 256}}}, steps=[])
     console = Console(width=120, record=True)
-    render_diagnosis(prof, analyze(prof), console)
+    render_diagnosis(prof, analyze(prof), console, details=True)  # what ran: in --details
     text = console.export_text()
     assert "None" not in text and "n_layer=not measured" in text and "vocab_size=256" in text
     assert "no complete measured step: nothing to report" in text

@@ -208,7 +208,7 @@ def test_failed_ranks_errors_print_as_they_are():
         entries.append(e)
     merged = merge_entries(entries)
     console = Console(file=io.StringIO(), width=100, color_system=None)
-    render_diagnosis(merged, analyze(merged), console)
+    render_diagnosis(merged, analyze(merged), console, details=True)  # the ranks' errors: what ran, in --details
     text = " ".join(console.file.getvalue().replace("│", " ").split())  # the panels' lines, joined back
     assert "ended failed: RuntimeError rank 0: [/__w/pytorch/third_party/gloo" in text
     assert "rank 1 failed: RuntimeError at t.py:3: rank 1: [/__w/pytorch/third_party/gloo" in text

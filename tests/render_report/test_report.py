@@ -1,6 +1,7 @@
 """The report people read, rendered from real profiles (the built-in loop, CPU scenarios) and a
-hand-built CUDA one at 80 and 120 columns: verdict and fixes first, details only when asked,
-one value per figure, nothing wider than the terminal, no truncated cell, no broken word."""
+hand-built CUDA one at 80 and 120 columns: the first screen by default (verdict and top fixes
+first, at most 25 lines at 100 columns), the whole report and the details only when asked, one
+value per figure, nothing wider than the terminal, no truncated cell, no broken word."""
 
 import copy
 import dataclasses
@@ -19,6 +20,7 @@ from gpuprof.measure.host import HostSampler
 from gpuprof.measure.instruments import default_instruments
 from gpuprof.report.details import HOST_COLS as _HOST_COLS, NVML_COLS as _NVML_COLS
 from gpuprof.render.terminal import findings_table, render_diagnosis
+from gpuprof.report.first_screen import HEADINGS as FS, build_first_screen
 from gpuprof.report.model import build_report
 from gpuprof.report.words import HEADINGS
 from gpuprof.runners.builtin import LoopConfig, run_builtin
@@ -109,6 +111,14 @@ def test_fits_the_width_with_no_truncated_cell_and_no_broken_word(reports, name,
     assert max(len(line) for line in lines) <= width
     assert "…" not in text
     whole = flat(text)
+    if not details:  # the first screen: the top fixes' titles, savings and changes, the phases in one line
+        fs = build_first_screen(p, a)
+        for fix in fs.fixes:
+            for part in (fix.title, fix.saves, fix.change):
+                assert flat(part) in whole, (name, width, part)
+        assert flat(f"{FS.phases} " + " │ ".join(f"{ph} {sh}" for ph, sh in fs.phases)) in whole
+        assert f"step {seconds(p.stats.step_s)} (" in whole
+        return
     for f in a.findings:
         for part in _texts(f):
             assert flat(part) in whole, (name, width, part)
@@ -121,6 +131,19 @@ def test_fits_the_width_with_no_truncated_cell_and_no_broken_word(reports, name,
     # ... and its total row is the headline step
     total = next(line for line in lines if line.startswith("│ total "))
     assert seconds(p.stats.step_s) in total and f"step {seconds(p.stats.step_s)} (" in whole
+
+
+@pytest.mark.parametrize("name", ["builtin", "builtin-unsampled", *SCENARIOS, "cuda"])
+def test_the_first_screen_is_verdict_first_and_at_most_25_lines_at_100_columns(reports, name):
+    """Issue #43: without --details, at 100 columns, at most 25 lines come before "more with
+    --details"; the verdict comes right after the run and the step (at most 3 lines)."""
+    p, a = reports[name]
+    lines = render(p, a, 100).splitlines()
+    hint = next(i for i, line in enumerate(lines) if line.startswith(FS.details_flag))
+    assert hint <= 25, "\n".join(lines)
+    verdict = next(i for i, line in enumerate(lines) if line.startswith(FS.verdict))
+    assert verdict <= 4 and lines[0].startswith("gpuprof diagnosis") and lines[1].startswith("step ")
+    assert "What ran" not in "\n".join(lines) and "┏" not in "\n".join(lines)  # no table on the first screen
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -144,22 +167,34 @@ def test_sampler_tables_keep_every_cell_whole(reports, width):
 def test_verdict_and_fixes_come_first_details_only_when_asked(reports):
     p, a = reports["cuda"]
     short = render(p, a, 100)
-    for absent in ("Model FLOPs utilization", "What the machine did", "Details"):
+    for absent in ("Model FLOPs utilization", "What the machine did", "Details", "Where a typical step's time goes",
+                   "What ran", "noise:"):
         assert absent not in short
-    assert HEADINGS.details_hint.split(":")[0] in flat(short)
-    order = [short.index(s) for s in ("step ", "Verdict:", "Fixes, ranked", "Where a typical step's time goes",
-                                      "A typical step on", "MFU ", "What ran")]
+    assert FS.details_flag in flat(short)
+    order = [short.index(s) for s in ("step ", "Verdict:", FS.fixes, FS.phases, FS.corrected, FS.details_flag)]
     assert order == sorted(order)
     full = render(p, a, 100, details=True)
-    order = [full.index(s) for s in ("Verdict:", "Where a typical step's time goes", "What ran",
-                                     "Model FLOPs utilization", "What the machine did")]
+    order = [full.index(s) for s in ("step ", "Verdict:", "Fixes, ranked", "Where a typical step's time goes",
+                                     "A typical step on", "MFU ", "What ran", "Model FLOPs utilization",
+                                     "What the machine did")]
     assert order == sorted(order)
-    # the fix: its saving, the one-line change, the evidence in words
+    # the fix: its saving and the one-line change first; the evidence in words with --details
     top = a.findings[0]
     assert top.id == "data-loading-exposed"
-    assert f"saves {seconds(top.saving_s)} per step ({pct(top.saving_share)} of the typical step)" in flat(short)
-    assert "because the GPU sat idle 50.0 ms per step" in flat(short)
-    assert "MFU 7.7% of the bf16 datasheet peak" in flat(short)  # MFU in one line
+    assert (f"saves {seconds(top.saving_s)} per step, {pct(top.saving_share)} of the typical step; confidence "
+            f"{top.confidence}") in flat(short)
+    assert f"change {flat(top.fix)}" in flat(short)
+    assert f"saves {seconds(top.saving_s)} per step ({pct(top.saving_share)} of the typical step)" in flat(full)
+    assert "because the GPU sat idle 50.0 ms per step" in flat(full)
+    assert "because the GPU sat idle" not in flat(short)
+    assert "MFU 7.7% of the bf16 datasheet peak" in flat(short)  # MFU on the step line
+    assert "MFU 7.7% of the bf16 datasheet peak of NVIDIA H200" in flat(full)  # MFU in one line
+    # the phases in one line, in the words a nanoGPT user uses: h2d is the copy to GPU
+    assert f"{FS.phases} data 14% │ copy to GPU 1% │ forward 27% │ backward 54% │ optimizer 3%" in short
+    # the first screen's figures are the full report's, shortened, never new ones
+    fs = build_first_screen(p, a)
+    r = build_report(p, a)
+    assert fs.step == r.step and [f.title for f in fs.fixes] == [f.title for f in r.fixes[:3]]
 
 
 def test_one_step_figure_on_the_page():
@@ -175,17 +210,19 @@ def test_one_step_figure_on_the_page():
     assert r.step == "1.23 s"
     assert r.step_statistic.startswith("mean of 3 measured steps, host wall time; median 1.10 s")
     assert r.phase_total == (r.step, "100.0%")  # the phase table adds up to the headline step
-    for details in (False, True):
-        text = flat(render(p, a, 120, details))
-        assert text.count(flat(r.step_statistic)) == 1  # the statistic is named once
-        assert f"{HEADINGS.step} {r.step} ({flat(r.step_statistic)})" in text  # the step line places both
-        assert f"{HEADINGS.total} {' '.join(r.phase_total)}" in text  # ... and the total row repeats the step
+    text = flat(render(p, a, 120, details=True))
+    assert text.count(flat(r.step_statistic)) == 1  # the statistic is named once
+    assert f"{HEADINGS.step} {r.step} ({flat(r.step_statistic)})" in text  # the step line places both
+    assert f"{HEADINGS.total} {' '.join(r.phase_total)}" in text  # ... and the total row repeats the step
+    short = flat(render(p, a, 120))  # the first screen: the step once, labelled, and no other step figure
+    assert f"{HEADINGS.step} {r.step} (the mean of 3 measured steps, host wall time)" in short
+    assert short.count(r.step) == 1 and seconds(p.stats.median_s) not in short
     assert all(f.evidence.get("step_s", p.stats.step_s) == p.stats.step_s for f in a.findings)
 
 
 def test_timeline_below_the_phase_table_with_a_gpu_row_only_on_the_gpu_timeline(reports):
-    g = render(*reports["cuda"], 80)
-    c = render(*reports["builtin"], 80)
+    g = render(*reports["cuda"], 80, details=True)
+    c = render(*reports["builtin"], 80, details=True)
     assert g.index("Where a typical step's time goes") < g.index("A typical step on") < g.index("MFU ")
     gpu_row = next(line for line in g.splitlines() if line.startswith("GPU  "))  # the row, not a caption
     assert "·" in gpu_row and "█" in gpu_row  # idle while the host loads, busy otherwise
@@ -195,7 +232,7 @@ def test_timeline_below_the_phase_table_with_a_gpu_row_only_on_the_gpu_timeline(
     p, a = copy.deepcopy(reports["builtin"])  # the fixture is shared: change a copy
     for st in p.steps:
         st.extra.pop("spans", None)
-    assert "The order is the loop's, not measured" in flat(render(p, a, 80))
+    assert "The order is the loop's, not measured" in flat(render(p, a, 80, details=True))
 
 
 def test_script_attribution_is_a_detail_and_the_scripts_own_log_is_not():
@@ -208,9 +245,11 @@ def test_script_attribution_is_a_detail_and_the_scripts_own_log_is_not():
         "reported": {"lines": 3, "format": "nanogpt", "step_ms_median": 1000.0}}
     a = analyze(p)
     short, full = render(p, a, 80), render(p, a, 80, details=True)
-    assert "get_batch (train.py:117)" in flat(short)  # in the data fix's evidence
+    assert "get_batch (train.py:117)" in flat(full)  # in the data fix's evidence, with --details
+    assert "get_batch (train.py:117)" not in flat(short)
     assert "user code by phase" not in short and "user code by phase" in full
-    assert "the script's own log: nanogpt format" in flat(short)
+    assert "the script's own log: nanogpt format" in flat(full)
+    assert "the script's own log" not in flat(short)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -262,7 +301,7 @@ def test_the_noise_line_gives_the_step_spread_and_the_other_processes_cpu():
     r = build_report(g, analyze(g))
     assert "other processes used 0.20 of 16 cores meanwhile" in r.noise
     assert "other work on the GPU not measured" in r.noise
-    assert "noise: " + r.noise.split(";")[0] in flat(render(g, analyze(g), 200, False))
+    assert "noise: " + r.noise.split(";")[0] in flat(render(g, analyze(g), 200, details=True))
 
 
 def test_the_noise_line_leaves_irregular_steps_out():
@@ -280,3 +319,24 @@ def test_the_noise_line_leaves_irregular_steps_out():
     assert p.stats.typical_spread == pytest.approx(0.1 / 1.05, rel=0.2) and p.stats.typical_spread < 0.15
     assert r.noise.startswith(f"this run's typical steps varied {pct(p.stats.typical_spread, 0)} ((p90 − p10) "
                               "÷ median of 5 steps, the irregular ones left out)")
+
+
+def test_the_outlier_steps_are_one_line_of_the_first_screen_and_their_section_a_detail():
+    """An eval step among regular ones: on the first screen one line names it, how much slower it
+    was and in which phase, what it costs the run and the usual change; the full section (its
+    evidence and note) is in --details."""
+    steps = [{"data": 0.1, "forward": 0.3, "backward": 0.7}, {"data": 0.1, "forward": 0.35, "backward": 0.7},
+             {"data": 0.1, "forward": 0.3, "backward": 0.8}, {"data": 0.1, "forward": 0.3, "backward": 0.7},
+             {"data": 0.1, "forward": 0.3, "backward": 0.7, "eval": 2.0}, {"data": 0.1, "forward": 0.35, "backward": 0.7}]
+    p = cpu_profile(steps)
+    a = analyze(p)
+    (slow,) = p.stats.irregular
+    finding = next(f for f in a.findings if f.kind == "irregular")
+    short, full = render(p, a, 100), render(p, a, 100, details=True)
+    line = next(x for x in short.splitlines() if x.startswith(FS.outliers))
+    assert f"#{slow.index} ({slow.times_typical:.2f}× the typical step, eval +{seconds(slow.phase_extra_s)})" in line
+    assert f"they add {seconds(p.stats.irregular_cost_s)} per step over the run" in flat(short)
+    assert f"usual change: {finding.fix}" in flat(short)
+    assert HEADINGS.irregular not in short and HEADINGS.irregular in full
+    assert flat(finding.because) in flat(full) and flat(finding.note) in flat(full)
+    assert "1 outlier step left out" in flat(short)

@@ -84,3 +84,28 @@ def test_a_capped_saving_caps_its_interval():
     assert second.saving_s == pytest.approx(0.010) == second.evidence["saving_high_s"]
     assert second.evidence["saving_low_s"] == 0.010  # its low end was already under what is left
 
+
+
+def test_the_first_screen_keeps_the_range_and_drops_the_level_and_rounds():
+    """Issue #43: the first screen's saving is the same figure with its range in seconds and its
+    share of the typical step (no bare percentage); the level and rounds are in --details."""
+    from gpuprof.report.first_screen import saving_short
+
+    f = with_share(_timed("precision-slow", 0.031, 0.018, 0.041, confidence="high"), 0.2)
+    assert saving_short(f) == "31.0 ms per step (18.0–41.0 ms), 15.5% of the typical step; confidence high"
+    plain = with_share(Finding("data-loading-exposed", "t", 0.05, confidence="medium"), 0.5)
+    assert saving_short(plain) == "50.0 ms per step, 10.0% of the typical step; confidence medium"
+    a, b = rank([_timed("precision-slow", 0.030, 0.018, 0.041), _timed("micro-batch-too-small", 0.025, 0.010, 0.035)])
+    assert saving_short(with_share(a, 0.2)).endswith("; tied with micro-batch-too-small within noise; confidence medium")
+    ceiling = Finding("compile-missing", "t", None, evidence={"ceiling_s": 0.3}, confidence="low")
+    assert saving_short(ceiling) == "not estimated; at most 300 ms per step; confidence low"
+
+
+def test_the_first_screen_names_a_change_timed_within_noise_as_claiming_nothing():
+    from gpuprof.report.first_screen import info_text
+
+    f = _timed("micro-batch-too-small", None, -0.005, 0.012, kind="info", confidence="low")
+    assert info_text(f) == ("micro-batch-too-small title (timed: within this machine's noise, no saving "
+                            "claimed)")
+    assert info_text(Finding("cpu-saturated", "the host's CPUs were 100% busy", kind="info")) == \
+        "the host's CPUs were 100% busy"

@@ -110,7 +110,7 @@ def test_without_an_optimizer_or_a_reset_each_loop_iteration_is_a_step(tmp_path)
     # test process holds other tests' optimizers.
     out = tmp_path / "run.gpuprof.json"
     proc = subprocess.run([sys.executable, "-m", "gpuprof", "diagnose", "--no-samplers", "--post-budget", "0",
-                           "--steps", "3", "--warmup", "1", "--out", str(out), WORD_LM, *SMALL,
+                           "--steps", "3", "--warmup", "1", "--details", "--out", str(out), WORD_LM, *SMALL,
                            "--save", str(tmp_path / "m.pt"), "--grad-reset", "by-hand"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=180)
     assert proc.returncode == 0, proc.stderr

@@ -124,9 +124,12 @@ def test_the_scripts_own_log_is_read_and_the_report_names_the_recompiles(minicha
     warm = analysis.finding("recompile-warmup")
     assert warm is not None and "muon_step_fused at optim.py:" in warm.because
     buf = io.StringIO()
-    render_diagnosis(p, analysis, Console(file=buf, width=200), details=False)
+    render_diagnosis(p, analysis, Console(file=buf, width=200), details=True)
     text = buf.getvalue()
     assert "torch.compile recompiled" in text and "nanochat format" in text and "leave the device" not in text
+    first = io.StringIO()  # the first screen says more is there
+    render_diagnosis(p, analysis, Console(file=first, width=200))
+    assert "more with --details" in first.getvalue()
 
 
 def test_the_micro_batch_and_accumulation_are_the_scripts_own_flags(minichat):

@@ -108,10 +108,10 @@ def test_the_path_form_fails_as_python_does_and_the_module_form_works(repo):
 
 
 def test_the_report_shows_the_module_command(repo):
-    res = runner.invoke(app, ["diagnose", *FAST, "-m", "scripts.train", "--num-iterations", "6"])
+    res = runner.invoke(app, ["diagnose", *FAST, "--details", "-m", "scripts.train", "--num-iterations", "6"])
     assert res.exit_code == 0, res.output
     assert "gpuprof: profiling -m scripts.train:" in res.stderr
-    assert "script     -m scripts.train --num-iterations 6" in res.stdout  # What ran
+    assert "script     -m scripts.train --num-iterations 6" in res.stdout  # What ran (--details)
 
 
 @pytest.mark.parametrize("args, says", [

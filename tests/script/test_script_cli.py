@@ -41,10 +41,10 @@ def test_json_keeps_stdout_valid_and_sends_the_script_output_to_stderr(data_dir,
 
 
 def test_report_names_the_data_function(data_dir, tmp_path):
-    res = _invoke(data_dir, tmp_path, "--data_delay=0.02", opts=["--steps", "3"])  # ~24 data samples
+    res = _invoke(data_dir, tmp_path, "--data_delay=0.02", opts=["--steps", "3", "--details"])  # ~24 data samples
     assert res.exit_code == 0, res.output
     assert "iter 0:" in res.stdout  # the script's own output, live
-    assert "Where a typical step's time goes" in res.stdout
+    assert "Where a typical step's time goes" in res.stdout  # --details: the whole report
     assert "in get_batch (nanogpt_train.py:" in res.stdout  # the data fix's evidence names it
 
 
@@ -52,7 +52,7 @@ def test_analyze_of_a_saved_script_profile_shows_the_same_attribution(data_dir, 
     out = tmp_path / "run.gpuprof.json"
     res = _invoke(data_dir, tmp_path, "--data_delay=0.02", opts=["--steps", "3", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    again = runner.invoke(app, ["analyze", str(out)])
+    again = runner.invoke(app, ["analyze", str(out), "--details"])
     assert again.exit_code == 0, again.output
     assert "in get_batch (nanogpt_train.py:" in again.stdout
     words = " ".join(again.stdout.split())  # without the terminal's line wraps
@@ -85,7 +85,7 @@ def test_a_loop_that_never_steps_its_optimizer_gets_steps_from_its_zero_grad(dat
     # nanoGPT's loop with optimizer.step() left out: its zero_grad after the backwards still ends
     # each loop iteration (the `zero_grad` step rule), and the report says so.
     out = tmp_path / "run.gpuprof.json"
-    res = _invoke(data_dir, tmp_path, "--no_step=True", "--max_iters=20", opts=["--out", str(out)])
+    res = _invoke(data_dir, tmp_path, "--no_step=True", "--max_iters=20", opts=["--out", str(out), "--details"])
     assert res.exit_code == 0, res.output
     saved = json.loads(out.read_text())
     assert len(saved["steps"]) == 2 and [s["micro_steps"] for s in saved["steps"]] == [4, 4]

@@ -47,7 +47,7 @@ def _need(*modules):
 def _diagnose(script, *script_args, out):
     """`gpuprof diagnose` through the CLI: (result, the saved profile)."""
     res = runner.invoke(app, ["diagnose", "--warmup", str(WARMUP), "--steps", str(STEPS), "--no-samplers",
-                              "--out", str(out), script, *script_args, f"--item-delay={DELAY}"])
+                              "--details", "--out", str(out), script, *script_args, f"--item-delay={DELAY}"])
     assert res.exit_code == 0, (res.output, res.stderr)
     return res, json.loads(out.read_text())
 
