@@ -13,10 +13,12 @@ def _attaches(argv: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    only = None
     if _attaches(args):
         from gpuprof.attach.gentle import be_gentle
 
         be_gentle()
+        only = "attach"  # its module alone: the other verbs' imports are CPU the target would lose
     from gpuprof.cli import main as cli_main
 
-    cli_main(argv)
+    cli_main(argv, only=only)

@@ -18,6 +18,7 @@ import time
 import psutil
 
 from gpuprof.errors import GpuprofError
+from gpuprof.measure.os_counters import proc_children
 from gpuprof.units import UNKNOWN
 
 BIG_FILE = 1 << 20  # open files at least this large are the dataset's candidates
@@ -207,10 +208,7 @@ class ProcessWatch:
             if self.ended_at is None:
                 self.ended_at = self._clock() - self._t0
             return
-        try:
-            kids = self.p.children(recursive=True)
-        except psutil.Error:
-            kids = []
+        kids = descendants(self.p)
         self._paths.update(mapped_and_open(self.p.pid))
         for k in kids:
             c = self._children.get(k.pid)
@@ -262,6 +260,33 @@ class ProcessWatch:
         out["files"] = data_files(self._paths)
         out.update(launch_identity(self.p))
         return out
+
+
+def descendants(p: psutil.Process) -> list[psutil.Process]:
+    """Every process under `p`. psutil's children(recursive=True) reads /proc/*/stat of every
+    process on the host (measured 1.7-2.7 ms of CPU with 69 processes on a 2-core VM, growing with
+    their number: ~12% of a core at attach's 5 polls a second on a host running a thousand);
+    /proc/PID/task/*/children reads only the target's own (0.16 ms). psutil's way where that file
+    does not exist."""
+    if not os.path.exists(f"/proc/{p.pid}/task/{p.pid}/children"):
+        try:
+            return p.children(recursive=True)
+        except psutil.Error:
+            return []
+    pids, todo, seen = [], [p.pid], {p.pid}
+    while todo:
+        for k in proc_children(todo.pop()):
+            if k not in seen:
+                seen.add(k)
+                pids.append(k)
+                todo.append(k)
+    out = []
+    for pid in pids:
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return out
 
 
 def expand_launchers(pids: list[int]) -> tuple[list[int], list[str]]:
@@ -325,11 +350,12 @@ def mapped_and_open(pid: int) -> set[str]:
     except OSError:
         pass
     try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and parts[5].startswith("/"):
-                    paths.add(parts[5].strip())
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            data = f.read()  # one read: the kernel builds the text under the target's mmap lock
+        for line in set(data.split(b"\n")):  # a library maps several regions: one path each
+            i = line.find(b" /")  # address perms offset dev inode, then the path where there is one
+            if i >= 0:
+                paths.add(line[i + 1:].strip().decode("utf-8", "replace"))
     except OSError:
         pass
     return {p.removesuffix(" (deleted)") for p in paths}

@@ -21,6 +21,7 @@ from typing import Callable
 
 from gpuprof.attach import phases as ph
 from gpuprof.attach.cost import BEFORE_S, CostWatch
+from gpuprof.attach.gentle import choice as gentle_choice
 from gpuprof.attach.gpu import GpuWatch
 from gpuprof.attach.loops import find_shape
 from gpuprof.attach.process import ProcessWatch, open_process
@@ -111,6 +112,7 @@ def attach(pids: list[int], duration_s: float, *, rate: int = 100, nonblocking: 
         facts = [w.stop() for w in watches]
         for f, c in zip(facts, costs):
             f["cost"] = c.stop()
+            f["cost"]["gpuprof_priority"] = gentle_choice()
         nvml_sections = [g.stop() for g in gpus]
     finally:
         for r in recs:

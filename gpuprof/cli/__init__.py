@@ -1,26 +1,41 @@
-"""Command-line entry point: `gpuprof VERB ...`. Each verb lives in its own module here."""
+"""Command-line entry point: `gpuprof VERB ...`. Each verb lives in its own module here.
 
-from gpuprof.cli.app import app
+Importing a verb's module registers it on `app` (gpuprof.cli.app). All are loaded, in the order
+`gpuprof --help` lists them, when `app` or main() is first used; main(only=VERB) loads that verb
+alone (`gpuprof attach`: every module it does not need is CPU taken from the job it watches)."""
 
-# Importing a command module registers its verb on `app`, in the order `gpuprof --help` lists them.
-from gpuprof.cli import diagnose as _diagnose  # noqa: F401,E402
-from gpuprof.cli import attach as _attach  # noqa: F401,E402
-from gpuprof.cli import watch as _watch  # noqa: F401,E402
-from gpuprof.cli import analyze as _analyze  # noqa: F401,E402
-from gpuprof.cli import disk as _disk  # noqa: F401,E402
-from gpuprof.cli import recommend as _recommend  # noqa: F401,E402
-from gpuprof.cli import compare as _compare  # noqa: F401,E402
-from gpuprof.cli import export as _export  # noqa: F401,E402
-from gpuprof.cli import merge as _merge  # noqa: F401,E402
-from gpuprof.cli import scenario as _scenario  # noqa: F401,E402
+import importlib
+
+import gpuprof.cli.app  # noqa: E402 - loaded here, so that the name `app` below is the Typer object
+
+del app  # the submodule's attribute: `from gpuprof.cli import app` goes through __getattr__ (every verb)
+
+VERBS = ("diagnose", "attach", "watch", "analyze", "disk", "recommend", "compare", "export", "merge", "scenario")
 
 
-def main(argv: list[str] | None = None) -> None:
+def load(only: str | None = None):
+    """Register the verbs (all, or the module `only`) on the app; return the app."""
+    for name in VERBS if only is None else (only,):
+        importlib.import_module(f"gpuprof.cli.{name}")
+    from gpuprof.cli.app import app as _app
+
+    return _app
+
+
+def __getattr__(name: str):
+    if name == "app":  # `from gpuprof.cli import app`: the whole command, every verb on it
+        return load()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main(argv: list[str] | None = None, only: str | None = None) -> None:
     """`gpuprof ...`: every usage error is one line on stderr and exit 2 (click's own boxed
-    usage message is for --help, not for a mistyped option)."""
+    usage message is for --help, not for a mistyped option). only: the one verb's module to load."""
     import sys
 
     import typer
+
+    app = load(only)
 
     errors = typer.main._click.exceptions
     command = typer.main.get_command(app)

@@ -23,6 +23,12 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _group() -> None:
+    # a group even with one verb loaded (gpuprof.cli.main(only=...)): `gpuprof attach PID` parses the same
+    pass
+
+
 def fail(message: str, code: int = 2) -> None:
     """Print one line to stderr and exit with `code`."""
     typer.echo(f"gpuprof: error: {message}", err=True)

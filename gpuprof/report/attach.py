@@ -132,6 +132,13 @@ def cost_text(cost: dict | None) -> str | None:
     before, during, added = cost.get("before") or {}, cost.get("during") or {}, cost.get("added_wait_s_per_s")
     if added is None:
         return None
+    prio = cost.get("gpuprof_priority") or {}
+    how = ""
+    if prio.get("gentle") is True:
+        how = "; gpuprof's own work ran at the lowest priority, on idle CPU"
+    elif prio.get("gentle") is False and prio.get("idle_cores") is not None:
+        how = (f"; gpuprof kept its priority: the host had {prio['idle_cores']:.2f} idle cores as it started, "
+               "so its own CPU was taken from the target")
     return (f"its threads waited for a CPU {during.get('wait_s_per_s', 0) * 1e3:.0f} ms per second while sampled, "
             f"{before.get('wait_s_per_s', 0) * 1e3:.0f} ms per second in the {before.get('seconds', 0):.0f} s before "
-            f"(/proc schedstat): attaching cost it at most {pct(added, 1)} of its time")
+            f"(/proc schedstat): attaching cost it at most {pct(added, 1)} of its time{how}")

@@ -415,10 +415,12 @@ def test_the_live_line_reads_cpu_and_reads_so_far():
 
     from gpuprof.attach.process import ProcessWatch
 
+    wall0 = time.monotonic()
     w = ProcessWatch(psutil.Process())
     w.start()
     t = time.process_time()
     while time.process_time() - t < 0.2:  # this process computes
         pass
     now = w.so_far()
-    assert now["cpu_cores"] > 0.3 and now["read_bytes_s"] is not None
+    used = 0.2 / (time.monotonic() - wall0)  # the cores it had, however busy the host (at most)
+    assert now["cpu_cores"] > 0.7 * used and now["read_bytes_s"] is not None
