@@ -11,6 +11,12 @@ with no delay (what the rule says when nothing was injected) and one with sync o
 micro-step (ddp-sync-every-micro-step's saving against the extra all-reduce rounds measured).
 
     python benchmarks/ddp_straggler.py [--delays 0.01 0.03 0.06] [--steps 12]
+
+--repeat N: the same straggler (rank 1, --repeat-delay per get_batch) diagnosed N times as a user
+would (the default post-run budget: its fixes timed), and per run the findings in the report's
+order with their savings (issue #41: the straggler first five times of five).
+
+    python benchmarks/ddp_straggler.py --repeat 5 [--repeat-delay 0.04]
 """
 
 from __future__ import annotations
@@ -29,11 +35,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "fixtures" / "ddp_train.py"
 
 
-def run(args: list[str], steps: int, data_dir: str) -> tuple[dict, float]:
+def run(args: list[str], steps: int, data_dir: str, budget: list[str] | None = None) -> tuple[dict, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "merged.json"
         cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "2", "--steps", str(steps),
-               "--warmup", "1", "--post-budget", "0", "--out", str(out), str(SCRIPT), f"--data_dir={data_dir}", *args]
+               "--warmup", "1", *(["--post-budget", "0"] if budget is None else budget), "--out", str(out),
+               str(SCRIPT), f"--data_dir={data_dir}", *args]
         t0 = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -60,12 +67,33 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--delays", type=float, nargs="+", default=[0.01, 0.03, 0.06])
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--repeat", type=int, default=0, help="diagnose one straggler this many times (default budget)")
+    ap.add_argument("--repeat-delay", type=float, default=0.04)
     a = ap.parse_args()
     data_dir = tempfile.mkdtemp(prefix="gpuprof-ddp-bench-")
     try:
-        _bench(a, data_dir)
+        if a.repeat:
+            _repeat(a, data_dir)
+        else:
+            _bench(a, data_dir)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _repeat(a, data_dir: str) -> None:
+    firsts = []
+    for i in range(a.repeat):
+        prof, wall = run(["--delay_rank=1", f"--delay_s={a.repeat_delay}", "--max_iters=1000"], a.steps, data_dir,
+                         budget=[])
+        ranked = prof["analysis"]["findings"]
+        firsts.append(ranked[0]["id"] if ranked else None)
+        step = prof["analysis"]["steps"]["step_s"]
+        print(f"run {i + 1} ({wall:.0f} s, step {step * 1e3:.0f} ms): " + "; ".join(
+            f"{f['id']}" + (f" saves {f['saving_s'] * 1e3:.0f} ms" if f.get("saving_s") else " (no saving)")
+            for f in ranked[:4]), flush=True)
+    first = sum(f == "straggler-rank" for f in firsts)
+    print(f"summary: the straggler first in {first} of {len(firsts)} runs (rank 1 sleeps {a.repeat_delay * 1e3:.0f} ms "
+          f"in every get_batch)")
 
 
 def _bench(a, data_dir: str) -> None:
