@@ -18,7 +18,8 @@ def main(argv: list[str] | None = None) -> None:
         from gpuprof.attach.gentle import be_gentle
 
         be_gentle()
-        only = "attach"  # its module alone: the other verbs' imports are CPU the target would lose
+        if args[:1] == ["attach"]:  # its module alone: the other verbs' imports are CPU the target would lose
+            only = "attach"  # (`gpuprof --help attach` and the like keep the whole command)
     from gpuprof.cli import main as cli_main
 
     cli_main(argv, only=only)

@@ -120,6 +120,11 @@ def test_schedstat_counts_a_busy_threads_cpu():
     assert r["cpu_cores"] >= 0.05 and r["wait_s_per_s"] >= 0
 
 
+def test_gpuprof_help_lists_every_verb_whatever_follows_it():
+    r = subprocess.run([sys.executable, "-m", "gpuprof", "--help", "attach"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "diagnose" in r.stdout and "attach" in r.stdout and "bench-disk" in r.stdout
+
+
 def test_only_the_attach_verb_is_gentle():
     assert _attaches(["attach", "123"]) and _attaches(["--no-color", "attach", "1"])
     assert _attaches(["attach", "123", "--duration", "5"])
