@@ -8,6 +8,7 @@ Variants (a 10-s window each, by default):
   rate100   `--rate 100`
   nopoll    attach with its 5-a-second polling of the target's /proc files turned off
   pyspy     py-spy alone, at 200/s, non-blocking, as attach runs it
+  pyspybatch  the same under SCHED_BATCH (no wake-up preemption of the target's threads)
   sleep     nothing attached: the noise between two windows of one target
   spin19    a process that only spins, at niceness 19: what any work at the lowest priority costs
 
@@ -47,6 +48,8 @@ def commands(pid: int, window: float, out: str) -> dict[str, list[str]]:
                    f"from gpuprof.cli import main; main({attach!r}, only='attach')"],
         "pyspy": ["py-spy", "record", "--pid", str(pid), "--rate", "200", "--nonblocking", "--idle",
                   "--format", "speedscope", "-o", out, "--duration", str(int(window))],
+        "pyspybatch": ["chrt", "--batch", "0", "py-spy", "record", "--pid", str(pid), "--rate", "200", "--nonblocking",
+                       "--idle", "--format", "speedscope", "-o", out, "--duration", str(int(window))],
         "sleep": [py, "-c", f"import time; time.sleep({window})"],
         "spin19": ["nice", "-n", "19", py, "-c",
                    f"import time\nt = time.monotonic()\nwhile time.monotonic() - t < {window}: pass"],
