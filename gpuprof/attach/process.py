@@ -264,10 +264,9 @@ class ProcessWatch:
 
 def descendants(p: psutil.Process) -> list[psutil.Process]:
     """Every process under `p`. psutil's children(recursive=True) reads /proc/*/stat of every
-    process on the host (measured 1.7-2.7 ms of CPU with 69 processes on a 2-core VM, growing with
-    their number: ~12% of a core at attach's 5 polls a second on a host running a thousand);
-    /proc/PID/task/*/children reads only the target's own (0.16 ms). psutil's way where that file
-    does not exist."""
+    process on the host (measured 1.7-2.7 ms of CPU with 69 processes on a 2-core VM, and more with
+    more processes, at attach's 5 polls a second); /proc/PID/task/*/children reads only the target's
+    own (0.16 ms). psutil's way where that file does not exist."""
     if not os.path.exists(f"/proc/{p.pid}/task/{p.pid}/children"):
         try:
             return p.children(recursive=True)
