@@ -135,7 +135,13 @@ def test_tensor_parallel_collectives_are_measured_and_its_straggler_named(tmp_pa
     # the peer waits for the slow rank in RowwiseParallel's all-reduce: the `comm` phase, not compute
     top = prof["analysis"]["findings"][0]
     assert top["id"] == "straggler-rank" and top["evidence"]["rank"] == 1
-    assert abs(top["saving_s"] - TP_SLOW_S) <= 0.25 * TP_SLOW_S, top["saving_s"]
+    # its size against what its peer waited for it in this very run (in `comm`): a 40-ms sleep cost
+    # rank 1 56 ms in one loaded CI run, so the injected figure alone is no truth beside other work;
+    # the size against the plain script's gain on a quiet machine is benchmarks/fsdp_runs.py --pairs
+    r0 = next(e for e in prof["ranks"] if e["rank"] == 0)["profile"]["steps"]
+    wait0 = sorted(s["phases"]["comm"] for s in r0)[len(r0) // 2]
+    assert top["saving_s"] >= 0.75 * TP_SLOW_S, top["saving_s"]
+    assert abs(top["saving_s"] - wait0) <= 0.25 * wait0, (top["saving_s"], wait0)
     assert "tensor parallel (DTensor): 2 ranks" in r.stdout and "DTensor all-reduce 1×" in r.stdout
     for e in prof["ranks"]:
         for s in e["profile"]["steps"]:
@@ -149,10 +155,9 @@ def test_tensor_parallel_collectives_are_measured_and_its_straggler_named(tmp_pa
             # the phase holds the collective's host time (and the switches around it: a sampler
             # thread may take the GIL between the switch and the call on this loaded host)
             assert ar["seconds"] <= s["phases"]["comm"] * 1.02 + 1e-4
-    r0 = next(e for e in prof["ranks"] if e["rank"] == 0)["profile"]["steps"]
     # rank 0's wait for rank 1, in the typical step (one step may start late on this loaded host,
     # when rank 0 itself was held up: it then waits less)
-    assert sorted(s["phases"]["comm"] for s in r0)[len(r0) // 2] >= 0.75 * TP_SLOW_S
+    assert wait0 >= 0.75 * TP_SLOW_S
     for e in prof["ranks"]:
         m = e["profile"]["measurements"]
         sh = m["sharding"]
