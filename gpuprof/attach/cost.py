@@ -9,8 +9,9 @@ it stands for is an upper bound on what its step lost.
 
 from __future__ import annotations
 
-import os
 import time
+
+from gpuprof.measure.os_counters import thread_files
 
 BEFORE_S = 2.0  # the window before sampling: the target's waits with gpuprof idle
 
@@ -18,16 +19,11 @@ BEFORE_S = 2.0  # the window before sampling: the target's waits with gpuprof id
 def read(pid: int) -> dict[int, tuple[int, int]] | None:
     """tid -> (ns on a CPU, ns waiting for one); None where schedstat cannot be read."""
     out = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    for tid in tids:
+    for tid, text in (thread_files(pid, "schedstat") or {}).items():
         try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                run, wait, *_ = f.read().split()
-            out[int(tid)] = (int(run), int(wait))
-        except (OSError, ValueError):
+            run, wait, *_ = text.split()
+            out[tid] = (int(run), int(wait))
+        except ValueError:
             continue
     return out or None
 

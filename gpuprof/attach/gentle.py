@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from typing import Callable
 
 GENTLE_NICE = 19
@@ -75,8 +76,6 @@ def _cpu_jiffies(path: str = "/proc/stat") -> tuple[int, int] | None:
 
 def idle_cores(seconds: float = IDLE_PROBE_S, sleep=None, read=_cpu_jiffies) -> float | None:
     """The host's idle CPU, in cores, over `seconds`; None where /proc/stat cannot be read."""
-    import time
-
     a = read()
     (sleep or time.sleep)(seconds)
     b = read()
