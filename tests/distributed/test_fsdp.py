@@ -140,8 +140,10 @@ def test_tensor_parallel_collectives_are_measured_and_its_straggler_named(tmp_pa
     # the size against the plain script's gain on a quiet machine is benchmarks/fsdp_runs.py --pairs
     r0 = next(e for e in prof["ranks"] if e["rank"] == 0)["profile"]["steps"]
     wait0 = sorted(s["phases"]["comm"] for s in r0)[len(r0) // 2]
-    assert top["saving_s"] >= 0.75 * TP_SLOW_S, top["saving_s"]
     assert abs(top["saving_s"] - wait0) <= 0.25 * wait0, (top["saving_s"], wait0)
+    # and loosely against the sleep: beside other work the peer is slowed too and waits less (29.6 ms
+    # for a 40-ms sleep in one loaded CI run, 56 ms in another)
+    assert top["saving_s"] >= 0.5 * TP_SLOW_S, top["saving_s"]
     assert "tensor parallel (DTensor): 2 ranks" in r.stdout and "DTensor all-reduce 1×" in r.stdout
     for e in prof["ranks"]:
         for s in e["profile"]["steps"]:
@@ -157,7 +159,7 @@ def test_tensor_parallel_collectives_are_measured_and_its_straggler_named(tmp_pa
             assert ar["seconds"] <= s["phases"]["comm"] * 1.02 + 1e-4
     # rank 0's wait for rank 1, in the typical step (one step may start late on this loaded host,
     # when rank 0 itself was held up: it then waits less)
-    assert wait0 >= 0.75 * TP_SLOW_S
+    assert wait0 >= 0.5 * TP_SLOW_S
     for e in prof["ranks"]:
         m = e["profile"]["measurements"]
         sh = m["sharding"]
