@@ -218,6 +218,10 @@ class AttentionTiming(Section):
     # seconds above are then the rounds' medians. None in profiles written before them (best of each).
     interval: dict | None = None
     round_seconds: dict | None = None
+    # the user's by-hand attention timed in the whole model (measure/attention_rewrite.py): how many
+    # calls ran through SDPA per forward; else why the model was not timed (the layers were, alone)
+    layers_rewritten: int | None = None
+    model_not_timed: str | None = None
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,11 @@ def attention_by_hand(ctx: Context) -> list[Finding]:
            f"masked_fill, softmax{', dropout' if first.dropout_p else ''} and @ v ({where})")
     seen = (f"{n} attention layer{'s' if n > 1 else ''} compute softmax(q·kᵀ)·v by hand ({where}), "
             f"at (B, H, T, head dim) = ({_dims(first)}) in {first.dtype}")
-    return _timed_attention(ctx, calls, "attention-by-hand", f"attention computed by hand in {where}", fix, seen)
+    timing = ctx.sections.kernels.attention.timing
+    ways = (("the model's forward+backward", "as it runs", "with its attention through SDPA")
+            if timing.per == "model" else ("one layer, forward+backward", "by hand", "through SDPA"))
+    return _timed_attention(ctx, calls, "attention-by-hand", f"attention computed by hand in {where}", fix, seen,
+                            ways=ways)
 
 
 def attention_need_weights(ctx: Context) -> list[Finding]:
