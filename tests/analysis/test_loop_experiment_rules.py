@@ -86,3 +86,21 @@ def test_fixes_without_a_saving_rank_by_their_ceiling_not_their_name():
     none = Finding(id="bbb", title="b", saving_s=None)
     assert [f.id for f in rank([low, none, high])] == ["zzz", "aaa", "bbb"]
     assert saving_text(high).endswith("at most 200 ms per step (its phases)")
+
+
+@pytest.mark.parametrize("after_optimizer,word", [(0.02, "realised"), (0.048, "not realised")])
+def test_compare_judges_a_promise_made_on_the_loop_by_its_interval(profile_factory, after_optimizer, word):
+    """`gpuprof compare` judges a fix measured on the loop as any timed fix: the achieved drop of the
+    phases it claims against the promised interval (issue #41: compare judges them)."""
+    from gpuprof.analysis.compare import compare
+
+    exp = _experiment("optimizer:fused", 0.9, n=16, noise=0.01, fix="torch.optim.AdamW(..., fused=True)")
+    _, before = _ctx(profile_factory, exp)
+    ab = analyze(before)
+    (f,) = [x for x in ab.findings if x.id == "optimizer-not-fused"]
+    assert f.evidence["measured_on"] == "your loop" and f.claims
+    after = profile_factory({"forward": 0.1, "backward": 0.15, "optimizer": after_optimizer})
+    o = next(x for x in compare(before, ab, after, analyze(after)).outcomes if x.id == "optimizer-not-fused")
+    assert o.judged_by == "interval"
+    assert (o.promised_low_s, o.promised_high_s) == (f.evidence["saving_low_s"], f.evidence["saving_high_s"])
+    assert o.verdict == word
