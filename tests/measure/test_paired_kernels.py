@@ -140,6 +140,7 @@ def test_the_probe_stores_each_pairs_interval_and_the_sections_read_it(monkeypat
     from gpuprof.sections.compute import KernelsSection
 
     seconds = {"by_hand": 0.004, "by_hand_backward": 0.008, "sdpa": 0.002, "sdpa_backward": 0.004,
+               "as_run_forward": 0.004, "sdpa_forward": 0.002,  # the whole model, its attention through SDPA
                "vocab_100": 0.010, "vocab_128": 0.009, "current_step": 0.010, "fused_step": 0.003}
     made = []
 
@@ -162,6 +163,7 @@ def test_the_probe_stores_each_pairs_interval_and_the_sections_read_it(monkeypat
     out = kernels.ComputeFixesProbe(seconds=3.0).stop(ctx)
     assert len(made) == 3  # attention, vocabulary, optimizer: each timed on an injected clock
     k = KernelsSection.from_dict(out)
+    assert k.attention.timing.per == "model" and k.attention.timing.model_not_timed is None
     for timing, truth in ((k.attention.timing, 0.5), (k.vocab.timing, 0.9), (k.optimizer.timing, 0.3)):
         iv = Interval.from_dict(timing.interval)
         assert iv.low <= truth <= iv.high and timing.rounds == iv.n >= ADVISED_ROUNDS
