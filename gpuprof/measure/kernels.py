@@ -23,9 +23,8 @@ at least 8 rounds when they fit the slice, stopping once the interval is decided
 the machine's speed hits both; each way's seconds are the medians of the rounds, stored with the
 interval of the changed way ÷ the run's (`interval`), the rounds and each round's seconds
 (`round_seconds`). On CUDA the times are CUDA events on the current stream; elsewhere wall time. Nothing here touches the user's optimizer or data; the whole-model
-attention timing puts the model's gradients and buffers back, need_weights's drops its gradients
-(as the micro-batch curve's);
-the other tensors are new ones of the same shapes. `rules/compute.py` turns the figures into findings
+timings (measure/attention_model.py) put the model's gradients and buffers back; the other tensors
+are new ones of the same shapes. `rules/compute.py` turns the figures into findings
 through their interval (rules/intervals.py); a difference under 5% of the step is reported without a saving.
 """
 
@@ -35,6 +34,7 @@ import contextlib
 import math
 import time
 
+from gpuprof.measure.attention_model import time_model, time_need_weights  # noqa: F401 - time_need_weights: kernels' API
 from gpuprof.measure.fused_optimizer import optimizer_need, optimizer_part
 from gpuprof.measure.paired import ADVISED_ROUNDS
 from gpuprof.measure.pair_rounds import device_of, rounds_words, timed_pair
@@ -110,63 +110,6 @@ def time_attention(device, shape, dtype: str, *, causal: bool, masked: bool, dro
             "dropout_p": dropout_p}
 
 
-def time_need_weights(model, args: tuple, kwargs: dict, device, autocast_dtype, seconds: float, *,
-                      clock=None, now=time.perf_counter) -> dict:
-    """The model's forward+backward on the run's micro-batch as it runs (its nn.MultiheadAttention
-    calls with need_weights=True: `by_hand_*`) and with need_weights=False forced on every one of
-    them (`sdpa_*`: a forward pre-hook that rewrites the argument, on the modules only while that
-    forward runs), in paired rounds (pair_rounds.timed_pair: the medians, and the interval of
-    sdpa ÷ by_hand, forward+backward). The whole model, not the attention alone: timed alone, 4
-    nn.MultiheadAttention modules on this project's CPU differed by -0.4 to +1.1 ms, the model
-    around them by 3.9 ms. Raises when the model fails without the weights (it uses them)."""
-    import torch
-
-    from gpuprof.measure.microbatch import loss_of
-
-    mods = [m for m in model.modules() if isinstance(m, torch.nn.MultiheadAttention)]
-    ac = (torch.autocast(device_of(device).type, dtype=autocast_dtype) if autocast_dtype is not None
-          else contextlib.nullcontext())
-    state: dict = {}
-
-    def no_weights(module, a, kw):
-        if len(a) > 4:  # forward(query, key, value, key_padding_mask, need_weights, ...)
-            return (*a[:4], False, *a[5:]), kw
-        return a, {**kw, "need_weights": False}
-
-    def forward(force: bool):
-        def run():
-            handles = [m.register_forward_pre_hook(no_weights, with_kwargs=True) for m in mods] if force else []
-            try:
-                with ac:
-                    state["loss"] = loss_of(model(*args, **kwargs)).float().mean()
-            finally:
-                for h in handles:
-                    h.remove()
-        run.__name__ = "no_weights_forward" if force else "as_run_forward"
-        return run
-
-    def backward(way: str):
-        def run():
-            state.pop("loss").backward()
-            model.zero_grad(set_to_none=True)
-        run.__name__ = f"{way}_backward"
-        return run
-
-    was_training = model.training
-    model.train()
-    try:
-        out = timed_pair(clock or Clock(device), {"by_hand": [forward(False), backward("by_hand")],
-                                                  "sdpa": [forward(True), backward("sdpa")]},
-                         "by_hand", "sdpa", seconds, now)
-    finally:
-        model.train(was_training)
-        model.zero_grad(set_to_none=True)
-    hand, fused = out["median_parts"]["by_hand"], out["median_parts"]["sdpa"]
-    return {"by_hand_forward_s": hand[0], "by_hand_backward_s": hand[1], "sdpa_forward_s": fused[0],
-            "sdpa_backward_s": fused[1], "rounds": out["rounds"], "interval": out["interval"],
-            "round_seconds": out["round_seconds"], "modules": len(mods), "per": "model"}
-
-
 def _attention(ctx, trace: dict | None, seconds: float, skipped: list[str]) -> dict:
     out = dict(trace or {})
     hand = out.get("by_hand") or []
@@ -179,7 +122,7 @@ def _attention(ctx, trace: dict | None, seconds: float, skipped: list[str]) -> d
         first = own[0]
         same = [c for c in own if c["shape"] == first["shape"] and c["dtype"] == first["dtype"]]
         share = seconds / 2 if len(own) < len(hand) else seconds
-        timing = _time_model(ctx, own, share)
+        timing = time_model(ctx, own, share)
         if timing.get("not_measured") is None:
             out["timed_layers"] = len(own)
         else:
@@ -208,108 +151,6 @@ def _attention(ctx, trace: dict | None, seconds: float, skipped: list[str]) -> d
             out["mha_timing"] = {"not_measured": f"the model with need_weights=False failed: "
                                                  f"{exc.__class__.__name__}: {exc}"}
     return out
-
-
-MODEL_ROUNDS_COST = 2 + 2 * ADVISED_ROUNDS  # a warm-up of each way, then ADVISED_ROUNDS rounds of both
-
-
-def time_model_sdpa(model, args: tuple, kwargs: dict, device, autocast_dtype, shapes, seconds: float, *,
-                    clock=None, now=time.perf_counter) -> dict:
-    """The model's forward+backward on the run's micro-batch as it runs (`by_hand_*`) and with its
-    by-hand attention at `shapes` ((B·H, T, D) each) computed through SDPA (`sdpa_*`,
-    measure/attention_rewrite.py), in paired rounds (pair_rounds.timed_pair). First the rewrite is
-    checked: in eval mode (no dropout) the loss both ways must agree (1e-4 relative in fp32, 2e-2
-    under autocast), else Unrewritable. The model's gradients, buffers and mode are put back as they
-    were. Raises Unrewritable, TimeoutError, or what the model raises."""
-    import torch
-
-    from gpuprof.measure.attention_rewrite import SdpaRewrite, Unrewritable
-    from gpuprof.measure.microbatch import loss_of
-
-    ac = (torch.autocast(device_of(device).type, dtype=autocast_dtype) if autocast_dtype is not None
-          else contextlib.nullcontext())
-    state: dict = {}
-
-    def loss(rewrite: bool):
-        mode = SdpaRewrite(shapes) if rewrite else contextlib.nullcontext()
-        with ac, mode:
-            value = loss_of(model(*args, **kwargs))
-            if value is None:
-                raise Unrewritable("the model returned no loss tensor")
-            value = value.float().mean()
-        if rewrite and not mode.rewritten:
-            raise Unrewritable("no attention by hand was met in the model's forward")
-        return value, (mode.rewritten if rewrite else 0)
-
-    def forward(rewrite: bool):
-        def run():
-            state["loss"] = loss(rewrite)[0]
-        run.__name__ = "sdpa_forward" if rewrite else "as_run_forward"
-        return run
-
-    def backward(way: str):
-        def run():
-            state.pop("loss").backward()
-            model.zero_grad(set_to_none=True)
-        run.__name__ = f"{way}_backward"
-        return run
-
-    was_training = model.training
-    grads = {p: p.grad for p in model.parameters()}  # the user's gradients: put back as they were
-    buffers = [(buf, buf.detach().clone()) for buf in model.buffers()]  # running statistics, counters
-    try:
-        for p in grads:
-            p.grad = None
-        model.eval()
-        with torch.no_grad():
-            a, _ = loss(False)
-            b, layers = loss(True)
-        a, b = float(a), float(b)
-        tol = 2e-2 if autocast_dtype is not None else 1e-4
-        if not (abs(a - b) <= tol * max(1.0, abs(a))):
-            raise Unrewritable(f"the loss through SDPA ({b:.6g}) is not the model's ({a:.6g})")
-        model.train()
-        out = timed_pair(clock or Clock(device), {"by_hand": [forward(False), backward("by_hand")],
-                                                  "sdpa": [forward(True), backward("sdpa")]},
-                         "by_hand", "sdpa", seconds, now)
-    finally:
-        model.train(was_training)
-        with torch.no_grad():
-            for p, g in grads.items():
-                p.grad = g
-            for buf, saved in buffers:
-                buf.copy_(saved)
-    hand, fused = out["median_parts"]["by_hand"], out["median_parts"]["sdpa"]
-    return {"by_hand_forward_s": hand[0], "by_hand_backward_s": hand[1], "sdpa_forward_s": fused[0],
-            "sdpa_backward_s": fused[1], "rounds": out["rounds"], "interval": out["interval"],
-            "round_seconds": out["round_seconds"], "per": "model", "layers_rewritten": layers,
-            "check_loss": [a, b]}
-
-
-def _time_model(ctx, own: list[dict], seconds: float) -> dict:
-    """The model timed as it runs and with its attention by hand through SDPA (time_model_sdpa);
-    {"not_measured": why} when its rounds do not fit `seconds` or the rewrite fails."""
-    from gpuprof.measure.attention_rewrite import Unrewritable
-    from gpuprof.measure.budget import per_micro_s
-
-    t_micro = per_micro_s(ctx)
-    if not t_micro or MODEL_ROUNDS_COST * t_micro > seconds:
-        return {"not_measured": (f"{ADVISED_ROUNDS} paired rounds of the model's forward+backward (~{t_micro:.2f} s "
-                                 f"each) do not fit the {seconds:.1f} s left") if t_micro else
-                "the run's forward+backward was not measured"}
-    shapes = {(c["shape"][0] * c["shape"][1], c["shape"][2], c["shape"][3]) for c in own}
-    try:
-        timing = time_model_sdpa(ctx.model, tuple(ctx.example_args or ()), dict(ctx.example_kwargs or {}),
-                                 ctx.device, ctx.autocast_dtype, shapes, seconds)
-    except Unrewritable as exc:
-        return {"not_measured": f"the attention could not be computed through SDPA in the model: {exc}"}
-    except Exception as exc:  # noqa: BLE001 - out of memory, a model that refuses: the layers alone are timed
-        return {"not_measured": f"the model timed both ways failed: {exc.__class__.__name__}: {exc}"}
-    timing["method"] = ("the model's forward+backward on the run's micro-batch as it runs and with its attention "
-                        "by hand computed through F.scaled_dot_product_attention (the same q, k, v, mask, scale and "
-                        "dropout; the loss both ways checked equal first), " + rounds_words(timing, "SDPA ÷ by hand")
-                        + "; " + how(ctx.device))
-    return timing
 
 
 def _time_group(ctx, first: dict, layers: int, seconds: float, skipped: list[str]) -> dict:

@@ -46,7 +46,7 @@ def test_diagnose_measure_compile_reaches_the_probe_and_the_rule(monkeypatch, tm
     from typer.testing import CliRunner
 
     import gpuprof.measure.compiled as compiled
-    from gpuprof.cli.app import app
+    from gpuprof.cli import app
 
     monkeypatch.setattr(compiled.CompileProbe.__init__, "__defaults__", ("eager", 1.0))  # no inductor here
     out = tmp_path / "p.json"

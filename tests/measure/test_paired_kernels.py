@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from gpuprof.measure import fused_optimizer, kernels, pair_rounds
+from gpuprof.measure import attention_model, fused_optimizer, kernels, pair_rounds
 from gpuprof.measure.compiled import time_compiled
 from gpuprof.measure.paired import ADVISED_ROUNDS, Interval
 from measure.test_paired_timings import FakeClock  # the one fake of pairs.Clock's contract
@@ -150,6 +150,7 @@ def test_the_probe_stores_each_pairs_interval_and_the_sections_read_it(monkeypat
 
     rounds = pairs.alternate_rounds
     monkeypatch.setattr(kernels, "Clock", make)
+    monkeypatch.setattr(attention_model, "Clock", make)
     monkeypatch.setattr(fused_optimizer, "Clock", make)
     monkeypatch.setattr(pairs, "alternate_rounds",  # the deadline on the fake clock's time too
                         lambda clock, variants, s, now=None, **kw: rounds(clock, variants, s, clock.now, **kw))

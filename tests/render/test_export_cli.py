@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 import gpuprof.cli.export  # noqa: F401 - registers the verb (until gpuprof/cli/__init__.py imports it)
 from gpuprof import profile as profile_io
 from gpuprof.analysis.pipeline import Analysis, analyze
-from gpuprof.cli.app import app
+from gpuprof.cli import app
 from gpuprof.render.html import render_html
 from gpuprof.render.trace import render_trace
 
