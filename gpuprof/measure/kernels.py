@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 
 from gpuprof.measure.attention_model import time_model, time_need_weights  # noqa: F401 - time_need_weights: kernels' API
@@ -43,6 +44,9 @@ from gpuprof.measure.sharding import refusal
 
 PAD_MULTIPLE = 64  # GPT-2's 50257 -> 50304 (nanoGPT, build-nanogpt)
 SLICES = {"attention": 0.4, "vocab": 0.3, "optimizer": 0.3}
+# Set to 1, the user's attention by hand is timed one layer alone, never in the whole model: for the
+# benchmark that compares the two ways against the truth (benchmarks/loop_experiments.py).
+LAYERS_ONLY_ENV = "GPUPROF_ATTENTION_LAYERS_ONLY"
 
 
 def time_attention(device, shape, dtype: str, *, causal: bool, masked: bool, dropout_p: float,
@@ -122,7 +126,8 @@ def _attention(ctx, trace: dict | None, seconds: float, skipped: list[str]) -> d
         first = own[0]
         same = [c for c in own if c["shape"] == first["shape"] and c["dtype"] == first["dtype"]]
         share = seconds / 2 if len(own) < len(hand) else seconds
-        timing = time_model(ctx, own, share)
+        timing = (time_model(ctx, own, share) if os.environ.get(LAYERS_ONLY_ENV) != "1" else
+                  {"not_measured": f"{LAYERS_ONLY_ENV}=1 (benchmarks/loop_experiments.py's comparison)"})
         if timing.get("not_measured") is None:
             out["timed_layers"] = len(own)
         else:

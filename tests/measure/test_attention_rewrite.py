@@ -221,3 +221,13 @@ def test_the_probe_falls_back_to_the_layers_alone_when_the_model_cannot_be_rewri
     assert "used after" in timing["model_not_timed"]
     assert timing.get("per") is None and timing["by_hand_forward_s"] > 0  # the layers, alone
 
+
+
+def test_the_benchmarks_switch_times_the_layers_alone(monkeypatch):
+    from gpuprof.measure import kernels
+
+    monkeypatch.setenv(kernels.LAYERS_ONLY_ENV, "1")
+    torch.manual_seed(0)
+    out = kernels.ComputeFixesProbe(seconds=4.0).stop(_probe_ctx(Model("nanogpt"), _inputs(), micro_s=0.002))
+    timing = out["attention"]["timing"]
+    assert timing.get("per") is None and kernels.LAYERS_ONLY_ENV in timing["model_not_timed"]
