@@ -132,8 +132,11 @@ def test_tensor_parallel_collectives_are_measured_and_its_straggler_named(tmp_pa
     prof = load(out)
     merged = Profile.from_dict(prof)
     assert violations(merged, Analysis.from_dict(prof["analysis"], merged)) == []
-    # the peer waits for the slow rank in RowwiseParallel's all-reduce: the `comm` phase, not compute
-    top = prof["analysis"]["findings"][0]
+    # the peer waits for the slow rank in RowwiseParallel's all-reduce: the `comm` phase, not compute.
+    # First among the fixes for the step's regular time: a loaded host can add outlier steps, named
+    # apart as irregular-steps (a CI run beside the suite's other work ranked one above it)
+    regular = [f for f in prof["analysis"]["findings"] if f["id"] != "irregular-steps"]
+    top = regular[0]
     assert top["id"] == "straggler-rank" and top["evidence"]["rank"] == 1
     # its size, loosely: beside the suite's other work a 40-ms sleep read 56 ms in one CI run, and
     # 29.6 ms and 40.6 ms (its peer waiting 68 ms in `comm`) in others; neither the sleep nor the
