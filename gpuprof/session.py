@@ -48,7 +48,7 @@ class Measure:
     samplers: bool = True
     post_budget: float | None = None
     measure_compile: bool = False  # time the eager model compiled after the run (outside the budget)
-    # experiment steps in a script's own loop after its measured steps (gpuprof.measure.experiments)
+    # experiment steps in the run's own loop (a script's or the built-in one) after its measured steps (gpuprof.measure.experiments)
     experiments: bool = True
     keep_steps: int | None = None  # bounded memory (watch): a uniform sample of this many steps is kept
     # the stack sampler's rate: samples per step, and its longest period (watch samples less)
@@ -99,7 +99,8 @@ def run_builtin(cfg, measure: Measure, display=None) -> RunResult:
     if display is not None and hasattr(display, "watch"):
         display.watch(instruments)
     profile = loop(cfg, instruments=instruments, post_budget_s=measure.post_budget,
-                   on_step_record=getattr(display, "on_step", None), on_progress=getattr(display, "on_post", None))
+                   on_step_record=getattr(display, "on_step", None), on_progress=getattr(display, "on_post", None),
+                   experiments={"compile": measure.measure_compile} if measure.experiments else None)
     ended = "interrupted" if profile.run.get("ended") == "interrupted" else "finished"
     return RunResult(profile, ended)
 

@@ -68,7 +68,7 @@ def diagnose(
     details: bool = options.DETAILS,
     verify: bool = typer.Option(False, "--verify", help="Then run again with the top config fix applied (built-in loop, or a script taking --key=value) and show predicted vs achieved."),
     post_budget: Optional[float] = typer.Option(None, "--post-budget", help="Seconds the measurements after the run share (ceiling and precisions, FLOP count, compute fixes, micro-batch curve); default max(15, 25% of the run)."),
-    experiments: bool = typer.Option(True, "--experiments/--no-experiments", help="Script mode: after the measured steps, time each fix gpuprof can switch from outside (autocast, TF32, fused Adam/AdamW; with --measure-compile torch.compile) on your loop's own next steps, paired with and without it, within --post-budget; then the script is stopped. Never with --no-stop."),
+    experiments: bool = typer.Option(True, "--experiments/--no-experiments", help="After the measured steps, time each fix gpuprof can switch from outside (autocast, TF32, fused Adam/AdamW; with --measure-compile torch.compile) on the loop's own next steps (your script's, or the built-in one), paired with and without it, within --post-budget; then a script is stopped. Never with --no-stop, nor in a data-parallel run."),
     measure_compile: bool = typer.Option(False, "--measure-compile", help="An eager run: then compile its model (torch.compile) and time forward+backward compiled vs eager, outside --post-budget (a compile takes about a minute for GPT-2 on a GPU); compile-missing's saving is then measured."),
     nproc_per_node: Optional[int] = options.NPROC_PER_NODE,
     nnodes: Optional[str] = options.NNODES,

@@ -97,6 +97,8 @@ class CompileProbe:
             return {"not_measured": "no eager model"}
         if cfg.get("compile"):
             return {"not_measured": "the run is already compiled"}
+        if "compile" in getattr(ctx, "experimented", ()):  # a second compile would time what the loop did
+            return {"not_measured": "measured on the loop's own steps (experiment steps)"}
         sharded = refusal(getattr(ctx, "sharding", None))
         if sharded:
             return {"not_measured": sharded}

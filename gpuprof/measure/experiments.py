@@ -278,7 +278,7 @@ class Experiments:
     def section(self, step_seconds: dict[int, float]) -> dict:
         """measurements.experiments, from each experiment step's time as the profile measures a
         step (`step_seconds`: index -> seconds, GPU timeline where there is one)."""
-        out = {"method": ("experiment steps in the script's own loop after its measured steps: per fix, "
+        out = {"method": ("experiment steps in the run's own loop (the script's, or the built-in one) after its measured steps: per fix, "
                           "warm-up steps with it on, then paired steps in ABBA order "
                           "(a = as the script runs, b = the fix on); the ratio b/a per pair, its median "
                           "and sign-test interval"),

@@ -29,6 +29,8 @@ from gpuprof.measure.precision import read_precision, tf32_matmul
 from gpuprof.measure.timer import GPU_UNFINISHED, NullTimer, PhaseTimer
 from gpuprof.measure.environment import environment
 from gpuprof.profile import Profile
+from gpuprof.runners import builtin_experiments as loop_experiments
+from gpuprof.runners.builtin_experiments import LoopHooks
 from gpuprof.runners.data import LoaderFaults, MemmapLoader, generated_dataset
 from gpuprof.dims import GPTConfig, param_count, preset_config
 from gpuprof.runners.gpt import GPT
@@ -177,7 +179,8 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
                 faults: LoopFaults | None = None, timing: bool = True,
                 post_budget_s: float | None = None, on_progress: Callable[[str], None] | None = None,
                 rank_timeout_s: float | None = None,
-                on_step_record: Callable[[dict], None] | None = None) -> Profile:
+                on_step_record: Callable[[dict], None] | None = None,
+                experiments: dict | None = None) -> Profile:
     """Run warmup + measured steps of the built-in GPT loop and return the Profile.
 
     On CUDA, TF32 matmuls follow cfg.tf32 for the whole run (nanoGPT's train.py allows them at
@@ -188,7 +191,11 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
     Under torchrun (WORLD_SIZE > 1 in the environment) the loop is data-parallel as nanoGPT's:
     init_process_group (nccl on CUDA, each rank on cuda:LOCAL_RANK; gloo on CPU; timeout
     rank_timeout_s, default 600 s), DDP, grad_accum divided by the world size, and `no_sync` on
-    every micro-step but the last."""
+    every micro-step but the last.
+
+    experiments: after the measured steps, the loop's own next steps with each fix gpuprof can switch
+    on and off in pairs, within the post-run budget ({"compile": bool}: torch.compile too; None: none;
+    runners/builtin_experiments.py)."""
     cfg.validate()
     faults = faults or LoopFaults()
     ddp_info = _init_distributed(cfg, rank_timeout_s)
@@ -204,7 +211,7 @@ def run_builtin(cfg: LoopConfig, *, instruments: list = (), on_step: Callable | 
             raise GpuprofError("bf16 is only emulated on this GPU (compute capability < 8.0); use --dtype fp16 or fp32")
     with tf32_matmul(cfg.tf32) if is_cuda(device) else contextlib.nullcontext():
         return _run(cfg, device, list(instruments), on_step, faults, timing, post_budget_s, on_progress,
-                    ddp_info, on_step_record)
+                    ddp_info, on_step_record, experiments)
 
 
 def _init_distributed(cfg: LoopConfig, timeout_s: float | None) -> dict | None:
@@ -229,7 +236,7 @@ def _init_distributed(cfg: LoopConfig, timeout_s: float | None) -> dict | None:
 
 def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopFaults,
          timing: bool, post_budget_s: float | None = None, on_progress=None,
-         ddp_info: dict | None = None, on_step_record=None) -> Profile:
+         ddp_info: dict | None = None, on_step_record=None, experiments: dict | None = None) -> Profile:
     gcfg = preset_config(cfg.model, block_size=cfg.block_size, n_layer=cfg.n_layer,
                          n_head=cfg.n_head, n_embd=cfg.n_embd, vocab_size=cfg.vocab_size)
     cuda = is_cuda(device)
@@ -275,51 +282,77 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
     accum = cfg.grad_accum
     tokens = cfg.tokens_per_step
     losses = []
+    hooks = LoopHooks(timer)  # the experiment steps' per-forward switches are armed through it
+    batch = [X, Y]
+
+    def one_step():
+        """One optimizer step of the loop; returns its last micro-step's loss."""
+        copied = dict(loader.copied)
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        timer.start_step()
+        for micro in range(accum):
+            # DDP: all-reduce the gradients only on the last micro-step (no_sync on the others).
+            with ddp.no_sync() if ddp is not None and micro < accum - 1 else contextlib.nullcontext():
+                with timer.phase("forward"):
+                    with ctx:
+                        hooks.arm()
+                        try:
+                            _, loss = step_model(*batch)
+                        finally:
+                            hooks.disarm()
+                        loss = loss / accum
+                if faults.sync_every_micro:
+                    loss.item()  # a CPU-GPU sync point, as a print(loss.item()) would be
+                with timer.phase("data"):
+                    batch[:] = loader.get_batch()  # prefetch the next batch while the GPU computes
+                with timer.phase("backward"):
+                    scaler.scale(loss).backward()
+        if faults.eval_every_step:
+            with timer.phase("eval"):
+                _eval(step_model, loader, ctx, faults.eval_every_step)
+        with timer.phase("optimizer"):
+            if cfg.grad_clip:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+        timer.end_step(tokens=tokens, micro_steps=accum,
+                       extra={k: v - copied[k] for k, v in loader.copied.items()} if cuda else None)
+        return loss
+
     run_t0 = time.perf_counter()
     interrupted = False
     try:
         with interrupts.interruptible():  # a stop lands in the loop, never while its steps are read
             for it in range(total):
-                copied = dict(loader.copied)
-                if cudagraphs:
-                    torch.compiler.cudagraph_mark_step_begin()
-                timer.start_step()
-                for micro in range(accum):
-                    # DDP: all-reduce the gradients only on the last micro-step (no_sync on the others).
-                    with ddp.no_sync() if ddp is not None and micro < accum - 1 else contextlib.nullcontext():
-                        with timer.phase("forward"):
-                            with ctx:
-                                _, loss = step_model(X, Y)
-                                loss = loss / accum
-                        if faults.sync_every_micro:
-                            loss.item()  # a CPU-GPU sync point, as a print(loss.item()) would be
-                        with timer.phase("data"):
-                            X, Y = loader.get_batch()  # prefetch the next batch while the GPU computes
-                        with timer.phase("backward"):
-                            scaler.scale(loss).backward()
-                if faults.eval_every_step:
-                    with timer.phase("eval"):
-                        _eval(step_model, loader, ctx, faults.eval_every_step)
-                with timer.phase("optimizer"):
-                    if cfg.grad_clip:
-                        scaler.unscale_(optimizer)
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                    scaler.step(optimizer)
-                    scaler.update()
-                    optimizer.zero_grad(set_to_none=True)
-                timer.end_step(tokens=tokens, micro_steps=accum,
-                               extra={k: v - copied[k] for k, v in loader.copied.items()} if cuda else None)
-                losses.append(loss.detach())
+                losses.append(one_step().detach())
                 if on_step is not None:
                     on_step(it + 1, total)
     except KeyboardInterrupt:  # Ctrl-C (or torchrun stopping this rank): keep the steps done
         interrupted = True
         timer.abandon_step()
     run_wall = time.perf_counter() - run_t0
+    made: list = []  # the post-run budget, made once: when the experiments start, else below
+
+    def post_budget():
+        if not made:
+            made.append(PostRunBudget.for_run(run_wall, post_budget_s, on_progress=on_progress))
+        return made[0]
+
+    trials = None if interrupted else loop_experiments.plan(
+        experiments, device=device, precision=precision, autocast_dtype=autocast_dtype, optimizer=optimizer,
+        model=model, compiled=cfg.compile, budget=post_budget, distributed=ddp is not None, cudagraphs=cudagraphs,
+        timing=timing)
+    if trials is not None:
+        interrupted = loop_experiments.run(trials, hooks, one_step)
 
     # After the measured steps nothing may lose the run: each part that touches the GPU again
     # is guarded, and a failure is recorded as "not measured: <reason>".
-    records = timer.steps(stopped=interrupted)  # waits for the GPU, with a bound, and reads the events
+    every = timer.steps(stopped=interrupted)  # waits for the GPU, with a bound, and reads the events
+    trial = trials.indices() if trials is not None else set()
+    records = [r for r in every if r.index not in trial]
     warm, measured = records[: cfg.warmup], records[cfg.warmup :]
     if interrupted and not measured:
         raise KeyboardInterrupt
@@ -363,7 +396,12 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
     run_ctx.profile = profile
     # Interrupted: out now, with what was measured (no post-run measurements).
     budget = (PostRunBudget.none(GPU_UNFINISHED, on_progress=on_progress) if timer.gpu_unfinished else
-              PostRunBudget.for_run(run_wall, 0.0 if interrupted else post_budget_s, on_progress=on_progress))
+              PostRunBudget.for_run(run_wall, 0.0, on_progress=on_progress) if interrupted else post_budget())
+    tried = loop_experiments.section(trials, every)
+    if tried is not None:
+        profile.measurements["experiments"] = tried
+        # a fix measured on the loop needs no timing on a copy after the run
+        run_ctx.experimented = frozenset(r["id"] for r in tried["results"] if r.get("interval"))
     profile.measurements.update(stop_instruments(started, run_ctx, budget))
     if budget.interrupted:  # Ctrl-C during the post-run work: the steps stand, the run was stopped
         run["ended"], run["partial"] = "interrupted", True

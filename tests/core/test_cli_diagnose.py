@@ -216,8 +216,9 @@ def test_post_run_work_shares_the_budget_and_says_what_it_does(tmp_path):
     assert "gpuprof: after the run: micro-batch curve (up to" in res.stderr
     post = json.loads(out.read_text())["measurements"]["post_run"]
     assert post["budget_s"] == 0.5 and post["source"] == "--post-budget"
-    # --no-samplers: no probe; `settle` runs when what was timed left a saving within noise
-    assert {"flops", "microbatch"} <= set(post["parts"]) <= {"flops", "microbatch", "settle"}
+    # --no-samplers: no probe; `settle` runs when what was timed left a saving within noise;
+    # `experiments` (the loop's own steps with a fix switched, first) when one fits what was left
+    assert {"flops", "microbatch"} <= set(post["parts"]) <= {"experiments", "flops", "microbatch", "settle"}
     # each part is allotted at most what the budget had left when it started (speed-independent:
     # what a part spends depends on the machine, the rule that bounds it does not)
     spent = 0.0
