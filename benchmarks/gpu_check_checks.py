@@ -12,6 +12,7 @@ from gpu_check_profile import Missing, finding_ids, findings, lookup, run_figure
 from gpu_check_run import REPO, Check, Ctx, _ran
 from gpu_check_verdicts import (judge_compute_fixes, judge_cpu_run, judge_cudagraphs, judge_gpu_run,
                                 judge_gpu_spans, judge_tf32)
+from gpu_check_verdicts_loop import judge_loop_promise
 from gpu_check_verdicts_meters import (DATA_SHARE_TOLERANCE, NVML_FIELDS, SMOKE_DATA_SHARE_TOLERANCE, SYNC_J,
                                        SYNC_K, data_share_truth, iter_times, judge_data_share, judge_h2d, judge_nvml,
                                        judge_overhead, judge_syncs, parse_overhead)
@@ -48,8 +49,39 @@ def check_compiled(ctx: Ctx) -> Check:
     proc, prof = ctx.diagnose("compiled", opts, budget_s=300)
     if not _ran(c, proc, prof):
         return c
+    ctx.profiles["compiled"] = prof  # loop-promises' AFTER for the compile promise
     c.figures = run_figures(prof)
     return c.decide(*judge_gpu_run(prof))
+
+
+# The seed's shape (issue #42): GPT-2 124M, 16 x 1024, 8 micro-steps.
+SEED_SHAPE = ["--batch-size", "16", "--block-size", "1024", "--grad-accum", "8", "--steps", "5", "--warmup", "3"]
+
+
+def check_loop_promises(ctx: Ctx) -> Check:
+    """The compile and precision promises measured on the built-in loop's own steps (experiment
+    steps), met by the corrected config: eager bf16 with --measure-compile promises compile-missing,
+    judged against the compiled run; fp32 promises precision-slow (bf16 autocast), judged against
+    the eager bf16 run."""
+    c = Check("loop-promises")
+    if ctx.smoke:
+        return c.skip("needs CUDA: the compile promise is timed on the built-in GPT-2 loop (minutes on a CPU)")
+    proc, eager = ctx.diagnose("loop-eager", [*SEED_SHAPE, "--dtype", "bf16", "--measure-compile", "--post-budget", "150"],
+                               budget_s=330)
+    if not _ran(c, proc, eager):
+        return c
+    compiled = ctx.profiles.get("compiled")
+    if compiled is None:
+        proc, compiled = ctx.diagnose("loop-compiled", [*SEED_SHAPE, "--dtype", "bf16", "--compile"], budget_s=300)
+        if not _ran(c, proc, compiled):
+            return c
+    ok_c, why_c, fig_c = judge_loop_promise(eager, compiled, "compile-missing", "compile")
+    proc, fp32 = ctx.diagnose("loop-fp32", [*SEED_SHAPE, "--dtype", "fp32", "--post-budget", "60"], budget_s=240)
+    if not _ran(c, proc, fp32):
+        return c
+    ok_p, why_p, fig_p = judge_loop_promise(fp32, eager, "precision-slow", "precision:bf16")
+    c.figures = {**{f"compile {k}": v for k, v in fig_c.items()}, **{f"precision {k}": v for k, v in fig_p.items()}}
+    return c.decide(ok_c and ok_p, f"{why_c}; {why_p}")
 
 
 def _token_dir(ctx: Ctx) -> Path:

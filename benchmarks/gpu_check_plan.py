@@ -11,7 +11,8 @@ from typing import Callable
 
 from gpu_check_checks import (check_compiled, check_compute_fixes, check_cuda_scenarios, check_cudagraphs,
                               check_default_diagnose, check_event_overhead, check_fp32_tf32, check_gpu_spans,
-                              check_h2d_pageable, check_nanogpt_data_delay, check_nvml, check_sync_counts)
+                              check_h2d_pageable, check_loop_promises, check_nanogpt_data_delay, check_nvml,
+                              check_sync_counts)
 from gpu_check_checks_ranks import check_fsdp, check_nccl
 from gpu_check_run import TAIL_CHARS, Check, Ctx
 from gpu_check_verdicts_meters import OVERHEAD_LIMIT, SYNC_J, SYNC_K
@@ -70,6 +71,11 @@ CHECKS = [
     Spec("compiled", check_compiled, 120,
          "`gpuprof diagnose --batch-size 16 --block-size 1024 --grad-accum 8 --dtype bf16 --compile`: "
          "the same figures and verdict as the default run."),
+    Spec("loop-promises", check_loop_promises, 240,
+         "The promises measured on the built-in loop's own steps, met by the corrected config: the same shape "
+         "eager with --measure-compile (compile-missing measured in experiment steps) against the compiled run, "
+         "and in fp32 (precision-slow: bf16 autocast) against the eager bf16 run; achieved within the promised "
+         "interval ±15%."),
 ]
 CHECK_WHAT = {s.name: s.what for s in CHECKS}
 
