@@ -258,7 +258,15 @@ def script_switches(device: str, precision: dict | None, autocast_dtype, optimiz
     current = prec.get("compute_dtype")
     cuda = is_cuda(device)
     if autocast_dtype is not None:
-        out.append(AutocastSwitch(device, current or str(autocast_dtype), "fp32"))
+        half = str(autocast_dtype).replace("torch.", "")
+        major = torch.cuda.get_device_capability(cuda_device(device))[0] if cuda else None
+        if cuda and major >= (8 if half == "bfloat16" else 7):
+            # the tensor cores compute it natively: fp32 is not worth the experiments' budget (the
+            # compile experiment needs it on a GPU); the matmul probe still measures both rates
+            out.append(Unavailable("precision:fp32", f"this GPU (compute capability {major}.x) computes {half} "
+                                   "natively on its tensor cores: fp32 is not tried on the loop"))
+        else:
+            out.append(AutocastSwitch(device, current or str(autocast_dtype), "fp32"))
     elif current in ("fp32", "tf32") and prec.get("param_dtype") in (None, "float32"):
         if cuda:
             native = torch.cuda.get_device_capability(cuda_device(device))[0] >= 8

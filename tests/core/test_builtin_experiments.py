@@ -76,3 +76,15 @@ def test_none_without_the_option_nor_where_every_rank_would_have_to_switch():
     assert builtin_experiments.plan(None, distributed=False, **kw) is None
     assert builtin_experiments.plan({}, distributed=False, **dict(kw, cudagraphs=True)) is None
     assert builtin_experiments.plan({}, distributed=False, **kw) is not None
+
+
+def test_on_a_gpu_computing_bf16_natively_fp32_is_not_tried(fake_cuda):
+    from gpuprof.measure.switches import script_switches
+
+    (sw,) = script_switches("cuda", {"compute_dtype": "bf16"}, torch.bfloat16, None, None, compiled=False,
+                            measure_compile=False)
+    assert sw.id == "precision:fp32" and "natively" in sw.why_not()
+    # on a CPU the bf16 autocast is tried off (emulated bf16 can be many times slower)
+    (cpu,) = script_switches("cpu", {"compute_dtype": "bf16"}, torch.bfloat16, None, None, compiled=False,
+                             measure_compile=False)
+    assert cpu.id == "precision:fp32" and cpu.why_not() is None
