@@ -78,7 +78,7 @@ def plan_one(switch, step_s: float, seconds: float, slowdown: float = SLOWDOWN) 
     per_pair = 2 * step_s * slowdown
     pairs = min(MAX_PAIRS, int((seconds - fixed) / per_pair)) if step_s > 0 else 0
     if pairs < MIN_PAIRS:
-        return None, (f"{switch.id}: {MIN_PAIRS} paired steps of ~{step_s:.2f} s do not fit the "
+        return None, (f"{switch.id}: {MIN_PAIRS} pairs of ~{step_s:.2f} s steps (each way once) do not fit the "
                       f"{max(seconds, 0):.1f} s left")
     return _Planned(switch, pairs, schedule(pairs, switch.warmup_steps)), ""
 

@@ -29,7 +29,7 @@ def test_a_fix_gets_the_pairs_that_fit_and_is_skipped_with_why_when_four_do_not(
     planned, _ = ex.plan_one(sw, step_s=0.1, seconds=2.0)  # (2 - 0.125) / 0.25
     assert planned.pairs == 7 and planned.steps == ex.schedule(7, 1)
     planned, why = ex.plan_one(sw, step_s=0.1, seconds=1.0)  # (1 + 2·4)·0.125 s = 1.125 s needed
-    assert planned is None and why == "x: 4 paired steps of ~0.10 s do not fit the 1.0 s left"
+    assert planned is None and why == "x: 4 pairs of ~0.10 s steps (each way once) do not fit the 1.0 s left"
 
 
 class _FakeSwitch:
