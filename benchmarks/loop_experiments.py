@@ -84,8 +84,11 @@ def claimed(profile: dict, finding: str, exp_id: str) -> dict:
     f = next((x for x in profile["analysis"]["findings"] if x["id"] == finding), None)
     exp = next((r for r in (profile["measurements"].get("experiments") or {}).get("results", [])
                 if r["id"] == exp_id), None)
+    fixes = [x for x in profile["analysis"]["findings"] if x.get("kind") == "fix" and x.get("saving_s")]
     row = {"finding": f is not None, "experiment": exp is not None and exp.get("ratio") is not None,
-           "pairs": exp.get("pairs") if exp else None, "ratio": exp.get("ratio") if exp else None}
+           "pairs": exp.get("pairs") if exp else None, "ratio": exp.get("ratio") if exp else None,
+           # one answer per script (issue #41): the top fix, and what it is said to tie with
+           "top": fixes[0]["id"] if fixes else None, "top_ties": list(fixes[0].get("tied_with") or []) if fixes else []}
     if f is None:
         return dict(row, share=0.0, slower=False)
     ev = f.get("evidence") or {}
@@ -151,6 +154,10 @@ def main() -> int:
             row.update(interval_held=len(held), half_widths=widths)
             shares = ", ".join(f"{c['share']:+.1%}" + (f" [{c['low']:+.1%}, {c['high']:+.1%}]" if c.get("low") is not None
                                                         else "") for c in claims)
+            tops = sorted({(c["top"], tuple(c["top_ties"])) for c in claims}, key=str)
+            row["tops"] = [list(t) for t in tops]
+            said = "; ".join(f"{t} (tied with {', '.join(ties)})" if ties else str(t) for t, ties in tops)
+            print(f"{name:10s} top fix {said} in {len(claims)} diagnoses")
             print(f"{name:10s} achieved {achieved:+.1%}  claimed {shares}"
                   f"  pairs {[c['pairs'] for c in claims]}  slower {slower}/{len(claims)}  interval held {len(held)}/{len(claims)}"
                   f" (half-widths {', '.join(f'{w:.1%}' for w in widths) or '-'})  {'OK' if ok else 'MISS'} ({bar})",
