@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from gpuprof.measure.paired import ADVISED_ROUNDS, confidence, paired_ratio_interval
+from gpuprof.measure.paired import ADVISED_ROUNDS, paired_ratio_interval
 from gpuprof.stats import median
 
 MIN_PAIRS = 4  # fewer pairs give no 90% sign interval narrower than the pairs' full range
@@ -34,6 +34,12 @@ MIN_PAIRS = 4  # fewer pairs give no 90% sign interval narrower than the pairs' 
 # fused optimizer's 5% there.
 MAX_PAIRS = 64
 DECIDED_AFTER = ADVISED_ROUNDS  # 8
+# ... and once its interval is narrow enough to promise: the ratio's interval at most ±DECIDED_HALF
+# of the step (issue #41: a promise within ±5 points of the step; 4 leaves the profile's step times,
+# which decide the result, room to differ from the host times that end the timing). Until then it
+# runs on within its share of the budget: fused AdamW decided at 8-23 pairs gave half-widths of
+# 3.3-6.6 points (docs/measurements/2026-12-07-loop-experiments.md).
+DECIDED_HALF = 0.04
 
 
 @dataclass
@@ -201,9 +207,10 @@ class Experiments:
             self._queue = [q for q in self._queue if q[0] != i]  # this fix is decided: the next one
 
     def _decided(self, exp_id: str) -> bool:
-        """After a complete pair, from DECIDED_AFTER pairs on: the host times' interval excludes no
-        change at high confidence (the profile's step times decide the result; these only end the
-        timing early)."""
+        """After a complete pair, from DECIDED_AFTER pairs on: the host times' ratio interval is at
+        most ±DECIDED_HALF of the step wide (whether it excludes no change or holds it: a fix shown
+        within ±4 points either way needs no more pairs). The profile's step times decide the
+        result; these only end the timing early."""
         timed = [r for r in self.records if r["experiment"] == exp_id and r["timed"]]
         if len(timed) % 2 or len(timed) // 2 < DECIDED_AFTER:
             return False
@@ -213,7 +220,10 @@ class Experiments:
             if pair.get("a") and pair.get("b"):
                 a.append(pair["a"])
                 b.append(pair["b"])
-        return len(a) >= DECIDED_AFTER and confidence(paired_ratio_interval(a, b)) == "high"
+        if len(a) < DECIDED_AFTER:
+            return False
+        iv = paired_ratio_interval(a, b)
+        return (iv.high - iv.low) / 2 <= DECIDED_HALF
 
     def _cut(self, why: str) -> None:
         """Stop early, at a pair's end: the step that completes an open pair still runs, what

@@ -104,3 +104,20 @@ def test_compare_judges_a_promise_made_on_the_loop_by_its_interval(profile_facto
     assert o.judged_by == "interval"
     assert (o.promised_low_s, o.promised_high_s) == (f.evidence["saving_low_s"], f.evidence["saving_high_s"])
     assert o.verdict == word
+
+
+def test_an_estimate_under_the_bar_is_claimed_when_its_interval_reaches_it(profile_factory):
+    """The 5% bar keeps out savings shown to be small, not real ones measured with a wide interval:
+    a fused AdamW saving 10.7% timed plain read ~4% [2.4%, 9.3%] on a loop and went unclaimed
+    (docs/measurements/2026-12-07-loop-experiments.md)."""
+    fix = "torch.optim.AdamW(..., fused=True)"
+    exp = _experiment("optimizer:fused", 0.96, n=12, noise=0.05, fix=fix)
+    ctx, _ = _ctx(profile_factory, exp)
+    (f,) = compute.optimizer_not_fused(ctx)
+    assert f.evidence["saving_low_s"] > 0 and f.saving_s < 0.05 * STEP <= f.evidence["saving_high_s"]
+    assert f.kind == "fix" and f.saving_s == pytest.approx(STEP * (1 - exp["ratio"])) and f.claims
+    exp = _experiment("optimizer:fused", 0.98, n=16, noise=0.005, fix=fix)  # shown under 5%: interval too
+    ctx, _ = _ctx(profile_factory, exp)
+    (g,) = compute.optimizer_not_fused(ctx)
+    assert 0 < g.evidence["saving_low_s"] and g.evidence["saving_high_s"] < 0.05 * STEP
+    assert g.kind == "info" and g.saving_s is None and "under 5%" in g.note

@@ -96,9 +96,10 @@ def test_each_step_runs_its_way_and_everything_is_restored_at_the_end():
     exps, budget = _experiments([a, no, b])
     hooks = _FakeHooks()
     ways = []
+    noisy = iter([0.05, 0.15, 0.1, 0.15, 0.05, 0.1] * 100)  # never within ±4 points: every pair planned runs
     while exps.next_step(hooks):
         ways.append(exps._open[1])
-        hooks.close()
+        hooks.close(next(noisy))
     pa, pb = (p.pairs for p in exps.planned)
     assert pa == 39  # its part: half of the 10 s share (one fix after it), (5 - 0.125) / 0.25 s per pair
     assert ways == [w for w, _ in ex.schedule(pa, 1)] + [w for w, _ in ex.schedule(pb, 1)]
@@ -113,12 +114,32 @@ def test_each_step_runs_its_way_and_everything_is_restored_at_the_end():
     assert res["a"]["interval"]["low"] == pytest.approx(2.0) and len(sec["steps"]) == len(ways)
 
 
-def test_a_fix_is_decided_early_once_its_pairs_exclude_no_change_at_high_confidence():
+def test_a_fix_is_decided_early_once_its_pairs_give_a_narrow_interval():
     exps, _ = _experiments([_FakeSwitch("a")])
     hooks = _FakeHooks()
     while exps.next_step(hooks):
         hooks.close(0.2 if exps._open[1] == "b" else 0.1)  # the fix doubles the step, every time
     assert len([r for r in exps.records if r["timed"]]) == 2 * ex.DECIDED_AFTER
+
+
+def test_a_noisy_fix_runs_on_until_its_interval_is_within_the_promise_width():
+    """A 10% saving on steps that vary ±15%: excluding no change is not enough to stop (the
+    promise must be within ±5 points of the step); it stops once ±DECIDED_HALF, or at its pairs."""
+    import random
+
+    rng = random.Random(3)
+    exps, _ = _experiments([_FakeSwitch("a")], seconds=40.0)
+    hooks = _FakeHooks()
+    while exps.next_step(hooks):
+        hooks.close((0.09 if exps._open[1] == "b" else 0.1) * rng.uniform(0.85, 1.15))
+    timed = [r for r in exps.records if r["timed"]]
+    pairs = len(timed) // 2
+    a = [r["host_s"] for r in timed if r["way"] == "a"]
+    b = [r["host_s"] for r in timed if r["way"] == "b"]
+    iv = ex.paired_ratio_interval(a, b)
+    assert ex.DECIDED_AFTER < pairs < ex.MAX_PAIRS and (iv.high - iv.low) / 2 <= ex.DECIDED_HALF
+    early = ex.paired_ratio_interval(a[:ex.DECIDED_AFTER], b[:ex.DECIDED_AFTER])
+    assert (early.high - early.low) / 2 > ex.DECIDED_HALF  # the old rule's stop: too wide to promise
 
 
 def test_when_the_time_runs_out_the_open_pair_completes_and_the_rest_is_said():

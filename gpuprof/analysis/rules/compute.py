@@ -11,18 +11,19 @@ measure/pair_rounds.py); a saving is that ratio applied to the part of the step 
 (rules/intervals.py `timed_saving`, as precision-slow): an interval that excludes no change gives
 the saving with the interval in the evidence and a confidence from it; one that holds no change
 gives information, no saving and no config change ("within this machine's noise"); a profile
-written before paired rounds (best of each way) gives the point figure at confidence low. Under
-CLAIM_SHARE of the step it is reported as information, without a saving."""
+written before paired rounds (best of each way) gives the point figure at confidence low. A saving
+whose estimate and interval both lie under CLAIM_SHARE of the step is reported as information,
+without a saving (intervals.under_share: an estimate under it whose interval reaches it is claimed)."""
 
 from __future__ import annotations
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
 from gpuprof.analysis.rules.experiments import measured_on_loop, on_your_loop, slower_finding
-from gpuprof.analysis.rules.intervals import TimedSaving, interval_of, says_slower, timed_saving
+from gpuprof.analysis.rules.intervals import TimedSaving, interval_of, says_slower, timed_saving, under_share
 from gpuprof.units import count, join_notes, pct, seconds, times
 
-CLAIM_SHARE = 0.05  # a measured saving under 5% of the step is not claimed (issue #21's bar)
+CLAIM_SHARE = 0.05  # a saving shown under 5% of the step (interval too) is not claimed (issue #21's bar)
 OPTIMIZER_SLOW_SHARE = 0.10  # optimizer-slow's own threshold (rules/gpu.py): it carries the fused timing
 
 
@@ -42,12 +43,13 @@ def _small(saving: float, total: float) -> str:
 def outcome(timed: TimedSaving, total: float, share: float = CLAIM_SHARE) -> str:
     """What a timed saving supports: "slower" (the measurement says the changed way is slower:
     intervals.says_slower — never offered as a fix), "noise" (its interval holds no change),
-    "small" (under `share` of the step, or a point figure ≤ 0 too small to say slower) or "claim"."""
+    "small" (under `share` of the step and so is its interval's top, intervals.under_share; or a point
+    figure ≤ 0 too small to say slower) or "claim"."""
     if says_slower(timed, total):
         return "slower"
     if timed.within_noise:
         return "noise"
-    return "small" if not total or timed.estimate / total < share else "claim"
+    return "small" if under_share(timed, total, share) else "claim"
 
 
 def ratio_of(timing, point: float) -> float:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import step_s
-from gpuprof.analysis.rules.intervals import TimedSaving, says_slower, timed_saving
+from gpuprof.analysis.rules.intervals import TimedSaving, says_slower, timed_saving, under_share
 from gpuprof.sections.experiments import Experiment
 from gpuprof.units import interval_text, pct, seconds, times
 
@@ -54,12 +54,12 @@ def slower_finding(fid: str, what: str, exp: Experiment, ts: TimedSaving, total:
 
 
 def verdict(ts: TimedSaving, total: float, share: float) -> str:
-    """slower | noise | small (under `share` of the step) | claim."""
+    """slower | noise | small (under `share` of the step, its interval too: intervals.under_share) | claim."""
     if says_slower(ts, total):
         return "slower"
     if ts.within_noise:
         return "noise"
-    return "small" if not total or ts.estimate / total < share else "claim"
+    return "small" if under_share(ts, total, share) else "claim"
 
 
 def loop_total(ctx: Context) -> float:

@@ -7,7 +7,7 @@ from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.precision import compute_dtype_name
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
 from gpuprof.analysis.rules.experiments import loop_total, measured_on_loop, on_your_loop, slower_finding, verdict
-from gpuprof.analysis.rules.intervals import says_slower, timed_saving
+from gpuprof.analysis.rules.intervals import says_slower, timed_saving, under_share
 from gpuprof.analysis.script_knobs import find_knobs
 from gpuprof.hardware import MARKED_FASTER as MARKED, TORCH_NAME, pick_faster
 from gpuprof.sections import Precisions
@@ -111,7 +111,7 @@ def precision_slow(ctx: Context) -> list[Finding]:
         basis = ((f"the step's {flops:.3g} FLOPs at {flops_rate(r_now)} = {seconds(matmul_s)} of its "
                   f"{seconds(compute)} forward+backward" if flops else f"forward+backward ({seconds(compute)})")
                  + f", sped up by the measured matmul rate ratio ({flops_rate(r_now)} vs {flops_rate(rates[best])})")
-    if not total or says_slower(timed, total) or (not timed.within_noise and timed.estimate / total < MIN_SHARE):
+    if not total or says_slower(timed, total) or (not timed.within_noise and under_share(timed, total, MIN_SHARE)):
         return []  # measured slower, or a saving under 2% of the step
     saving = timed.saving_s
     because = (f"at the model's matmul shapes this device ran {current} at {flops_rate(r_now)} and {best} at "
