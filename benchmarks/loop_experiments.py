@@ -19,7 +19,8 @@ achieved saving of 5% or more never unclaimed; a fix achieving 5% or more slower
 
     python benchmarks/loop_experiments.py [--rounds 3] [--only precision,fused] [--with-compile]
         [--post-budget 20] [--json FILE]
-    python benchmarks/loop_experiments.py --rounds 5 --only attention,attention-layers   # the two attention timings
+    python benchmarks/loop_experiments.py --rounds 5 --only attention,attention-model,attention-layers
+        # attention by hand → SDPA three ways: on the loop, the whole model after the run, one layer alone
 
 Children run with OMP_NUM_THREADS=1 (one core each; see benchmarks/precision_fix.py). Prints a table,
 exits 1 when a case misses the bar.
@@ -49,14 +50,16 @@ CASES = {
     "precision": (["--dtype", "bf16"], ["--dtype", "fp32"], "precision-slow", "precision:fp32", []),
     "fused": (["--fused", "0"], ["--fused", "1"], "optimizer-not-fused", "optimizer:fused", []),
     "compile": ([], ["--compile", "inductor"], "compile-missing", "compile", ["--measure-compile"]),
-    # a fix that needs a code change: timed in post-run rounds (measure/kernels.py), no experiment id
+    # a code change whose rewrite is switched on the loop (measure/attention_switch.py)
     "attention": (["--attn", "hand", "--block", "128"], ["--attn", "sdpa", "--block", "128"], "attention-by-hand",
-                  None, []),
+                  "attention:sdpa", []),
 }
-# `--only attention,attention-layers`: the same rounds claim the attention saving twice, timed in the
-# whole model (the default) and one layer alone (GPUPROF_ATTENTION_LAYERS_ONLY=1, the way before), so both
-# are judged against the same plain truth in the same minutes.
-CASES["attention-layers"] = CASES["attention"]
+# `--only attention,attention-model,attention-layers`: the same rounds claim the attention saving three
+# ways, on the loop (the default), timed after the run in the whole model (--no-experiments) and one
+# layer alone (GPUPROF_ATTENTION_LAYERS_ONLY=1 as well, the way before), so all are judged against the
+# same plain truth in the same minutes.
+CASES["attention-model"] = CASES["attention"][:3] + (None, ["--no-experiments"])
+CASES["attention-layers"] = CASES["attention"][:3] + (None, ["--no-experiments"])
 LAYERS_ONLY = {"attention-layers": {"GPUPROF_ATTENTION_LAYERS_ONLY": "1"}}
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 

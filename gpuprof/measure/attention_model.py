@@ -111,13 +111,11 @@ def time_need_weights(model, args: tuple, kwargs: dict, device, autocast_dtype, 
     return {**out, "modules": len(mods)}
 
 
-def time_model_sdpa(model, args: tuple, kwargs: dict, device, autocast_dtype, shapes, seconds: float, *,
-                    clock=None, now=time.perf_counter) -> dict:
-    """The model's forward+backward as it runs (`by_hand_*`) and with its by-hand attention at
-    `shapes` ((B·H, T, D) each) computed through SDPA (`sdpa_*`, attention_rewrite.SdpaRewrite).
-    First the rewrite is checked: in eval mode (no dropout) the loss both ways must agree (1e-4
-    relative in fp32, 2e-2 under autocast), else Unrewritable. Raises Unrewritable, TimeoutError,
-    or what the model raises."""
+def check_rewrite(model, args: tuple, kwargs: dict, device, autocast_dtype, shapes) -> tuple[float, float, int]:
+    """The model's loss as it runs and with its by-hand attention at `shapes` through SDPA
+    (attention_rewrite.SdpaRewrite), in eval mode (no dropout) under no_grad, the model's gradients,
+    buffers and mode put back: (loss as it runs, loss through SDPA, calls rewritten). They must agree
+    (1e-4 relative in fp32, 2e-2 under autocast), else Unrewritable."""
     import torch
 
     from gpuprof.measure.attention_rewrite import SdpaRewrite, Unrewritable
@@ -143,6 +141,19 @@ def time_model_sdpa(model, args: tuple, kwargs: dict, device, autocast_dtype, sh
     tol = 2e-2 if autocast_dtype is not None else 1e-4
     if not abs(a - b) <= tol * max(1.0, abs(a)):
         raise Unrewritable(f"the loss through SDPA ({b:.6g}) is not the model's ({a:.6g})")
+    return a, b, layers
+
+
+def time_model_sdpa(model, args: tuple, kwargs: dict, device, autocast_dtype, shapes, seconds: float, *,
+                    clock=None, now=time.perf_counter) -> dict:
+    """The model's forward+backward as it runs (`by_hand_*`) and with its by-hand attention at
+    `shapes` ((B·H, T, D) each) computed through SDPA (`sdpa_*`, attention_rewrite.SdpaRewrite).
+    First the rewrite is checked: in eval mode (no dropout) the loss both ways must agree (1e-4
+    relative in fp32, 2e-2 under autocast), else Unrewritable. Raises Unrewritable, TimeoutError,
+    or what the model raises."""
+    from gpuprof.measure.attention_rewrite import SdpaRewrite
+
+    a, b, layers = check_rewrite(model, args, kwargs, device, autocast_dtype, shapes)
     out = time_model_ways(model, args, kwargs, device, autocast_dtype, lambda: SdpaRewrite(shapes), "sdpa_forward",
                           seconds, clock=clock, now=now)
     return {**out, "layers_rewritten": layers, "check_loss": [a, b]}

@@ -113,6 +113,7 @@ class Experiments:
         self._open: tuple[int, str, bool] | None = None  # the step running now
         self._on: int | None = None  # the planned index whose fix is on
         self._watcher: _PerForward | None = None
+        self._watcher_of: int | None = None  # the planned index whose switch the watcher enters
         self._deadline: float | None = None
         self._hooks = None
         self.allotted_s: float | None = None
@@ -242,19 +243,29 @@ class Experiments:
     def _apply(self, i: int, way: str) -> None:
         if self._on is not None and (self._on != i or way == "a"):
             self._switch_off()
+        if self._watcher is not None and self._watcher_of != i:
+            self._unwatch()
+        sw = self.planned[i].switch
+        # A per-forward switch is entered around each training forward while on; one that runs
+        # `both_ways` (attention_switch: a torch function mode whose dispatch costs the same both
+        # ways) is entered in its `a` steps too, off.
+        if sw.per_forward and self._watcher is None and (way == "b" or getattr(sw, "both_ways", False)):
+            self._watcher = _PerForward(sw)
+            self._watcher_of = i
+            self._hooks.forward_watchers.append(self._watcher)
         if way == "b" and self._on is None:
-            sw = self.planned[i].switch
             sw.on()
-            if sw.per_forward:
-                self._watcher = _PerForward(sw)
-                self._hooks.forward_watchers.append(self._watcher)
             self._on = i
+
+    def _unwatch(self) -> None:
+        if self._watcher is not None and self._watcher in self._hooks.forward_watchers:
+            self._hooks.forward_watchers.remove(self._watcher)
+        self._watcher = self._watcher_of = None
 
     def _switch_off(self) -> None:
         sw = self.planned[self._on].switch
-        if self._watcher is not None and self._watcher in self._hooks.forward_watchers:
-            self._hooks.forward_watchers.remove(self._watcher)
-        self._watcher = None
+        if not getattr(sw, "both_ways", False):
+            self._unwatch()
         sw.off()
         self._on = None
 
@@ -271,6 +282,8 @@ class Experiments:
                 self._switch_off()
             except Exception as exc:  # noqa: BLE001
                 self.errors.append(f"restoring: {exc.__class__.__name__}: {exc}")
+        if self._hooks is not None:
+            self._unwatch()
         for p in self.planned or []:
             try:
                 p.switch.restore()
@@ -326,7 +339,10 @@ class Experiments:
                "warmup_s": [step_seconds.get(r["index"]) for r in mine if not r["timed"]]}
         if getattr(sw, "compile_s", None) is not None:
             res["compile_wrapper_s"] = sw.compile_s
-        if len(a) >= MIN_PAIRS:
+        idle = getattr(sw, "ineffective", lambda: None)()  # the fix on changed nothing (said why)
+        if idle:
+            res["not_measured"] = idle
+        elif len(a) >= MIN_PAIRS:
             iv = paired_ratio_interval(a, b)
             res.update(ratio=iv.estimate, interval=iv.as_dict(), a_median_s=median(a), b_median_s=median(b))
         else:

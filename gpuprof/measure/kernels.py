@@ -121,7 +121,10 @@ def _attention(ctx, trace: dict | None, seconds: float, skipped: list[str]) -> d
     if not hand:
         return out
     out["layers"] = len(hand)
-    if own:  # the user's attention by hand: the model timed both ways, else its layers of one shape
+    if own and "attention:sdpa" in getattr(ctx, "experimented", ()):  # timed on the script's own loop
+        out["timed_layers"] = len(own)
+        out["timing"] = {"not_measured": "measured on your loop (experiment steps: measurements.experiments)"}
+    elif own:  # the user's attention by hand: the model timed both ways, else its layers of one shape
         t0 = time.perf_counter()
         first = own[0]
         same = [c for c in own if c["shape"] == first["shape"] and c["dtype"] == first["dtype"]]

@@ -9,6 +9,7 @@ precision the step computes in, and starts the instruments.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -18,6 +19,7 @@ from typing import Callable
 
 import torch
 
+from gpuprof.measure.attention_switch import attention_switch
 from gpuprof.measure.budget import PostRunBudget
 from gpuprof.measure.data_names import data_like_name
 from gpuprof.measure.experiments import Experiments
@@ -177,9 +179,21 @@ class _Run:
         primary = getattr(self.hooks, "_primary_opt", None)
         optimizer = primary() if primary is not None else None
         ctx = self.ctx
+        attention = attention_switch(ctx.model, ctx.example_args, ctx.example_kwargs, self.device, ctx.autocast_dtype,
+                                     compiled=bool(self.compiled), suspended=self._hooks_suspended)
         return script_switches(self.device, ctx.precision, ctx.autocast_dtype, optimizer, ctx.model,
-                               compiled=self.compiled,
+                               compiled=self.compiled, attention=attention,
                                measure_compile=bool((self.experiment_options or {}).get("compile")))
+
+    @contextlib.contextmanager
+    def _hooks_suspended(self):
+        """gpuprof's training hooks ignore the forwards run inside (an experiment's own checks)."""
+        was = self.hooks.suspended
+        self.hooks.suspended = True
+        try:
+            yield
+        finally:
+            self.hooks.suspended = was
 
     def post_run_budget(self):
         """The run's post-run budget, made once: when the experiments start, else after the run."""

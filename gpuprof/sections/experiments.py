@@ -28,6 +28,7 @@ class Experiment(Record):
     warmup_s: list = field(default_factory=list)
     not_measured: str | None = None
     failed: dict | None = None
+    calls: list = field(default_factory=list)  # attention:sdpa: the by-hand attention calls it rewrote (op trace)
 
     @property
     def measured(self) -> bool:

@@ -233,3 +233,20 @@ def test_autocast_and_fused_switches_leave_nothing_behind():
     ac.leave()
     ac.restore()
     assert lin(torch.randn(2, 8)).dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
+
+
+def test_a_both_ways_switch_is_entered_around_the_forwards_of_both_ways_of_its_experiment_only():
+    class BothWays(_FakeSwitch):
+        per_forward = both_ways = True
+
+    first, second = BothWays("first"), _FakeSwitch("second")
+    exps, _ = _experiments([first, second])
+    hooks = _FakeHooks()
+    seen = []
+    while exps.next_step(hooks):
+        exp = exps.planned[exps._open[0]].switch.id
+        seen.append((exp, exps._open[1], [w.switch.id for w in hooks.forward_watchers]))
+        hooks.close()
+    assert {(e, w, tuple(ws)) for e, w, ws in seen} == {("first", "a", ("first",)), ("first", "b", ("first",)),
+                                                        ("second", "a", ()), ("second", "b", ())}
+    assert hooks.forward_watchers == []

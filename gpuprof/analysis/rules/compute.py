@@ -21,6 +21,7 @@ from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import micro_steps, mode, on_cuda, step_s
 from gpuprof.analysis.rules.experiments import measured_on_loop, on_your_loop, slower_finding
 from gpuprof.analysis.rules.intervals import TimedSaving, interval_of, says_slower, timed_saving, under_share
+from gpuprof.sections.compute import AttentionCall
 from gpuprof.units import count, join_notes, pct, seconds, times
 
 CLAIM_SHARE = 0.05  # a saving shown under 5% of the step (interval too) is not claimed (issue #21's bar)
@@ -65,12 +66,16 @@ def medians(timing) -> str:
 
 def attention_by_hand(ctx: Context) -> list[Finding]:
     """Attention computed by hand (q·kᵀ, mask, softmax, dropout, ·v) in the user's own code, where
-    F.scaled_dot_product_attention would run a fused kernel. Saving: the layers timed both ways
-    at the run's shapes in paired rounds; the by-hand time × the layers of that shape ×
-    micro-steps (each part capped by the run's own phase) × (1 − SDPA ÷ by hand, forward and
-    backward net), claimed as its interval supports. torch's own modules are
-    attention_need_weights."""
+    F.scaled_dot_product_attention would run a fused kernel. Saving: first, when it ran, the
+    script's own steps with the attention through SDPA (experiment steps: measure/attention_switch.py)
+    against as it runs, in pairs; otherwise the model (or its layers) timed both ways after the run in
+    paired rounds: the by-hand time × micro-steps (× the layers of that shape when timed alone; each
+    part capped by the run's own phase) × (1 − SDPA ÷ by hand, forward and backward net). Claimed as
+    its interval supports. torch's own modules are attention_need_weights."""
     calls = [c for c in ctx.sections.kernels.attention.by_hand if not c.torch_module]
+    exp = measured_on_loop(ctx, "attention:sdpa")
+    if not calls and exp is not None:  # the post-run op trace did not run: the experiment's own
+        calls = [AttentionCall.from_dict(c) for c in exp.calls if isinstance(c, dict)]
     if not calls:
         return []
     first, n, where = calls[0], len(calls), _where(calls, "module", "the model")
@@ -85,6 +90,8 @@ def attention_by_hand(ctx: Context) -> list[Finding]:
            f"masked_fill, softmax{', dropout' if first.dropout_p else ''} and @ v ({where})")
     seen = (f"{n} attention layer{'s' if n > 1 else ''} compute softmax(q·kᵀ)·v by hand ({where}), "
             f"at (B, H, T, head dim) = ({_dims(first)}) in {first.dtype}")
+    if exp is not None:
+        return _attention_on_loop(ctx, exp, calls, f"attention computed by hand in {where}", fix, seen)
     timing = ctx.sections.kernels.attention.timing
     ways = (("the model's forward+backward", "as it runs", "with its attention through SDPA")
             if timing.per == "model" else ("one layer, forward+backward", "by hand", "through SDPA"))
@@ -115,6 +122,46 @@ def attention_need_weights(ctx: Context) -> list[Finding]:
                             ways=("the model's forward+backward", "as it runs", "with need_weights=False"))
 
 
+def _attention_on_loop(ctx: Context, exp, calls: list, title: str, fix: str, seen: str) -> list[Finding]:
+    """attention-by-hand from the experiment steps (measure/attention_switch.py): the script's own
+    steps with its attention computed through SDPA against as it runs, in pairs."""
+    total = step_s(ctx)
+    ts = on_your_loop(exp, total)
+    first = calls[0]
+    ev = {"layers": len(calls), "module": first.module, "shape": list(first.shape), "dtype": first.dtype,
+          "causal": first.causal, "dropout_p": first.dropout_p, "ratio": exp.ratio, "measured_saving_s": ts.estimate,
+          **ts.evidence}
+    because = (f"{seen}; measured on your loop: {exp.pairs} paired steps, the step took {seconds(exp.b_median_s)} with "
+               f"the attention through SDPA and {seconds(exp.a_median_s)} as it runs (medians; {times(exp.ratio)} the "
+               f"time; the model's loss both ways checked equal first)")
+    verdict = outcome(ts, total)
+    if verdict == "slower":
+        return [slower_finding("attention-by-hand", "SDPA in place of the attention by hand", exp, ts, total)]
+    memory = _memory(first)
+    if verdict != "claim":
+        note = ts.note if verdict == "noise" else join_notes(_small(ts.estimate, total), ts.note)
+        return [Finding(id="attention-by-hand", title=title, saving_s=None, evidence=ev, confidence=ts.confidence,
+                        kind="info", fix=fix, because=because, note=join_notes(note, memory.removeprefix("; ")))]
+    fwd, bwd = ctx.seconds("forward"), ctx.seconds("backward")
+    saving = ts.saving_s
+    save_f = min(saving * fwd / (fwd + bwd), fwd) if fwd + bwd else 0.0
+    save_b = min(saving - save_f, bwd)
+    return [Finding(
+        id="attention-by-hand", title=f"{title}: through SDPA your step ran in {times(exp.ratio)} the time",
+        saving_s=saving, evidence=ev, confidence=ts.confidence, fix=fix, because=because,
+        note=join_notes(ts.note, memory.removeprefix("; ")),
+        claims={k: v for k, v in (("forward", save_f), ("backward", save_b)) if v > 0},
+    )]
+
+
+def _memory(first) -> str:
+    """"; SDPA's fused kernels also never store ..." for the first by-hand call's shape, else ""."""
+    b, h, t, d = (list(first.shape) + [None] * 4)[:4]
+    stored = (b or 0) * (h or 0) * (t or 0) ** 2
+    return (f"; SDPA's fused kernels also never store the (B, H, T, T) attention matrix: "
+            f"{count(stored)} values per layer here" if stored else "")
+
+
 def _where(calls, attr: str, none: str) -> str:
     """The first of the calls' modules (or call sites) and how many more, in words."""
     names = sorted({getattr(c, attr) for c in calls if getattr(c, attr)})
@@ -132,10 +179,7 @@ def _timed_attention(ctx: Context, calls: list, fid: str, title: str, fix: str, 
     unit and each way are, in words): it covers the layers of its shape and dtype."""
     att = ctx.sections.kernels.attention
     first = calls[0]
-    b, h, t, d = (list(first.shape) + [None] * 4)[:4]
-    stored = (b or 0) * (h or 0) * (t or 0) ** 2
-    memory = (f"; SDPA's fused kernels also never store the (B, H, T, T) attention matrix: "
-              f"{count(stored)} values per layer here" if stored else "")
+    memory = _memory(first)
     ev = {"layers": len(calls), "module": first.module, "shape": list(first.shape), "dtype": first.dtype,
           "causal": first.causal, "dropout_p": first.dropout_p}
     if first.call_site:

@@ -1,0 +1,132 @@
+"""Attention by hand computed through F.scaled_dot_product_attention in the script's own loop: an
+experiment step's switch (gpuprof.measure.experiments), so the SDPA saving is the paired
+difference of the script's own steps, not a timing after the run carried to its step (issue #41).
+
+The change itself is a code change for the user (q·kᵀ, mask, softmax, dropout, ·v → one SDPA
+call), but attention_rewrite.SdpaRewrite makes it switchable from outside: a TorchFunctionMode,
+entered around each training forward while the switch is on (the forward hooks' watchers, as
+autocast is), folds the by-hand ops into one SDPA call. Before it is offered to the loop, the
+model's forward is traced once (measure/optrace.py: where is the attention by hand, at which
+(B·H, T, D)) and the rewrite is checked on the run's micro-batch in eval mode: the loss both ways
+must agree (attention_model.check_rewrite), else the switch is Unavailable with the reason and the
+post-run timing stands. Those forwards run between two of the script's steps with gpuprof's
+training hooks suspended, the RNG, gradients, buffers and mode put back.
+
+The mode's Python dispatch runs for every torch call of the forward (a few µs each: on a 2-ms
+step of a tiny model it made the step 28% slower, the attention through SDPA or not), so the
+steps as the script runs (`a`) run under the same mode with nothing to match: both ways pay it,
+and the ratio compares the attention alone. The saving is then that ratio on the script's own step
+(without the mode): it errs low by the dispatch's share of the step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from gpuprof.measure.switches import Switch, Unavailable
+
+ID = "attention:sdpa"
+
+
+class SdpaSwitch(Switch):
+    """The user's attention by hand at `shapes` ((B·H, T, D) each) through SDPA, per forward."""
+
+    id = ID
+    per_forward = True
+    both_ways = True  # entered around every forward of its experiment: off, the mode matches nothing
+    settings: dict = {}
+
+    def __init__(self, shapes, calls: list[dict], check_loss: tuple[float, float], layers: int):
+        self.shapes = set(shapes)
+        self.calls = calls
+        self.check_loss = check_loss
+        self.layers = layers
+        first = calls[0]
+        args = ["q, k, v"]
+        if first.get("masked") and first.get("causal") is not False:
+            args.append("is_causal=True")
+        elif first.get("masked"):
+            args.append("attn_mask=mask")
+        if first.get("dropout_p"):
+            args.append("dropout_p=... if self.training else 0.0")
+        self.fix = f"F.scaled_dot_product_attention({', '.join(args)}) in place of the attention by hand"
+        self.rewritten = 0
+        self.errors: list[str] = []
+        self._mode = None
+        self._rewrite = False
+
+    def on(self) -> None:
+        self._rewrite = True
+
+    def enter(self) -> None:
+        from gpuprof.measure.attention_rewrite import SdpaRewrite
+
+        if self._mode is None:
+            # off, the same mode with no shapes to match: every torch call pays the same dispatch
+            self._mode = SdpaRewrite(self.shapes if self._rewrite else set())
+            self._mode.__enter__()
+
+    def leave(self) -> None:
+        from gpuprof.measure.attention_rewrite import Unrewritable
+
+        mode, self._mode = self._mode, None
+        if mode is None:
+            return
+        try:
+            mode.__exit__(None, None, None)
+        except Unrewritable as exc:  # scores computed and never used: nothing of them reached the output
+            self.errors.append(str(exc))
+        self.rewritten += mode.rewritten
+
+    def off(self) -> None:
+        self.leave()
+        self._rewrite = False
+
+    def ineffective(self) -> str | None:
+        """Why the steps with it on did not compute the attention through SDPA, if they did not."""
+        if self.rewritten == 0:
+            return "no attention by hand was rewritten in the steps with the fix on"
+        return None
+
+    def describe(self) -> dict:
+        out = {**super().describe(), "layers": self.layers, "check_loss": list(self.check_loss),
+               "rewritten": self.rewritten, "calls": self.calls}
+        if self.errors:
+            out["errors"] = self.errors[:3]
+        return out
+
+
+def attention_switch(model, args: tuple, kwargs: dict, device, autocast_dtype, *, compiled: bool,
+                     suspended=contextlib.nullcontext) -> Switch | None:
+    """The SDPA switch for a model whose forward computes attention by hand in the user's own code
+    (not torch's nn.MultiheadAttention), checked on the run's micro-batch; Unavailable (why) when
+    the rewrite does not hold or the model is compiled; None when there is no attention by hand.
+    `suspended()`: a context in which gpuprof's training hooks ignore these forwards."""
+    from gpuprof.measure.attention_model import check_rewrite
+    from gpuprof.measure.attention_rewrite import Unrewritable
+    from gpuprof.measure.kernels import trace_forward
+    from gpuprof.measure.pairs import rng_kept
+
+    if model is None or args is None:
+        return None
+    eager = getattr(model, "_orig_mod", model)
+    try:
+        with suspended(), rng_kept(device):
+            trace = trace_forward(eager, args, kwargs, autocast_dtype)
+    except Exception:  # noqa: BLE001 - an odd model: the post-run timing decides
+        return None
+    own = [c for c in trace.get("by_hand") or [] if not c.get("torch_module")]
+    if not own:
+        return None
+    if compiled:
+        return Unavailable(ID, "the model is compiled: its attention is not rewritten inside a compiled graph "
+                               "(the post-run timing measures it)")
+    shapes = {(c["shape"][0] * c["shape"][1], c["shape"][2], c["shape"][3]) for c in own}
+    try:
+        with suspended(), rng_kept(device):
+            a, b, layers = check_rewrite(eager, tuple(args), dict(kwargs or {}), device, autocast_dtype, shapes)
+    except Unrewritable as exc:
+        return Unavailable(ID, f"the attention could not be computed through SDPA in the model: {exc}")
+    except Exception as exc:  # noqa: BLE001 - out of memory, a model that refuses
+        return Unavailable(ID, f"the model's forward through SDPA failed: {exc.__class__.__name__}: {exc}")
+    return SdpaSwitch(shapes, own, (a, b), layers)

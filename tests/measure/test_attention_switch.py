@@ -1,0 +1,160 @@
+"""Attention by hand switched to SDPA in the script's own loop (gpuprof/measure/attention_switch.py):
+offered only after the model's loss through SDPA matched its own on the run's micro-batch, refused
+with the reason otherwise; the check leaves the model, its gradients and the RNG as they were; in a
+real script the experiment steps with it on compute the attention through SDPA, and the finding
+says it was measured on the loop (the post-run timing then skipped)."""
+
+import io
+import math
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gpuprof.analysis.bounds import violations
+from gpuprof.measure.instruments import default_instruments
+from gpuprof.measure.attention_switch import ID, SdpaSwitch, attention_switch
+from gpuprof.measure.switches import Unavailable
+from gpuprof.runners.script import run_script
+
+MODEL = '''
+class Attn(nn.Module):
+    def __init__(self, c=16, h=2, t=16, returns_weights=False, sdpa=False):
+        super().__init__()
+        self.h, self.returns_weights, self.sdpa = h, returns_weights, sdpa
+        self.qkv, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.register_buffer("bias", torch.tril(torch.ones(t, t)).view(1, 1, t, t))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (z.view(B, T, self.h, C // self.h).transpose(1, 2) for z in (q, k, v))
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+            att = F.softmax(att, dim=-1)
+            y = att @ v
+            if self.returns_weights:
+                self.last = att.mean()
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class GPT(nn.Module):
+    def __init__(self, layers=2, **kw):
+        super().__init__()
+        self.wte = nn.Embedding(64, 16)
+        self.blocks = nn.ModuleList(Attn(**kw) for _ in range(layers))
+        self.head = nn.Linear(16, 64)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx)
+        for b in self.blocks:
+            x = x + b(x)
+        logits = self.head(x)
+        return logits, F.cross_entropy(logits.view(-1, 64), targets.view(-1))
+'''
+exec(MODEL)  # noqa: S102 - the same model the script below defines
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, 64, (4, 16), generator=g), torch.randint(0, 64, (4, 16), generator=g)
+
+
+def test_the_switch_is_offered_after_the_check_and_computes_the_same_loss():
+    torch.manual_seed(0)
+    model = GPT()  # noqa: F821
+    x, y = _batch()
+    model(x, y)[1].backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    rng = torch.get_rng_state()
+    entered = []
+
+    class Suspended:
+        def __enter__(self):
+            entered.append(1)
+
+        def __exit__(self, *exc):
+            return False
+
+    sw = attention_switch(model, (x, y), {}, "cpu", None, compiled=False, suspended=Suspended)
+    assert isinstance(sw, SdpaSwitch) and sw.id == ID and sw.why_not() is None and sw.layers == 2
+    assert sw.check_loss[0] == pytest.approx(sw.check_loss[1], rel=1e-5) and "is_causal=True" in sw.fix
+    assert entered == [1, 1] and torch.equal(torch.get_rng_state(), rng) and model.training
+    assert all(torch.equal(p.grad, grads[n]) for n, p in model.named_parameters())  # the user's gradients kept
+    model.eval()
+    plain = model(x, y)[1]
+    sw.enter()  # off (an `a` step): the same mode, nothing rewritten
+    passed = model(x, y)[1]
+    sw.leave()
+    assert passed.item() == plain.item() and sw.rewritten == 0
+    sw.on()
+    sw.enter()
+    rewritten = model(x, y)[1]
+    sw.leave()
+    assert rewritten.item() == pytest.approx(plain.item(), rel=1e-5) and sw.rewritten == 2
+    assert sw.ineffective() is None and sw.describe()["rewritten"] == 2
+    sw.restore()  # off: nothing entered, nothing left
+
+
+def test_a_model_that_uses_its_weights_is_refused_with_the_reason_and_sdpa_or_compiled_are_not_offered():
+    x, y = _batch()
+    sw = attention_switch(GPT(returns_weights=True), (x, y), {}, "cpu", None, compiled=False)  # noqa: F821
+    assert isinstance(sw, Unavailable) and "weights are used after" in sw.why_not()
+    assert attention_switch(GPT(sdpa=True), (x, y), {}, "cpu", None, compiled=False) is None  # noqa: F821
+    sw = attention_switch(GPT(), (x, y), {}, "cpu", None, compiled=True)  # noqa: F821
+    assert isinstance(sw, Unavailable) and "compiled" in sw.why_not()
+
+
+def test_a_switch_that_rewrote_nothing_is_not_measured():
+    sw = SdpaSwitch({(8, 16, 8)}, [{"masked": True, "causal": True}], (1.0, 1.0), 1)
+    assert sw.ineffective() == "no attention by hand was rewritten in the steps with the fix on"
+
+
+SCRIPT = '''
+import math, torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+torch.set_num_threads(1)
+''' + MODEL + '''
+model = GPT()
+opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+for i in range(100000):  # stopped by gpuprof after its steps and experiments
+    x = torch.randint(0, 64, (4, 16)); y = torch.randint(0, 64, (4, 16))
+    logits, loss = model(x, y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    assert math.isfinite(loss.item())
+'''
+
+
+@pytest.fixture(scope="module")
+def looped(tmp_path_factory):
+    path = tmp_path_factory.mktemp("attn") / "train.py"
+    path.write_text(textwrap.dedent(SCRIPT))
+    return run_script(str(path), [], steps=4, warmup=1, stdout=io.StringIO(), post_budget_s=8.0,
+                      experiments={"compile": False},
+                      instruments_factory=lambda dev, data: default_instruments(dev, data, samplers=False))
+
+
+def test_in_a_script_the_attention_is_switched_on_the_loop_and_the_finding_says_so(looped):
+    from gpuprof.analysis.pipeline import analyze
+
+    p = looped.profile
+    sec = p.measurements["experiments"]
+    res = {r["id"]: r for r in sec["results"]}
+    assert ID in res, sec
+    exp = res[ID]
+    assert exp["rewritten"] > 0 and exp["pairs"] >= 4 and exp.get("ratio") and not sec.get("failures")
+    assert exp["check_loss"][0] == pytest.approx(exp["check_loss"][1], rel=1e-4)
+    att = p.measurements["kernels"]["attention"]
+    assert len(att["by_hand"]) == 2 and "measured on your loop" in att["timing"]["not_measured"]
+    analysis = analyze(p)
+    assert violations(p, analysis) == []
+    (f,) = [x for x in analysis.findings if x.id == "attention-by-hand"]
+    assert f.evidence["experiment"] == ID and f.evidence["measured_on"] == "your loop"
+    assert "measured on your loop" in f.because
