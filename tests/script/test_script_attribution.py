@@ -205,7 +205,9 @@ def test_nanogpt_fixture_phases_are_attributed_to_its_functions(tmp_path):
     section = run.profile.measurements["script"]
     top = {phase: entries[0] for phase, entries in section["top_functions"].items()}
     assert (top["data"]["function"], top["data"]["file"]) == ("get_batch", "nanogpt_train.py")
-    assert top["data"]["share"] > 0.8
+    # a majority, not 80%: the data phase gets ~7 samples at this period, and under a loaded suite
+    # (2026-12-07) 5 of 7 landed in get_batch's own frame, 2 in the loader's numpy calls below it
+    assert top["data"]["share"] > 0.5
     if "forward" in top:  # ~20 samples in all (a 50 ms period): forward likely, not certainly
         assert top["forward"]["function"] in ("forward", "<module>")
     if "backward" in top:
