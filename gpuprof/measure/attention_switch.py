@@ -102,7 +102,7 @@ def attention_switch(model, args: tuple, kwargs: dict, device, autocast_dtype, *
     (not torch's nn.MultiheadAttention), checked on the run's micro-batch; Unavailable (why) when
     the rewrite does not hold or the model is compiled; None when there is no attention by hand.
     `suspended()`: a context in which gpuprof's training hooks ignore these forwards."""
-    from gpuprof.measure.attention_model import check_rewrite
+    from gpuprof.measure.attention_model import check_rewrite, model_kept
     from gpuprof.measure.attention_rewrite import Unrewritable
     from gpuprof.measure.kernels import trace_forward
     from gpuprof.measure.pairs import rng_kept
@@ -111,7 +111,7 @@ def attention_switch(model, args: tuple, kwargs: dict, device, autocast_dtype, *
         return None
     eager = getattr(model, "_orig_mod", model)
     try:
-        with suspended(), rng_kept(device):
+        with suspended(), rng_kept(device), model_kept(eager):  # a train-mode forward: norms' buffers kept
             trace = trace_forward(eager, args, kwargs, autocast_dtype)
     except Exception:  # noqa: BLE001 - an odd model: the post-run timing decides
         return None

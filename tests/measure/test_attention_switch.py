@@ -71,6 +71,8 @@ def test_the_switch_is_offered_after_the_check_and_computes_the_same_loss():
     x, y = _batch()
     model(x, y)[1].backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.register_buffer("seen", torch.zeros(()))  # a buffer a train-mode forward would change
+    model.register_forward_pre_hook(lambda m, a: m.seen.add_(1) and None)
     rng = torch.get_rng_state()
     entered = []
 
@@ -85,6 +87,7 @@ def test_the_switch_is_offered_after_the_check_and_computes_the_same_loss():
     assert isinstance(sw, SdpaSwitch) and sw.id == ID and sw.why_not() is None and sw.layers == 2
     assert sw.check_loss[0] == pytest.approx(sw.check_loss[1], rel=1e-5) and "is_causal=True" in sw.fix
     assert entered == [1, 1] and torch.equal(torch.get_rng_state(), rng) and model.training
+    assert model.seen.item() == 0  # three forwards ran; the buffer is as it was
     assert all(torch.equal(p.grad, grads[n]) for n, p in model.named_parameters())  # the user's gradients kept
     model.eval()
     plain = model(x, y)[1]
