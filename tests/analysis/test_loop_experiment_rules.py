@@ -121,3 +121,16 @@ def test_an_estimate_under_the_bar_is_claimed_when_its_interval_reaches_it(profi
     (g,) = compute.optimizer_not_fused(ctx)
     assert 0 < g.evidence["saving_low_s"] and g.evidence["saving_high_s"] < 0.05 * STEP
     assert g.kind == "info" and g.saving_s is None and "under 5%" in g.note
+
+
+def test_compile_measured_on_the_loop_is_said_where_the_script_has_no_compile_setting(profile_factory):
+    """An argparse script's config has no `compile` key: the loop's measurement still makes the
+    finding (it did not: five diagnoses of such a script measured compile and said nothing)."""
+    exp = _experiment("compile", 0.7, warmup_s=[9.0, 0.25])
+    ctx, p = _ctx(profile_factory, exp)
+    p.run["config"].pop("compile")
+    p.run["mode"] = "script"
+    assert "compile" not in p.config
+    (f,) = [x for x in analyze(p).findings if x.id == "compile-missing"]
+    assert f.kind == "fix" and f.saving_s == pytest.approx(STEP * (1 - exp["ratio"]), rel=1e-6)
+    assert f.config_overrides == {}  # a script: the fix is said, no config key invented

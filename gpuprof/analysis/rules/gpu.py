@@ -210,7 +210,9 @@ def compile_findings(ctx: Context) -> list[Finding]:
                          f"{seconds(shown)}; the {len(warm)} warm-up step{'s' if len(warm) > 1 else ''} took "
                          f"{seconds(extra)} more than as many measured steps, once in a run of {n_steps} steps"),
             ))
-    measured = _compile_measured(ctx) if compiled is False else None
+    # measured (on the loop or a copy) only for an eager model: also where the script has no
+    # `compile` setting of its own (an argparse script: its config does not say)
+    measured = _compile_measured(ctx) if not compiled else None
     if measured is not None:
         out.extend(measured)
     elif on_cuda(ctx) and compiled is False:
