@@ -28,7 +28,7 @@ def model_kept(model):
     """The model's gradients (set to None inside), buffers and mode, put back on the way out."""
     import torch
 
-    was_training = model.training
+    modes = [(m, m.training) for m in model.modules()]  # each its own: a frozen norm stays in eval
     grads = {p: p.grad for p in model.parameters()}
     buffers = [(buf, buf.detach().clone()) for buf in model.buffers()]
     try:
@@ -36,7 +36,8 @@ def model_kept(model):
             p.grad = None
         yield
     finally:
-        model.train(was_training)
+        for m, training in modes:
+            m.training = training
         with torch.no_grad():
             for p, g in grads.items():
                 p.grad = g

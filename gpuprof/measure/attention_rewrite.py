@@ -76,9 +76,15 @@ class SdpaRewrite(TorchFunctionMode):
     """Within `with SdpaRewrite(shapes):`, the by-hand attention at `shapes` ((B·H, T, D) each) runs
     as F.scaled_dot_product_attention (see the module doc). `rewritten`: how many calls were."""
 
-    def __init__(self, shapes):
+    def __init__(self, shapes, causal_cache: dict | None = None):
         super().__init__()
         self.shapes = {tuple(int(x) for x in s) for s in shapes}
+        # (the attention call's place in the forward, the mask's shape and device) -> lower-triangular:
+        # reading a mask's values is a host sync on CUDA, and the loop switch (attention_switch)
+        # shares this across forwards so that only its first forward reads them. It assumes what
+        # nanoGPT's and minGPT's masks are: a (T, T) mask shared by batch and heads (the only kind
+        # read here) keeps its pattern from one step to the next. None: read every time.
+        self.causal_cache = causal_cache
         self.rewritten = 0
         self._live: dict[int, _Scores] = {}
         self._spent: dict[int, object] = {}  # placeholders already multiplied by v (held: ids stay unique)
@@ -179,8 +185,16 @@ class SdpaRewrite(TorchFunctionMode):
     def _keep(s: _Scores, keep) -> None:
         s.keep = keep if s.keep is None else s.keep & keep
 
-    @staticmethod
-    def _sdpa(s: _Scores, v):
+    def _lower_triangular(self, keep, t: int) -> bool:
+        key = (self.rewritten, tuple(keep.shape), str(keep.device))
+        if self.causal_cache is not None and key in self.causal_cache:
+            return self.causal_cache[key]
+        tri = torch.equal(keep.reshape(t, t), torch.ones(t, t, dtype=torch.bool, device=keep.device).tril())
+        if self.causal_cache is not None:
+            self.causal_cache[key] = tri
+        return tri
+
+    def _sdpa(self, s: _Scores, v):
         """SDPA with what the scores' ops said: a lower-triangular keep-mask alone is is_causal; a
         float mask is added (where the keep-mask drops, -inf)."""
         mask, causal = None, False
@@ -188,7 +202,7 @@ class SdpaRewrite(TorchFunctionMode):
         keep = s.keep
         if keep is not None and s.additive is None and s.p.shape[-2] == t and keep.dim() >= 2 \
                 and tuple(keep.shape[-2:]) == (t, t) and math.prod(keep.shape[:-2]) == 1 \
-                and torch.equal(keep.reshape(t, t), torch.ones(t, t, dtype=torch.bool, device=keep.device).tril()):
+                and self._lower_triangular(keep, t):
             causal = True
         elif s.additive is not None:
             mask = s.additive if keep is None else s.additive.masked_fill(~keep, float("-inf"))

@@ -8,8 +8,10 @@ entered around each training forward while the switch is on (the forward hooks' 
 autocast is), folds the by-hand ops into one SDPA call. Before it is offered to the loop, the
 model's forward is traced once (measure/optrace.py: where is the attention by hand, at which
 (B·H, T, D)) and the rewrite is checked on the run's micro-batch in eval mode: the loss both ways
-must agree (attention_model.check_rewrite), else the switch is Unavailable with the reason and the
-post-run timing stands. Those forwards run between two of the script's steps with gpuprof's
+must agree (attention_model.check_rewrite); then one training forward under it and its backward
+must run (check_training: scores used only in training, activation checkpointing recomputing the
+forward without the mode); else the switch is Unavailable with the reason and the post-run timing
+stands. Those forwards run between two of the script's steps with gpuprof's
 training hooks suspended, the RNG, gradients, buffers and mode put back.
 
 The mode's Python dispatch runs for every torch call of the forward (a few µs each: on a 2-ms
@@ -54,6 +56,7 @@ class SdpaSwitch(Switch):
         self.errors: list[str] = []
         self._mode = None
         self._rewrite = False
+        self._causal: dict = {}  # the rewrite's mask readings, shared by its forwards (no sync after the first)
 
     def on(self) -> None:
         self._rewrite = True
@@ -63,7 +66,7 @@ class SdpaSwitch(Switch):
 
         if self._mode is None:
             # off, the same mode with no shapes to match: every torch call pays the same dispatch
-            self._mode = SdpaRewrite(self.shapes if self._rewrite else set())
+            self._mode = SdpaRewrite(self.shapes if self._rewrite else set(), causal_cache=self._causal)
             self._mode.__enter__()
 
     def leave(self) -> None:
@@ -96,19 +99,44 @@ class SdpaSwitch(Switch):
         return out
 
 
+def check_training(model, args: tuple, kwargs: dict, device, autocast_dtype, shapes) -> None:
+    """One training forward under the rewrite and its backward, as a step runs them (the mode
+    around the forward only), the model's modes, gradients and buffers put back: what the eval-mode
+    loss check cannot see (scores used only in training, activation checkpointing recomputing the
+    forward in backward without the mode) raises here, not in the user's step."""
+    import torch
+
+    from gpuprof.measure.attention_model import model_kept
+    from gpuprof.measure.attention_rewrite import SdpaRewrite, Unrewritable
+    from gpuprof.measure.microbatch import loss_of
+    from gpuprof.measure.pair_rounds import device_of
+
+    ac = (torch.autocast(device_of(device).type, dtype=autocast_dtype) if autocast_dtype is not None
+          else contextlib.nullcontext())
+    with model_kept(model), torch.enable_grad():
+        mode = SdpaRewrite(shapes)
+        with ac, mode:
+            loss = loss_of(model(*args, **kwargs))
+        if loss is None:
+            raise Unrewritable("the model returned no loss tensor")
+        if not mode.rewritten:
+            raise Unrewritable("no attention by hand was met in a training forward")
+        loss.float().sum().backward()
+
+
 def attention_switch(model, args: tuple, kwargs: dict, device, autocast_dtype, *, compiled: bool,
                      suspended=contextlib.nullcontext) -> Switch | None:
     """The SDPA switch for a model whose forward computes attention by hand in the user's own code
     (not torch's nn.MultiheadAttention), checked on the run's micro-batch; Unavailable (why) when
-    the rewrite does not hold or the model is compiled; None when there is no attention by hand.
+    the rewrite does not hold; None when there is no attention by hand or the model is compiled.
     `suspended()`: a context in which gpuprof's training hooks ignore these forwards."""
     from gpuprof.measure.attention_model import check_rewrite, model_kept
     from gpuprof.measure.attention_rewrite import Unrewritable
     from gpuprof.measure.kernels import trace_forward
     from gpuprof.measure.pairs import rng_kept
 
-    if model is None or args is None:
-        return None
+    if model is None or args is None or compiled:
+        return None  # compiled: not rewritten inside a compiled graph (the post-run timing measures it)
     eager = getattr(model, "_orig_mod", model)
     try:
         with suspended(), rng_kept(device), model_kept(eager):  # a train-mode forward: norms' buffers kept
@@ -118,13 +146,11 @@ def attention_switch(model, args: tuple, kwargs: dict, device, autocast_dtype, *
     own = [c for c in trace.get("by_hand") or [] if not c.get("torch_module")]
     if not own:
         return None
-    if compiled:
-        return Unavailable(ID, "the model is compiled: its attention is not rewritten inside a compiled graph "
-                               "(the post-run timing measures it)")
     shapes = {(c["shape"][0] * c["shape"][1], c["shape"][2], c["shape"][3]) for c in own}
     try:
         with suspended(), rng_kept(device):
             a, b, layers = check_rewrite(eager, tuple(args), dict(kwargs or {}), device, autocast_dtype, shapes)
+            check_training(eager, tuple(args), dict(kwargs or {}), device, autocast_dtype, shapes)
     except Unrewritable as exc:
         return Unavailable(ID, f"the attention could not be computed through SDPA in the model: {exc}")
     except Exception as exc:  # noqa: BLE001 - out of memory, a model that refuses

@@ -258,8 +258,10 @@ class Experiments:
             self._on = i
 
     def _unwatch(self) -> None:
-        if self._watcher is not None and self._watcher in self._hooks.forward_watchers:
-            self._hooks.forward_watchers.remove(self._watcher)
+        if self._watcher is not None:
+            self._watcher.disarm()  # a step closed inside a forward: leave what the watcher entered
+            if self._watcher in self._hooks.forward_watchers:
+                self._hooks.forward_watchers.remove(self._watcher)
         self._watcher = self._watcher_of = None
 
     def _switch_off(self) -> None:

@@ -249,8 +249,8 @@ def script_switches(device: str, precision: dict | None, autocast_dtype, optimiz
                     compiled: bool, measure_compile: bool, attention: Switch | None = None) -> list[Switch]:
     """The fixes to try on a script's loop, most promising first (those that do not apply say
     why): the precision (autocast to bf16/fp16 for an fp32 step where the device computes it
-    natively, autocast off for a half-precision one), TF32 on CUDA, attention by hand through SDPA
-    (`attention`: measure/attention_switch.py, checked before it is offered), fused Adam/AdamW, and
+    natively, autocast off for a half-precision one), TF32 on CUDA, fused Adam/AdamW, attention by
+    hand through SDPA (`attention`: measure/attention_switch.py, checked before it is offered), and
     with --measure-compile torch.compile of an eager model."""
     from gpuprof.measure.cuda import cuda_device
 
@@ -280,10 +280,10 @@ def script_switches(device: str, precision: dict | None, autocast_dtype, optimiz
             out.append(Unavailable("precision:bf16", "this CPU has no native bf16 (no AVX512-BF16 or AMX in its "
                                    "flags): torch emulates it, many times slower than fp32 (the matmul probe "
                                    "measures it)"))
-    if attention is not None:
-        out.append(attention)
     if optimizer is not None:
         out.append(FusedAdamSwitch(optimizer))
+    if attention is not None:  # after fused: a step that raised under the rewrite ends the experiments
+        out.append(attention)
     if measure_compile and not compiled and model is not None:
         out.append(CompileSwitch(model))
     return out

@@ -109,8 +109,36 @@ def test_a_model_that_uses_its_weights_is_refused_with_the_reason_and_sdpa_or_co
     sw = attention_switch(GPT(returns_weights=True), (x, y), {}, "cpu", None, compiled=False)  # noqa: F821
     assert isinstance(sw, Unavailable) and "weights are used after" in sw.why_not()
     assert attention_switch(GPT(sdpa=True), (x, y), {}, "cpu", None, compiled=False) is None  # noqa: F821
-    sw = attention_switch(GPT(), (x, y), {}, "cpu", None, compiled=True)  # noqa: F821
-    assert isinstance(sw, Unavailable) and "compiled" in sw.why_not()
+    assert attention_switch(GPT(), (x, y), {}, "cpu", None, compiled=True) is None  # noqa: F821
+
+
+def test_activation_checkpointing_is_refused_before_a_step_could_fail():
+    """Non-reentrant checkpointing recomputes the forward in backward, without the mode: its
+    metadata check would raise in the user's backward. The training check sees it first."""
+    from torch.utils.checkpoint import checkpoint
+
+    class Checkpointed(GPT):  # noqa: F821
+        def forward(self, idx, targets):
+            x = self.wte(idx)
+            for b in self.blocks:
+                x = x + checkpoint(b, x, use_reentrant=False)
+            logits = self.head(x)
+            return logits, F.cross_entropy(logits.view(-1, 64), targets.view(-1))
+
+    x, y = _batch()
+    model = Checkpointed()
+    sw = attention_switch(model, (x, y), {}, "cpu", None, compiled=False)
+    assert isinstance(sw, Unavailable) and "failed" in sw.why_not(), sw.why_not()
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_checks_keep_each_submodules_own_mode():
+    x, y = _batch()
+    model = GPT()  # noqa: F821
+    model.train()
+    model.blocks[1].eval()  # frozen by the user
+    assert isinstance(attention_switch(model, (x, y), {}, "cpu", None, compiled=False), SdpaSwitch)
+    assert model.training and model.blocks[0].training and not model.blocks[1].training
 
 
 def test_a_switch_that_rewrote_nothing_is_not_measured():
@@ -161,3 +189,21 @@ def test_in_a_script_the_attention_is_switched_on_the_loop_and_the_finding_says_
     (f,) = [x for x in analysis.findings if x.id == "attention-by-hand"]
     assert f.evidence["experiment"] == ID and f.evidence["measured_on"] == "your loop"
     assert "measured on your loop" in f.because
+
+
+def test_the_mask_is_read_in_the_first_forward_only(monkeypatch):
+    """Reading a mask's values is a host sync on CUDA: with the fix on, only its first forward pays
+    it (a (T, T) mask keeps its pattern), so the `b` steps are not slowed by syncs the `a` steps lack."""
+    x, y = _batch()
+    model = GPT()  # noqa: F821
+    sw = attention_switch(model, (x, y), {}, "cpu", None, compiled=False)
+    reads = []
+    real = torch.equal
+    monkeypatch.setattr(torch, "equal", lambda a, b: reads.append(1) or real(a, b))
+    sw.on()
+    for n in range(3):
+        sw.enter()
+        loss = model(x, y)[1]
+        sw.leave()
+        assert math.isfinite(loss.item())
+    assert len(reads) == 2 and sw.rewritten == 6  # two layers, read once each

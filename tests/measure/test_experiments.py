@@ -52,6 +52,12 @@ class _FakeSwitch:
     def restore(self):
         self.log.append(f"{self.id} restore")
 
+    def enter(self):  # a per-forward switch's part (gpuprof.measure.switches.Switch has both)
+        pass
+
+    def leave(self):
+        pass
+
     def describe(self):
         return {"id": self.id, "fix": self.fix, "settings": {}}
 

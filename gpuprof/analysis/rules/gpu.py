@@ -264,7 +264,8 @@ def _compile_on_loop(ctx: Context, exp) -> list[Finding]:
         id="compile-missing", title=f"the model runs eagerly: compiled, your step ran in {times(exp.ratio)} the time",
         saving_s=ts.saving_s, evidence=ev, confidence=ts.confidence, fix=fix, config_overrides=overrides,
         settings={"compile": True}, because=because, note=join_notes(ts.note, cost_words),
-        claims={"forward": ts.saving_s * fwd / (fwd + bwd), "backward": ts.saving_s * bwd / (fwd + bwd)} if fwd + bwd else {},
+        claims={"forward": min(ts.saving_s * fwd / (fwd + bwd), fwd),
+                "backward": min(ts.saving_s * bwd / (fwd + bwd), bwd)} if fwd + bwd else {},
     )]
 
 
