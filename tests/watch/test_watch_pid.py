@@ -211,7 +211,9 @@ def test_a_running_loop_whose_loader_slows_is_watched_from_outside(tmp_path, one
 
     def own(w):  # the loop's own median step over the iterations that ended inside the window
         steps = inside(w)
-        assert len(steps) >= 5, (w["window"], len(steps))
+        # at least 3 (a median): a loaded CI run's last whole window held 3 of the loop's ~170-ms
+        # steps (2026-12-07), where a quiet one holds ~9
+        assert len(steps) >= 3, (w["window"], len(steps))
         return statistics.median(steps)
 
     for w in (windows[0], [w for w in windows if not w.get("partial")][-1]):
