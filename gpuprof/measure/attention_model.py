@@ -45,17 +45,22 @@ def model_kept(model):
                 buf.copy_(saved)
 
 
+def model_autocast(device, autocast_dtype):
+    """The run's autocast (a torch dtype, or None: none) on `device`, as its forward ran it."""
+    import torch
+
+    return (torch.autocast(device_of(device).type, dtype=autocast_dtype) if autocast_dtype is not None
+            else contextlib.nullcontext())
+
+
 def time_model_ways(model, args: tuple, kwargs: dict, device, autocast_dtype, changed, changed_name: str,
                     seconds: float, *, clock=None, now=time.perf_counter) -> dict:
     """The model's forward+backward as it runs (`by_hand_*`, forward "as_run_forward") and with
     the forward inside `changed()`, a context manager (`sdpa_*`, forward `changed_name`), in paired
     rounds (pair_rounds.timed_pair: the medians, and the interval of sdpa ÷ by_hand)."""
-    import torch
-
     from gpuprof.measure.microbatch import loss_of
 
-    ac = (torch.autocast(device_of(device).type, dtype=autocast_dtype) if autocast_dtype is not None
-          else contextlib.nullcontext())
+    ac = model_autocast(device, autocast_dtype)
     state: dict = {}
 
     def forward(change: bool):
@@ -122,8 +127,7 @@ def check_rewrite(model, args: tuple, kwargs: dict, device, autocast_dtype, shap
     from gpuprof.measure.attention_rewrite import SdpaRewrite, Unrewritable
     from gpuprof.measure.microbatch import loss_of
 
-    ac = (torch.autocast(device_of(device).type, dtype=autocast_dtype) if autocast_dtype is not None
-          else contextlib.nullcontext())
+    ac = model_autocast(device, autocast_dtype)
 
     def loss(rewrite: bool) -> tuple[float, int]:
         mode = SdpaRewrite(shapes) if rewrite else contextlib.nullcontext()

@@ -106,13 +106,11 @@ def check_training(model, args: tuple, kwargs: dict, device, autocast_dtype, sha
     forward in backward without the mode) raises here, not in the user's step."""
     import torch
 
-    from gpuprof.measure.attention_model import model_kept
+    from gpuprof.measure.attention_model import model_autocast, model_kept
     from gpuprof.measure.attention_rewrite import SdpaRewrite, Unrewritable
     from gpuprof.measure.microbatch import loss_of
-    from gpuprof.measure.pair_rounds import device_of
 
-    ac = (torch.autocast(device_of(device).type, dtype=autocast_dtype) if autocast_dtype is not None
-          else contextlib.nullcontext())
+    ac = model_autocast(device, autocast_dtype)
     with model_kept(model), torch.enable_grad():
         mode = SdpaRewrite(shapes)
         with ac, mode:
