@@ -117,11 +117,45 @@ def time_need_weights(model, args: tuple, kwargs: dict, device, autocast_dtype, 
     return {**out, "modules": len(mods)}
 
 
+def _output_tensors(out, depth: int = 0) -> list:
+    """The floating tensors of a model's output, in order: a tensor, a tuple/list, a dict or an HF
+    ModelOutput (a dict), nested a few levels."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out] if out.is_floating_point() else []
+    if depth > 3:
+        return []
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _output_tensors(o, depth + 1)]
+    return []
+
+
+def _outputs_agree(a: list, b: list, tol: float) -> str | None:
+    """None when every output tensor through SDPA is the model's own within `tol` (relative, and
+    absolute on the tensor's largest value); else what differs."""
+    if len(a) != len(b):
+        return f"{len(b)} output tensors through SDPA, {len(a)} as it runs"
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x.shape != y.shape:
+            return f"output {i}: shape {tuple(y.shape)} through SDPA, {tuple(x.shape)} as it runs"
+        x, y = x.detach().float(), y.detach().float()
+        scale = max(1.0, float(x.abs().max())) if x.numel() else 1.0
+        if x.numel() and not bool(((x - y).abs() <= tol * scale + tol * x.abs()).all()):
+            worst = float((x - y).abs().max())
+            return f"output {i} {tuple(x.shape)}: differs by up to {worst:.3g} (largest value {scale:.3g})"
+    return None
+
+
 def check_rewrite(model, args: tuple, kwargs: dict, device, autocast_dtype, shapes) -> tuple[float, float, int]:
-    """The model's loss as it runs and with its by-hand attention at `shapes` through SDPA
+    """The model's output as it runs and with its by-hand attention at `shapes` through SDPA
     (attention_rewrite.SdpaRewrite), in eval mode (no dropout) under no_grad, the model's gradients,
-    buffers and mode put back: (loss as it runs, loss through SDPA, calls rewritten). They must agree
-    (1e-4 relative in fp32, 2e-2 under autocast), else Unrewritable."""
+    buffers and mode put back: (loss as it runs, loss through SDPA, calls rewritten). Every floating
+    tensor of the output (the logits too, element by element, not only the loss they average to) must
+    agree within 1e-4 in fp32, 2e-2 under autocast (relative, and absolute on the tensor's largest
+    value), else Unrewritable."""
     import torch
 
     from gpuprof.measure.attention_rewrite import SdpaRewrite, Unrewritable
@@ -129,23 +163,27 @@ def check_rewrite(model, args: tuple, kwargs: dict, device, autocast_dtype, shap
 
     ac = model_autocast(device, autocast_dtype)
 
-    def loss(rewrite: bool) -> tuple[float, int]:
+    def run(rewrite: bool) -> tuple[float, list, int]:
         mode = SdpaRewrite(shapes) if rewrite else contextlib.nullcontext()
         with ac, mode:
-            value = loss_of(model(*args, **kwargs))
+            out = model(*args, **kwargs)
+        value = loss_of(out)
         if value is None:
             raise Unrewritable("the model returned no loss tensor")
-        return float(value.float().mean()), (mode.rewritten if rewrite else 0)
+        return float(value.float().mean()), _output_tensors(out), (mode.rewritten if rewrite else 0)
 
     with model_kept(model), torch.no_grad():
         model.eval()
-        a, _ = loss(False)
-        b, layers = loss(True)
+        a, out_a, _ = run(False)
+        b, out_b, layers = run(True)
     if not layers:
         raise Unrewritable("no attention by hand was met in the model's forward")
     tol = 2e-2 if autocast_dtype is not None else 1e-4
     if not abs(a - b) <= tol * max(1.0, abs(a)):
         raise Unrewritable(f"the loss through SDPA ({b:.6g}) is not the model's ({a:.6g})")
+    differs = _outputs_agree(out_a, out_b, tol)
+    if differs:
+        raise Unrewritable(f"the model's output through SDPA is not its own: {differs}")
     return a, b, layers
 
 
@@ -159,8 +197,9 @@ def time_model_sdpa(model, args: tuple, kwargs: dict, device, autocast_dtype, sh
     from gpuprof.measure.attention_rewrite import SdpaRewrite
 
     a, b, layers = check_rewrite(model, args, kwargs, device, autocast_dtype, shapes)
-    out = time_model_ways(model, args, kwargs, device, autocast_dtype, lambda: SdpaRewrite(shapes), "sdpa_forward",
-                          seconds, clock=clock, now=now)
+    reads: dict = {}  # the mask's and fill value's readings (host syncs on CUDA): the first forward's, reused
+    out = time_model_ways(model, args, kwargs, device, autocast_dtype, lambda: SdpaRewrite(shapes, causal_cache=reads),
+                          "sdpa_forward", seconds, clock=clock, now=now)
     return {**out, "layers_rewritten": layers, "check_loss": [a, b]}
 
 

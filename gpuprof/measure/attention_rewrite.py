@@ -13,8 +13,10 @@ How: a TorchFunctionMode, entered only around the timed forward. A matmul whose 
 (..., T, D) and (..., D, T) at a by-hand call's (B·H, T, D) (the op trace's, measure/optrace.py)
 returns a placeholder for the scores (a zero-stride tensor of their shape: no memory, no compute)
 and remembers q and k. The ops the op trace follows on the scores are folded into the SDPA call's
-arguments instead of run: a scale (× or ÷ a number), a mask (masked_fill with -inf or the dtype's
-lowest value, torch.where with such a value, or an added float mask), softmax over the last dim,
+arguments instead of run: a scale (× or ÷ a number; a one-value tensor, HF's `torch.full([], ...)`,
+is applied to q instead, so that its value is never read: a host sync on CUDA), a mask (masked_fill
+with -inf or the dtype's lowest value, torch.where with such a value, or an added float mask),
+softmax over the last dim,
 dropout (its p when training), casts; the matmul of the placeholder with v returns
 F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale). A lower-triangular
 mask the same for every batch and head is is_causal. Reading the placeholder's shape, dtype and the
@@ -46,26 +48,31 @@ _ADDS = {"__add__", "__radd__", "add", "add_", "__iadd__"}
 _CASTS = {"float", "half", "bfloat16", "type_as", "contiguous", "to"}
 
 
-def _scalar(x) -> float | None:
-    if isinstance(x, bool):
+def _number(x) -> float | None:
+    """A Python number (not a bool) as a float; None otherwise."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
-    if isinstance(x, (int, float)):
-        return float(x)
-    if isinstance(x, torch.Tensor) and x.numel() == 1 and x.is_floating_point():
-        return float(x.detach().reshape(()).item())
-    return None
+    return float(x)
 
 
-def _masking(value) -> bool:
-    """-inf, or a value at or below half the float32 range's lowest (HF's finfo(dtype).min)."""
-    v = _scalar(value)
-    return v is not None and (v == float("-inf") or v <= torch.finfo(torch.float32).min / 2)
+def _one_value(x) -> bool:
+    """A floating tensor of one value (HF's `torch.full([], ...)` divisor or mask value)."""
+    return isinstance(x, torch.Tensor) and x.numel() == 1 and x.is_floating_point()
+
+
+_LOWEST = torch.finfo(torch.float32).min / 2  # at or below: a masking value (HF's finfo(dtype).min)
+
+
+def _masking_number(v: float) -> bool:
+    """-inf, or a value at or below half the float32 range's lowest."""
+    return v == float("-inf") or v <= _LOWEST
 
 
 class _Scores:
     def __init__(self, placeholder, q, k):
         self.p, self.q, self.k = placeholder, q, k
-        self.scale = 1.0
+        self.scale = 1.0  # the Python numbers it was multiplied by (÷: their inverse)
+        self.q_ops: list = []  # ("mul" | "div", one-value tensor): folded into q, read by no one
         self.keep = None  # bool, True where attended
         self.additive = None  # float, added to the scores
         self.softmaxed = False
@@ -79,13 +86,15 @@ class SdpaRewrite(TorchFunctionMode):
     def __init__(self, shapes, causal_cache: dict | None = None):
         super().__init__()
         self.shapes = {tuple(int(x) for x in s) for s in shapes}
-        # (the attention call's place in the forward, the mask's shape and device) -> lower-triangular:
-        # reading a mask's values is a host sync on CUDA, and the loop switch (attention_switch)
-        # shares this across forwards so that only its first forward reads them. It assumes what
-        # nanoGPT's and minGPT's masks are: a (T, T) mask shared by batch and heads (the only kind
-        # read here) keeps its pattern from one step to the next. None: read every time.
+        # (the attention call's place in the forward, what is read) -> its reading: a mask's values
+        # (lower-triangular?) and a one-value tensor fill's (a masking value?) are host syncs on CUDA,
+        # and the loop switch (attention_switch) shares this across forwards so that only its first
+        # forward reads them. It assumes what nanoGPT's, minGPT's and HF's are: a (T, T) mask shared by
+        # batch and heads (the only kind read here) and a fill value that keep from one step to the
+        # next. None: read every time.
         self.causal_cache = causal_cache
         self.rewritten = 0
+        self.calls = 0  # by-hand attention calls met (rewritten or not) in this forward
         self._live: dict[int, _Scores] = {}
         self._spent: dict[int, object] = {}  # placeholders already multiplied by v (held: ids stay unique)
 
@@ -129,6 +138,7 @@ class SdpaRewrite(TorchFunctionMode):
                          if torch.is_autocast_enabled(q.device.type) and q.is_floating_point() else q.dtype)
                 shape = (*torch.broadcast_shapes(q.shape[:-2], kt.shape[:-2]), q.shape[-2], kt.shape[-1])
                 placeholder = torch.empty((), dtype=dtype, device=q.device).expand(shape)
+                self.calls += 1
                 self._live[id(placeholder)] = _Scores(placeholder, q, kt.transpose(-2, -1))
                 return placeholder
             return func(*args, **kwargs)
@@ -136,20 +146,28 @@ class SdpaRewrite(TorchFunctionMode):
             return func(*args, **kwargs)
         p = s.p
         others = [a for a in args if a is not p]
-        if not s.softmaxed and name in _SCALES_MUL and len(others) == 1 and _scalar(others[0]) is not None:
-            s.scale *= _scalar(others[0])
+        if not s.softmaxed and name in _SCALES_MUL and len(others) == 1 and _number(others[0]) is not None:
+            s.scale *= _number(others[0])
             return p
-        if not s.softmaxed and name in _SCALES_DIV and args[0] is p and len(args) == 2 and _scalar(args[1]):
-            s.scale /= _scalar(args[1])
+        if not s.softmaxed and name in _SCALES_MUL and len(others) == 1 and _one_value(others[0]):
+            # a tensor's value read here would be a host sync on CUDA in every forward: q takes it
+            # instead ((q·t)·kᵀ = t·(q·kᵀ)), an elementwise op on q, no read
+            s.q_ops.append(("mul", others[0]))
+            return p
+        if not s.softmaxed and name in _SCALES_DIV and args[0] is p and len(args) == 2 and _number(args[1]):
+            s.scale /= _number(args[1])
+            return p
+        if not s.softmaxed and name in _SCALES_DIV and args[0] is p and len(args) == 2 and _one_value(args[1]):
+            s.q_ops.append(("div", args[1]))
             return p
         if not s.softmaxed and name in ("masked_fill", "masked_fill_") and args[0] is p:
             mask = args[1] if len(args) > 1 else kwargs.get("mask")
             value = args[2] if len(args) > 2 else kwargs.get("value")
-            if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or not _masking(value):
+            if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or not self._masking(value, name):
                 raise Unrewritable("masked_fill with a value other than -inf")
             self._keep(s, ~mask)
             return p
-        if not s.softmaxed and name == "where" and len(args) == 3 and args[1] is p and _masking(args[2]):
+        if not s.softmaxed and name == "where" and len(args) == 3 and args[1] is p and self._masking(args[2], name):
             cond = args[0]
             if not isinstance(cond, torch.Tensor) or cond.dtype != torch.bool:
                 raise Unrewritable("torch.where on the scores with a non-bool condition")
@@ -185,14 +203,29 @@ class SdpaRewrite(TorchFunctionMode):
     def _keep(s: _Scores, keep) -> None:
         s.keep = keep if s.keep is None else s.keep & keep
 
-    def _lower_triangular(self, keep, t: int) -> bool:
-        key = (self.rewritten, tuple(keep.shape), str(keep.device))
+    def _read_once(self, key: tuple, read):
+        """read() once per causal_cache (a host sync on CUDA), keyed by the call's place in the
+        forward: the switch's later forwards reuse it."""
+        key = (self.calls, *key)
         if self.causal_cache is not None and key in self.causal_cache:
             return self.causal_cache[key]
-        tri = torch.equal(keep.reshape(t, t), torch.ones(t, t, dtype=torch.bool, device=keep.device).tril())
+        value = read()
         if self.causal_cache is not None:
-            self.causal_cache[key] = tri
-        return tri
+            self.causal_cache[key] = value
+        return value
+
+    def _masking(self, value, op: str) -> bool:
+        """A masking fill value: a number, or a one-value tensor (its value read once, as a mask's)."""
+        if _number(value) is not None:
+            return _masking_number(_number(value))
+        if _one_value(value):
+            return self._read_once(("fill", op, str(value.device)),
+                                   lambda: _masking_number(float(value.detach().reshape(()).item())))
+        return False
+
+    def _lower_triangular(self, keep, t: int) -> bool:
+        return self._read_once((tuple(keep.shape), str(keep.device)), lambda: torch.equal(
+            keep.reshape(t, t), torch.ones(t, t, dtype=torch.bool, device=keep.device).tril()))
 
     def _sdpa(self, s: _Scores, v):
         """SDPA with what the scores' ops said: a lower-triangular keep-mask alone is is_causal; a
@@ -208,5 +241,9 @@ class SdpaRewrite(TorchFunctionMode):
             mask = s.additive if keep is None else s.additive.masked_fill(~keep, float("-inf"))
         else:
             mask = keep
-        return F.scaled_dot_product_attention(s.q, s.k, v, attn_mask=mask, dropout_p=s.dropout_p,
+        q = s.q
+        for op, t in s.q_ops:
+            t = t.reshape(())
+            q = q * t if op == "mul" else q / t
+        return F.scaled_dot_product_attention(q, s.k, v, attn_mask=mask, dropout_p=s.dropout_p,
                                               is_causal=causal, scale=s.scale)

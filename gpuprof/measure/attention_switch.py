@@ -53,6 +53,8 @@ class SdpaSwitch(Switch):
             args.append("dropout_p=... if self.training else 0.0")
         self.fix = f"F.scaled_dot_product_attention({', '.join(args)}) in place of the attention by hand"
         self.rewritten = 0
+        self.forwards_on = 0  # training forwards entered with the fix on (warm-up steps' included)
+        self.short_on: list[int] = []  # of them, those that rewrote fewer calls than the traced layers
         self.errors: list[str] = []
         self._mode = None
         self._rewrite = False
@@ -80,6 +82,10 @@ class SdpaSwitch(Switch):
         except Unrewritable as exc:  # scores computed and never used: nothing of them reached the output
             self.errors.append(str(exc))
         self.rewritten += mode.rewritten
+        if mode.shapes:  # on: every traced layer's attention should have gone through SDPA
+            self.forwards_on += 1
+            if mode.rewritten < self.layers:
+                self.short_on.append(mode.rewritten)
 
     def off(self) -> None:
         self.leave()
@@ -89,11 +95,15 @@ class SdpaSwitch(Switch):
         """Why the steps with it on did not compute the attention through SDPA, if they did not."""
         if self.rewritten == 0:
             return "no attention by hand was rewritten in the steps with the fix on"
+        if self.short_on:  # a batch of another length (T) than the traced one: its attention ran by hand
+            return (f"{len(self.short_on)} of {self.forwards_on} forwards with the fix on rewrote fewer than the "
+                    f"{self.layers} attention layers traced (their shapes differ from the traced ones'): "
+                    f"those steps did not compare SDPA with the attention by hand")
         return None
 
     def describe(self) -> dict:
         out = {**super().describe(), "layers": self.layers, "check_loss": list(self.check_loss),
-               "rewritten": self.rewritten, "calls": self.calls}
+               "rewritten": self.rewritten, "forwards_on": self.forwards_on, "calls": self.calls}
         if self.errors:
             out["errors"] = self.errors[:3]
         return out

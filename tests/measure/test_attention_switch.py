@@ -207,3 +207,98 @@ def test_the_mask_is_read_in_the_first_forward_only(monkeypatch):
         sw.leave()
         assert math.isfinite(loss.item())
     assert len(reads) == 2 and sw.rewritten == 6  # two layers, read once each
+
+
+class HfAttn(nn.Module):
+    """HF GPT-2's attention by hand: the scores ÷ a one-value tensor, torch.where with a tensor
+    holding the dtype's lowest value."""
+
+    def __init__(self, c=16, h=2, t=16):
+        super().__init__()
+        self.h = h
+        self.qkv, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.register_buffer("bias", torch.tril(torch.ones(t, t, dtype=torch.bool)).view(1, 1, t, t))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (z.view(B, T, self.h, C // self.h).transpose(1, 2) for z in (q, k, v))
+        w = torch.matmul(q, k.transpose(-1, -2)) / torch.full([], v.size(-1) ** 0.5, dtype=q.dtype)
+        w = torch.where(self.bias[:, :, :T, :T], w, torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype))
+        y = torch.matmul(F.softmax(w, dim=-1), v)
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+def test_a_tensor_scale_and_fill_value_are_never_read_after_the_first_forward(monkeypatch):
+    """A one-value tensor read with .item() is a host sync on CUDA in every `b` forward (the `a`
+    forwards have none): the divisor goes to q unread, the fill value is read once per switch."""
+    x, y = _batch()
+    model = GPT()  # noqa: F821
+    model.blocks = nn.ModuleList(HfAttn() for _ in range(2))
+    sw = attention_switch(model, (x, y), {}, "cpu", None, compiled=False)
+    assert isinstance(sw, SdpaSwitch)
+    with torch.no_grad():
+        plain = model(x, y)[1].item()
+    reads = []
+    real_item, real_equal = torch.Tensor.item, torch.equal
+    monkeypatch.setattr(torch.Tensor, "item", lambda t: reads.append("item") or real_item(t))
+    monkeypatch.setattr(torch, "equal", lambda a, b: reads.append("equal") or real_equal(a, b))
+    sw.on()
+    per_forward, losses = [], []
+    for _ in range(3):
+        before = len(reads)
+        sw.enter()
+        with torch.no_grad():
+            loss = model(x, y)[1]
+        sw.leave()
+        per_forward.append(len(reads) - before)
+        losses.append(real_item(loss))
+    assert per_forward == [4, 0, 0]  # per layer: the fill value and the mask, in the first forward only
+    assert losses == pytest.approx([plain] * 3, rel=1e-5) and sw.rewritten == 6 and sw.ineffective() is None
+
+
+def test_forwards_that_did_not_rewrite_every_layer_leave_the_fix_not_measured():
+    """A batch of another length than the traced one (a last short batch) runs its attention by
+    hand with the fix on: those steps compare nothing, and the switch says so."""
+    x, y = _batch()
+    model = GPT()  # noqa: F821
+    sw = attention_switch(model, (x, y), {}, "cpu", None, compiled=False)
+    sw.on()
+    for idx, tgt in ((x, y), (x[:, :8].contiguous(), y[:, :8].contiguous())):  # T 16 as traced, then T 8
+        sw.enter()
+        with torch.no_grad():
+            model(idx, tgt)
+        sw.leave()
+    assert sw.rewritten == 2 and sw.forwards_on == 2
+    assert sw.ineffective() == ("1 of 2 forwards with the fix on rewrote fewer than the 2 attention layers traced "
+                                "(their shapes differ from the traced ones'): those steps did not compare SDPA "
+                                "with the attention by hand")
+
+
+def test_the_check_compares_the_outputs_element_by_element(monkeypatch):
+    """Attention through SDPA returned in the wrong order along T: logits permuted, the loss that
+    averages them unchanged. The loss alone would pass it; the check refuses it."""
+    import gpuprof.measure.attention_rewrite as rw
+    from gpuprof.measure.attention_model import check_rewrite
+    from gpuprof.measure.attention_rewrite import Unrewritable
+
+    class OneLayer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(64, 16)
+            self.attn = Attn()  # noqa: F821
+            self.head = nn.Linear(16, 64)
+
+        def forward(self, idx, targets):
+            logits = self.head(self.attn(self.wte(idx)))  # no residual: a row permutation of y permutes the logits
+            return logits, logits.mean()
+
+    torch.manual_seed(0)
+    model = OneLayer()
+    x, y = _batch()
+    shapes = {(4 * 2, 16, 8)}
+    assert check_rewrite(model, (x, y), {}, "cpu", None, shapes)[2] == 1
+    real = rw.F.scaled_dot_product_attention
+    monkeypatch.setattr(rw.F, "scaled_dot_product_attention", lambda *a, **k: real(*a, **k).flip(-2))
+    with pytest.raises(Unrewritable, match="output 0 \\(4, 16, 64\\): differs by up to"):
+        check_rewrite(model, (x, y), {}, "cpu", None, shapes)
