@@ -97,8 +97,12 @@ class Experiments:
     """
 
     def __init__(self, candidates: Callable[[], list], budget: Callable[[], object],
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, host_phases: bool = True):
         self._candidates = candidates
+        # the host's phase times are the step's own (CPU): a fix's `phases` may be compared while
+        # the steps run; on CUDA the host's phases are launch times, and only the GPU timeline read
+        # after the run holds them
+        self.host_phases = host_phases
         self._budget = budget
         self._clock = clock
         self.planned: list[_Planned] | None = None
@@ -201,8 +205,11 @@ class Experiments:
     def _record(self, hooks) -> None:
         i, way, timed = self._open
         walls = hooks.timer.host_walls()
-        self.records.append({"index": hooks.timer.last_index(), "experiment": self.planned[i].switch.id,
-                             "way": way, "timed": timed, "host_s": walls[-1] if walls else None})
+        rec = {"index": hooks.timer.last_index(), "experiment": self.planned[i].switch.id,
+               "way": way, "timed": timed, "host_s": walls[-1] if walls else None}
+        if self.planned[i].switch.phases and self.host_phases:  # the decision's own figures: host phases
+            rec["host_phases"] = hooks.timer.last_host_phases()
+        self.records.append(rec)
         self._open = None
         if timed and self._decided(self.planned[i].switch.id):
             self._queue = [q for q in self._queue if q[0] != i]  # this fix is decided: the next one
@@ -215,12 +222,10 @@ class Experiments:
         timed = [r for r in self.records if r["experiment"] == exp_id and r["timed"]]
         if len(timed) % 2 or len(timed) // 2 < DECIDED_AFTER:
             return False
-        a, b = [], []
-        for first, second in zip(timed[0::2], timed[1::2]):
-            pair = {first["way"]: first["host_s"], second["way"]: second["host_s"]}
-            if pair.get("a") and pair.get("b"):
-                a.append(pair["a"])
-                b.append(pair["b"])
+        phases = next(p.switch.phases for p in self.planned if p.switch.id == exp_id)
+        a, b = paired_steps(timed, {r["index"]: r["host_s"] for r in timed},
+                            {r["index"]: r.get("host_phases") for r in timed} if phases and self.host_phases else None,
+                            phases)[:2]
         if len(a) < DECIDED_AFTER:
             return False
         iv = paired_ratio_interval(a, b)
@@ -300,9 +305,11 @@ class Experiments:
     def indices(self) -> set[int]:
         return {r["index"] for r in self.records}
 
-    def section(self, step_seconds: dict[int, float]) -> dict:
+    def section(self, step_seconds: dict[int, float], step_phases: dict[int, dict] | None = None) -> dict:
         """measurements.experiments, from each experiment step's time as the profile measures a
-        step (`step_seconds`: index -> seconds, GPU timeline where there is one)."""
+        step (`step_seconds`: index -> seconds, GPU timeline where there is one) and its phases
+        (`step_phases`, the same timeline; None where it holds none: CUDA without its GPU
+        timeline)."""
         out = {"method": ("experiment steps in the run's own loop (the script's, or the built-in one) after its measured steps: per fix, "
                           "warm-up steps with it on, then paired steps in ABBA order "
                           "(a = as the script runs, b = the fix on); the ratio b/a per pair, its median "
@@ -319,26 +326,24 @@ class Experiments:
         if self.failures:
             out["failures"] = self.failures
         for p in self.planned or []:
-            out["results"].append(self._result(p, step_seconds))
+            out["results"].append(self._result(p, step_seconds, step_phases))
         return out
 
-    def _result(self, p: _Planned, step_seconds: dict[int, float]) -> dict:
+    def _result(self, p: _Planned, step_seconds: dict[int, float], step_phases: dict[int, dict] | None) -> dict:
         sw = p.switch
         mine = [r for r in self.records if r["experiment"] == sw.id]
-        a, b = [], []
         timed = [r for r in mine if r["timed"]]
-        for first, second in zip(timed[0::2], timed[1::2]):  # each pair: two adjacent steps
-            ways = {first["way"]: step_seconds.get(first["index"]), second["way"]: step_seconds.get(second["index"])}
-            if ways.get("a") and ways.get("b"):
-                a.append(ways["a"])
-                b.append(ways["b"])
+        a, b, b_whole = paired_steps(timed, step_seconds, step_phases, sw.phases)
         failed = next((f for f in self.failures if f["experiment"] == sw.id), None)
         if failed is not None:
             return {**sw.describe(), "pairs": len(a), "planned_pairs": p.pairs, "failed": failed,
                     "not_measured": f"the script raised in a step with the fix {'on' if failed['way'] == 'b' else 'off'}: "
                                     f"{failed['error']} ({failed['where']})"}
-        res = {**sw.describe(), "pairs": len(a), "planned_pairs": p.pairs, "a_s": a, "b_s": b,
+        local = b_whole is not None
+        res = {**sw.describe(), "pairs": len(a), "planned_pairs": p.pairs, "a_s": a, "b_s": b_whole if local else b,
                "warmup_s": [step_seconds.get(r["index"]) for r in mine if not r["timed"]]}
+        if local:
+            res.update(phases=list(sw.phases), b_local_s=b)
         if getattr(sw, "compile_s", None) is not None:
             res["compile_wrapper_s"] = sw.compile_s
         idle = getattr(sw, "ineffective", lambda: None)()  # the fix on changed nothing (said why)
@@ -347,6 +352,64 @@ class Experiments:
         elif len(a) >= MIN_PAIRS:
             iv = paired_ratio_interval(a, b)
             res.update(ratio=iv.estimate, interval=iv.as_dict(), a_median_s=median(a), b_median_s=median(b))
+            if local:  # the whole steps too: what the pairs show with every phase's noise in them
+                whole = paired_ratio_interval(a, b_whole)
+                res.update(step_ratio=whole.estimate, step_interval=whole.as_dict())
         else:
             res["not_measured"] = f"{len(a)} complete pairs, fewer than {MIN_PAIRS}"
         return res
+
+
+def step_figures(records, indices: set, device) -> tuple[dict, dict | None]:
+    """The experiment steps' figures for `section`: index -> seconds and index -> phases, on the
+    GPU timeline where a step has one; the host's phases only on a CPU (on CUDA without its GPU
+    timeline, the host's phases are launch times: None, and every pair compares whole steps)."""
+    on_cpu = str(device).startswith("cpu")
+    seconds, phases = {}, {}
+    for r in records:
+        if r.index not in indices:
+            continue
+        gpu = r.gpu_s is not None
+        seconds[r.index] = r.gpu_s if gpu else r.wall_s
+        if gpu and r.gpu_phases:
+            phases[r.index] = r.gpu_phases
+        elif not gpu and on_cpu:
+            phases[r.index] = r.phases
+    return seconds, (phases or None)
+
+
+def paired_steps(timed: list[dict], seconds: dict, phases: dict | None,
+                 touched: tuple[str, ...] | None) -> tuple[list, list, list | None]:
+    """The pairs of one experiment's timed steps (records in order, two adjacent steps each):
+    (a, b, None) with each step's `seconds`; or, for a fix that changes only the phases `touched`
+    and with every paired step's `phases` known, (a, b_local, b) where b_local = a − a's touched
+    phases + b's: the pair compares the phases the fix changes, the rest of its `b` step taken as
+    its `a` step's, so that the noise of the phases it leaves alone (the data, the Python between,
+    the host's load) is not in the ratio."""
+    a, b, b_whole = [], [], []
+    local = bool(touched) and phases is not None
+    for first, second in zip(timed[0::2], timed[1::2]):
+        ways = {first["way"]: first["index"], second["way"]: second["index"]}
+        ia, ib = ways.get("a"), ways.get("b")
+        sa, sb = seconds.get(ia), seconds.get(ib)
+        if not (sa and sb):
+            continue
+        if local:
+            pa, pb = phases.get(ia), phases.get(ib)
+            if not pa or not pb:
+                local = False
+            else:
+                ta, tb = (sum(float(ph.get(k, 0.0)) for k in touched) for ph in (pa, pb))
+                if sa - ta + tb <= 0:
+                    local = False
+                else:
+                    b_whole.append(sb)
+                    b.append(sa - ta + tb)
+                    a.append(sa)
+                    continue
+        a.append(sa)
+        b.append(sb)
+        b_whole.append(sb)
+    if not local:  # a pair without its phases: every pair compares whole steps
+        return a, b_whole, None
+    return a, b, b_whole

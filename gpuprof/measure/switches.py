@@ -39,6 +39,10 @@ class Switch:
     fix = ""
     settings: dict = {}
     per_forward = False  # on() arms it; the forward hooks enter/leave it around each training forward
+    # The phases the fix changes, when it changes nothing else (fused AdamW: the optimizer's step):
+    # its pairs then compare those phases, the rest of each pair's `b` step taken as its `a` step's
+    # (measure/experiments.py). None: the whole step.
+    phases: tuple[str, ...] | None = None
     warmup_steps = 1  # steps each way before the timed pairs (a compile needs its first step)
 
     def why_not(self) -> str | None:
@@ -146,6 +150,7 @@ class FusedAdamSwitch(Switch):
     """fused=True for a torch.optim.Adam/AdamW that runs foreach or for-loop."""
 
     settings: dict = {}
+    phases = ("optimizer",)  # fused changes the optimizer's step and nothing before it
 
     def __init__(self, optimizer):
         self.optimizer = optimizer

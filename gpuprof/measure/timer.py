@@ -359,6 +359,11 @@ class PhaseTimer:
         unbounded run), oldest first: what the experiments plan on while the run goes on."""
         return [p.wall_ns / 1e9 for p in self._pending]
 
+    def last_host_phases(self) -> dict[str, float] | None:
+        """Host seconds per phase of the step closed last and not yet read by steps() (None before
+        any): what the experiments decide on while the run goes on."""
+        return {k: v / 1e9 for k, v in self._pending[-1].host.items()} if self._pending else None
+
     def last_index(self) -> int | None:
         """The index of the step closed last (None before any)."""
         return self._index - 1 if self._index else None

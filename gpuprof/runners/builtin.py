@@ -397,7 +397,7 @@ def _run(cfg: LoopConfig, device: str, instruments: list, on_step, faults: LoopF
     # Interrupted: out now, with what was measured (no post-run measurements).
     budget = (PostRunBudget.none(GPU_UNFINISHED, on_progress=on_progress) if timer.gpu_unfinished else
               PostRunBudget.for_run(run_wall, 0.0, on_progress=on_progress) if interrupted else post_budget())
-    tried = loop_experiments.section(trials, every)
+    tried = loop_experiments.section(trials, every, device)
     if tried is not None:
         profile.measurements["experiments"] = tried
         # a fix measured on the loop needs no timing on a copy after the run

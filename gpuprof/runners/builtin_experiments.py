@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from gpuprof import interrupts
-from gpuprof.measure.experiments import Experiments
+from gpuprof.measure.experiments import Experiments, step_figures
 from gpuprof.measure.switches import script_switches
 
 
@@ -40,7 +40,8 @@ def plan(options: dict | None, *, device: str, precision: dict, autocast_dtype, 
     if options is None or distributed or cudagraphs or not timing:
         return None
     return Experiments(lambda: script_switches(device, precision, autocast_dtype, optimizer, model, compiled=compiled,
-                                               measure_compile=bool(options.get("compile"))), budget)
+                                               measure_compile=bool(options.get("compile"))), budget,
+                       host_phases=str(device).startswith("cpu"))
 
 
 def run(experiments: Experiments, hooks: LoopHooks, one_step: Callable[[], None]) -> bool:
@@ -66,9 +67,8 @@ def run(experiments: Experiments, hooks: LoopHooks, one_step: Callable[[], None]
     return False
 
 
-def section(experiments: Experiments | None, every: list) -> dict | None:
+def section(experiments: Experiments | None, every: list, device) -> dict | None:
     """measurements.experiments from the experiment steps' records (GPU timeline where there is one)."""
     if experiments is None or experiments.planned is None:
         return None
-    trial = experiments.indices()
-    return experiments.section({r.index: r.gpu_s if r.gpu_s is not None else r.wall_s for r in every if r.index in trial})
+    return experiments.section(*step_figures(every, experiments.indices(), device))

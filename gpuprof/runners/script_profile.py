@@ -12,6 +12,7 @@ from gpuprof.measure.precision import with_observed_matmul
 from gpuprof.measure.sharding import describe_sharding
 from gpuprof.measure.timer import GPU_UNFINISHED
 from gpuprof.measure.environment import environment
+from gpuprof.measure.experiments import step_figures
 from gpuprof.profile import Profile
 from gpuprof.stats import median
 from gpuprof.steplog import derive_step_times, reported_summary
@@ -114,8 +115,7 @@ def _build_profile(run, ended: str, error: dict | None, run_wall: float) -> Prof
         budget = run.budget if run.budget is not None and ended != "interrupted" else \
             PostRunBudget.for_run(run_wall, post_budget, on_progress=run.on_progress)
     if experiments is not None and experiments.planned is not None:
-        section = experiments.section({r.index: r.gpu_s if r.gpu_s is not None else r.wall_s
-                                       for r in every if r.index in trial})
+        section = experiments.section(*step_figures(every, trial, run.device))
         profile.measurements["experiments"] = section
         if run.ctx is not None:  # a fix measured on the loop needs no timing on a copy after the run
             run.ctx.experimented = frozenset(r["id"] for r in section["results"] if r.get("interval"))

@@ -173,7 +173,8 @@ class _Run:
         if (self.experiment_options is None or hooks.stop_after is None or self.keep_steps is not None
                 or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1):
             return
-        hooks.experiments = Experiments(self._experiment_switches, self.post_run_budget)
+        hooks.experiments = Experiments(self._experiment_switches, self.post_run_budget,
+                                        host_phases=str(self.device).startswith("cpu"))
 
     def _experiment_switches(self) -> list:
         primary = getattr(self.hooks, "_primary_opt", None)

@@ -22,13 +22,20 @@ class Experiment(Record):
     ratio: float | None = None
     interval: dict | None = None
     a_median_s: float | None = None  # the step as the script runs, median over the pairs
-    b_median_s: float | None = None  # with the fix
+    b_median_s: float | None = None  # with the fix (over `phases` only: b_local_s's median)
     a_s: list = field(default_factory=list)
     b_s: list = field(default_factory=list)
     warmup_s: list = field(default_factory=list)
     not_measured: str | None = None
     failed: dict | None = None
     calls: list = field(default_factory=list)  # attention:sdpa: the by-hand attention calls it rewrote (op trace)
+    # A fix that changes only these phases (fused AdamW: ["optimizer"]): `ratio` compares them, each
+    # pair's `b` step taken as its `a` step with those phases as `b` ran them (`b_local_s`); `b_s`
+    # are the `b` steps whole, `step_ratio`/`step_interval` what the whole steps say. None: whole steps.
+    phases: list | None = None
+    b_local_s: list = field(default_factory=list)
+    step_ratio: float | None = None
+    step_interval: dict | None = None
 
     @property
     def measured(self) -> bool:

@@ -21,6 +21,9 @@ def test_the_fused_optimizer_is_timed_on_the_loops_own_steps():
     (res,) = [r for r in exp["results"] if r["id"] == "optimizer:fused"]
     assert res["pairs"] >= 4 and res.get("interval") is not None
     assert len(res["a_s"]) == len(res["b_s"]) == res["pairs"]
+    # on a CPU the host's phases are the step's: the pairs compare the optimizer phase the fix
+    # changes, the whole steps' ratio kept beside it
+    assert res["phases"] == ["optimizer"] and len(res["b_local_s"]) == res["pairs"] and res["step_interval"]
     # the measured steps are the run's own: warm-up 0, measured 1-4; every experiment step after them
     assert [s.index for s in prof.steps] == [1, 2, 3, 4]
     assert min(s["index"] for s in exp["steps"]) == 5

@@ -35,6 +35,7 @@ def test_a_fix_gets_the_pairs_that_fit_and_is_skipped_with_why_when_four_do_not(
 class _FakeSwitch:
     per_forward = False
     warmup_steps = 1
+    phases = None  # the whole step (gpuprof.measure.switches.Switch)
 
     def __init__(self, id, why=None, log=None):
         self.id, self._why, self.log = id, why, log if log is not None else []
@@ -256,3 +257,59 @@ def test_a_both_ways_switch_is_entered_around_the_forwards_of_both_ways_of_its_e
     assert {(e, w, tuple(ws)) for e, w, ws in seen} == {("first", "a", ("first",)), ("first", "b", ("first",)),
                                                         ("second", "a", ()), ("second", "b", ())}
     assert hooks.forward_watchers == []
+
+
+class _PhasedHooks(_FakeHooks):
+    """Steps closed with their host phases (PhaseTimer.last_host_phases)."""
+
+    def __init__(self):
+        super().__init__()
+        self.phases = [{"other": 0.1}] * 5
+        self.timer.last_host_phases = lambda: self.phases[-1]
+
+    def close_phases(self, phases: dict):
+        self.phases = self.phases + [phases]
+        self.close(sum(phases.values()))
+
+
+def test_a_fix_that_changes_one_phase_is_decided_on_that_phase_not_on_the_others_noise():
+    """fused AdamW changes the optimizer's step alone: 5 ms of a ~100-ms step whose data phase
+    varies ±23%. The optimizer phase compared in each pair, the rest of the step taken as its `a`
+    step's, decides at 8 pairs, within ±1 point; the whole steps' interval is over 5× as wide."""
+    import random
+
+    rng = random.Random(5)
+    sw = _FakeSwitch("opt")
+    sw.phases = ("optimizer",)
+    exps, _ = _experiments([sw], seconds=40.0)
+    hooks = _PhasedHooks()
+    steps = {}
+    while exps.next_step(hooks):
+        way = exps._open[1]
+        ph = {"data": 0.065 * rng.uniform(0.77, 1.23), "optimizer": (0.015 if way == "b" else 0.020) * rng.uniform(0.98, 1.02),
+              "other": 0.015}
+        hooks.close_phases(ph)
+        steps[hooks.timer.last_index()] = ph
+    timed = [r for r in exps.records if r["timed"]]
+    assert len(timed) == 2 * ex.DECIDED_AFTER and all(r["host_phases"] == steps[r["index"]] for r in timed)
+    seconds = {i: sum(ph.values()) for i, ph in steps.items()}
+    res = exps.section(seconds, steps)["results"][0]
+    assert res["phases"] == ["optimizer"] and res["b_s"] == [seconds[r["index"]] for r in timed if r["way"] == "b"]
+    truth = [(seconds[ia] - 0.005) / seconds[ia] for ia in (r["index"] for r in timed if r["way"] == "a")]
+    iv, whole = res["interval"], res["step_interval"]
+    assert iv["low"] <= min(truth) and max(truth) <= iv["high"] + 0.003 and (iv["high"] - iv["low"]) / 2 <= 0.01
+    assert (whole["high"] - whole["low"]) > 5 * (iv["high"] - iv["low"])  # the data phase's noise, kept out
+    # without the phases (CUDA with no GPU timeline): the whole steps, said by the absent fields
+    plain = exps.section(seconds)["results"][0]
+    assert "phases" not in plain and "b_local_s" not in plain and plain["interval"] == whole
+
+
+def test_a_pair_without_its_phases_makes_every_pair_compare_whole_steps():
+    timed = [{"index": 1, "way": "a"}, {"index": 2, "way": "b"}, {"index": 3, "way": "b"}, {"index": 4, "way": "a"}]
+    seconds = {1: 0.10, 2: 0.12, 3: 0.11, 4: 0.09}
+    phases = {1: {"optimizer": 0.02, "data": 0.08}, 2: {"optimizer": 0.01, "data": 0.11}}
+    assert ex.paired_steps(timed, seconds, phases, ("optimizer",)) == ([0.10, 0.09], [0.12, 0.11], None)
+    phases.update({3: {"optimizer": 0.01, "data": 0.10}, 4: {"optimizer": 0.02, "data": 0.07}})
+    a, b, whole = ex.paired_steps(timed, seconds, phases, ("optimizer",))
+    assert a == [0.10, 0.09] and b == pytest.approx([0.09, 0.08]) and whole == [0.12, 0.11]
+    assert ex.paired_steps(timed, seconds, phases, None) == ([0.10, 0.09], [0.12, 0.11], None)
