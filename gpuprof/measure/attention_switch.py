@@ -36,6 +36,7 @@ class SdpaSwitch(Switch):
     id = ID
     per_forward = True
     both_ways = True  # entered around every forward of its experiment: off, the mode matches nothing
+    phases = ("forward", "backward")  # the attention inside the model's forward, and its backward
     settings: dict = {}
 
     def __init__(self, shapes, calls: list[dict], check_loss: tuple[float, float], layers: int):

@@ -84,6 +84,9 @@ class AutocastSwitch(Switch):
     (to="fp32") where the step autocasts itself."""
 
     per_forward = True
+    # the forward's ops and their backward; `other` too: a loss the loop computes on the model's
+    # output runs in the output's dtype (bf16 logits), outside the forward
+    phases = ("forward", "backward", "other")
 
     def __init__(self, device: str, current: str, to: str):
         self.device_type = torch.device(device).type
@@ -211,6 +214,7 @@ class CompileSwitch(Switch):
     fix = "torch.compile(model)"
     settings = {"compile": True}
     warmup_steps = 2
+    phases = ("forward", "backward")  # the model's forward, compiled, and its backward (AOT autograd)
 
     def __init__(self, model, backend: str = "inductor"):
         self.model = model

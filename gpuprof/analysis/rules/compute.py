@@ -334,11 +334,8 @@ def fused_optimizer_saving(ctx: Context) -> tuple[TimedSaving, str, dict] | None
     if exp is not None and step_s(ctx):  # fused=True switched on in the script's own loop: that, first
         ts = on_your_loop(exp, step_s(ctx))
         words = (f"measured on your loop: {exp.pairs} paired steps, the step took {seconds(exp.b_median_s)} with "
-                 f"fused=True and {seconds(exp.a_median_s)} as configured (medians; {times(exp.ratio)} the time"
-                 + (f"; each pair compares its {' and '.join(exp.phases)} phase, the rest of the step as configured"
-                    if exp.phases else "") + ")")
-        return ts, words, {"ratio": exp.ratio, "measured_saving_s": ts.estimate, **ts.evidence,
-                           **({"compared_phases": list(exp.phases)} if exp.phases else {})}
+                 f"fused=True and {seconds(exp.a_median_s)} as configured (medians; {times(exp.ratio)} the time)")
+        return ts, words, {"ratio": exp.ratio, "measured_saving_s": ts.estimate, **ts.evidence}
     o = ctx.sections.kernels.optimizer
     t = o.timing
     if o.mode in (None, "fused") or not t.current_s or t.fused_s is None:

@@ -27,6 +27,8 @@ def on_your_loop(exp: Experiment, total: float) -> TimedSaving:
     ts = timed_saving(exp.interval, total, exp.ratio)
     ev = dict(ts.evidence, experiment=exp.id, pairs=exp.pairs, ratio=exp.ratio, measured_on="your loop",
               step_with_s=exp.b_median_s, step_without_s=exp.a_median_s)
+    if exp.phases:
+        ev["compared_phases"] = list(exp.phases)
     if "saving_low_s" not in ev:
         return replace(ts, evidence=ev, note=f"measured on your loop: {ts.note}")
     words = interval_text(ev["saving_low_s"], ev["saving_high_s"], ev["interval_level"], exp.pairs,
@@ -36,8 +38,19 @@ def on_your_loop(exp: Experiment, total: float) -> TimedSaving:
                 f"{seconds(ts.estimate)}); no saving claimed")
     else:
         note = (f"measured on your loop: {seconds(ts.estimate)} per step ({words}; the step with and without "
-                f"the fix, in pairs of adjacent steps, ABBA; the sign-test interval of their ratio)")
+                f"the fix, in pairs of adjacent steps, ABBA; the sign-test interval of their ratio"
+                f"{compared(exp)})")
     return replace(ts, evidence=ev, note=note)
+
+
+def compared(exp: Experiment) -> str:
+    """'; each pair compares its forward and backward phases, …' for a fix measured on the phases it
+    changes (measure/experiments.paired_steps), else ''."""
+    if not exp.phases:
+        return ""
+    names = list(exp.phases)
+    said = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"; each pair compares the {said} phase{'s' if len(names) > 1 else ''} the fix changes, the rest of the step as without it"
 
 
 def slower_finding(fid: str, what: str, exp: Experiment, ts: TimedSaving, total: float) -> Finding:
@@ -47,7 +60,7 @@ def slower_finding(fid: str, what: str, exp: Experiment, ts: TimedSaving, total:
         title=f"{what} makes this step {pct(exp.ratio - 1, 0)} slower here ({times(exp.ratio)} the time)",
         evidence=dict(ts.evidence, slower=True),
         because=(f"measured on your loop: {exp.pairs} paired steps with and without it, the step took "
-                 f"{seconds(exp.b_median_s)} with it and {seconds(exp.a_median_s)} without (medians); "
+                 f"{seconds(exp.b_median_s)} with it and {seconds(exp.a_median_s)} without (medians{compared(exp)}); "
                  f"{seconds(-ts.estimate)} per step more"),
         note="not a fix on this device: leave it as it is",
     )
