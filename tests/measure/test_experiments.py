@@ -93,7 +93,9 @@ class _Clock:
 
 
 def _experiments(switches, seconds=20.0, clock=None):
-    budget = PostRunBudget(seconds * 2)  # the experiments' share is half
+    from gpuprof.measure.budget import SHARES
+
+    budget = PostRunBudget(seconds / SHARES["experiments"])  # the experiments' share: `seconds`
     return ex.Experiments(lambda: switches, lambda: budget, clock=clock or _Clock()), budget
 
 
@@ -108,7 +110,7 @@ def test_each_step_runs_its_way_and_everything_is_restored_at_the_end():
         ways.append(exps._open[1])
         hooks.close(next(noisy))
     pa, pb = (p.pairs for p in exps.planned)
-    assert pa == 39  # its part: half of the 10 s share (one fix after it), (5 - 0.125) / 0.25 s per pair
+    assert pa == 39  # its part: half of the 20 s share (one fix after it), (10 - 0.125) / 0.25 s per pair
     assert ways == [w for w, _ in ex.schedule(pa, 1)] + [w for w, _ in ex.schedule(pb, 1)]
     # on for each run of b steps, off before each a step (never twice on)
     assert log[:4] == ["a on", "a off", "a on", "a off"] and log[-2:] == ["a restore", "b restore"]
