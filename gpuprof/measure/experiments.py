@@ -9,7 +9,12 @@ measurement: for each applicable fix, `warmup_steps` steps with it on (a compile
 caches), then paired steps in ABBA order (A = as the script runs, B = the fix on),
 each pair two adjacent steps of the same loop. The step's ratio B/A per pair gives the fix's
 saving as a share of the script's own step, with its sign-test interval
-(gpuprof.measure.paired), at the transfer factor 1.
+(gpuprof.measure.paired), at the transfer factor 1. A fix that changes only some phases (its
+switch's `phases`: the fused optimizer the optimizer's step) is compared on them: each pair's B
+step is taken as its A step with those phases as B ran them (`paired_steps`), so the noise of the
+phases it leaves alone is not in the ratio (series 10-12 of docs/measurements/
+2026-12-07-loop-experiments.md: fused AdamW decided at 8 pairs within ±2.5 points, 13-64 pairs and
+±3.4-5.3 before).
 
 Bounded: the experiments share the post-run budget ("experiments", gpuprof.measure.budget),
 planned on the measured steps' median host time, most promising first; an experiment that
