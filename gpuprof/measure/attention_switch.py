@@ -55,7 +55,7 @@ class SdpaSwitch(Switch):
         self.fix = f"F.scaled_dot_product_attention({', '.join(args)}) in place of the attention by hand"
         self.rewritten = 0
         self.forwards_on = 0  # training forwards entered with the fix on (warm-up steps' included)
-        self.short_on: list[int] = []  # of them, those that rewrote fewer calls than the traced layers
+        self.short_on = 0  # of them, those that rewrote fewer calls than the traced layers
         self.errors: list[str] = []
         self._mode = None
         self._rewrite = False
@@ -85,8 +85,7 @@ class SdpaSwitch(Switch):
         self.rewritten += mode.rewritten
         if mode.shapes:  # on: every traced layer's attention should have gone through SDPA
             self.forwards_on += 1
-            if mode.rewritten < self.layers:
-                self.short_on.append(mode.rewritten)
+            self.short_on += mode.rewritten < self.layers
 
     def off(self) -> None:
         self.leave()
@@ -97,7 +96,7 @@ class SdpaSwitch(Switch):
         if self.rewritten == 0:
             return "no attention by hand was rewritten in the steps with the fix on"
         if self.short_on:  # a batch of another length (T) than the traced one: its attention ran by hand
-            return (f"{len(self.short_on)} of {self.forwards_on} forwards with the fix on rewrote fewer than the "
+            return (f"{self.short_on} of {self.forwards_on} forwards with the fix on rewrote fewer than the "
                     f"{self.layers} attention layers traced (their shapes differ from the traced ones'): "
                     f"those steps did not compare SDPA with the attention by hand")
         return None

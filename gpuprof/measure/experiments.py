@@ -102,7 +102,7 @@ class Experiments:
     """
 
     def __init__(self, candidates: Callable[[], list], budget: Callable[[], object],
-                 clock: Callable[[], float] = time.perf_counter, host_phases: bool = True):
+                 clock: Callable[[], float] = time.perf_counter, host_phases: bool = False):
         self._candidates = candidates
         # the host's phase times are the step's own (CPU): a fix's `phases` may be compared while
         # the steps run; on CUDA the host's phases are launch times, and only the GPU timeline read
@@ -391,30 +391,22 @@ def paired_steps(timed: list[dict], seconds: dict, phases: dict | None,
     phases + b's: the pair compares the phases the fix changes, the rest of its `b` step taken as
     its `a` step's, so that the noise of the phases it leaves alone (the data, the Python between,
     the host's load) is not in the ratio."""
-    a, b, b_whole = [], [], []
-    local = bool(touched) and phases is not None
+    pairs = []  # (a's index, b's index, a's seconds, b's seconds)
     for first, second in zip(timed[0::2], timed[1::2]):
         ways = {first["way"]: first["index"], second["way"]: second["index"]}
-        ia, ib = ways.get("a"), ways.get("b")
-        sa, sb = seconds.get(ia), seconds.get(ib)
-        if not (sa and sb):
-            continue
-        if local:
-            pa, pb = phases.get(ia), phases.get(ib)
-            if not pa or not pb:
-                local = False
-            else:
-                ta, tb = (sum(float(ph.get(k, 0.0)) for k in touched) for ph in (pa, pb))
-                if sa - ta + tb <= 0:
-                    local = False
-                else:
-                    b_whole.append(sb)
-                    b.append(sa - ta + tb)
-                    a.append(sa)
-                    continue
-        a.append(sa)
-        b.append(sb)
-        b_whole.append(sb)
-    if not local:  # a pair without its phases: every pair compares whole steps
-        return a, b_whole, None
-    return a, b, b_whole
+        sa, sb = seconds.get(ways.get("a")), seconds.get(ways.get("b"))
+        if sa and sb:
+            pairs.append((ways["a"], ways["b"], sa, sb))
+    a, whole = [p[2] for p in pairs], [p[3] for p in pairs]
+    if not touched or phases is None:
+        return a, whole, None
+    local = []
+    for ia, ib, sa, _ in pairs:
+        pa, pb = phases.get(ia), phases.get(ib)
+        if not pa or not pb:  # a pair without its phases: every pair compares whole steps
+            return a, whole, None
+        ta, tb = (sum(float(ph.get(k, 0.0)) for k in touched) for ph in (pa, pb))
+        if sa - ta + tb <= 0:
+            return a, whole, None
+        local.append(sa - ta + tb)
+    return a, local, whole

@@ -96,7 +96,7 @@ def _experiments(switches, seconds=20.0, clock=None):
     from gpuprof.measure.budget import SHARES
 
     budget = PostRunBudget(seconds / SHARES["experiments"])  # the experiments' share: `seconds`
-    return ex.Experiments(lambda: switches, lambda: budget, clock=clock or _Clock()), budget
+    return ex.Experiments(lambda: switches, lambda: budget, clock=clock or _Clock(), host_phases=True), budget
 
 
 def test_each_step_runs_its_way_and_everything_is_restored_at_the_end():

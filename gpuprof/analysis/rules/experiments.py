@@ -44,8 +44,8 @@ def on_your_loop(exp: Experiment, total: float) -> TimedSaving:
 
 
 def compared(exp: Experiment) -> str:
-    """'; each pair compares its forward and backward phases, …' for a fix measured on the phases it
-    changes (measure/experiments.paired_steps), else ''."""
+    """'; each pair compares the forward and backward phases the fix changes, …' for a fix measured
+    on the phases it changes (measure/experiments.paired_steps), else ''."""
     if not exp.phases:
         return ""
     names = list(exp.phases)
