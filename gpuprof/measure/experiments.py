@@ -365,11 +365,17 @@ class Experiments:
         return res
 
 
+def host_phases_hold(device) -> bool:
+    """The host's phase times are the step's own on a CPU; on CUDA they are launch times (the
+    GPU's work runs behind them), and only the GPU timeline holds a step's phases."""
+    return str(device).startswith("cpu")
+
+
 def step_figures(records, indices: set, device) -> tuple[dict, dict | None]:
     """The experiment steps' figures for `section`: index -> seconds and index -> phases, on the
     GPU timeline where a step has one; the host's phases only on a CPU (on CUDA without its GPU
     timeline, the host's phases are launch times: None, and every pair compares whole steps)."""
-    on_cpu = str(device).startswith("cpu")
+    on_cpu = host_phases_hold(device)
     seconds, phases = {}, {}
     for r in records:
         if r.index not in indices:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from gpuprof import interrupts
-from gpuprof.measure.experiments import Experiments, step_figures
+from gpuprof.measure.experiments import Experiments, host_phases_hold, step_figures
 from gpuprof.measure.switches import script_switches
 
 
@@ -41,7 +41,7 @@ def plan(options: dict | None, *, device: str, precision: dict, autocast_dtype, 
         return None
     return Experiments(lambda: script_switches(device, precision, autocast_dtype, optimizer, model, compiled=compiled,
                                                measure_compile=bool(options.get("compile"))), budget,
-                       host_phases=str(device).startswith("cpu"))
+                       host_phases=host_phases_hold(device))
 
 
 def run(experiments: Experiments, hooks: LoopHooks, one_step: Callable[[], None]) -> bool:

@@ -22,7 +22,7 @@ import torch
 from gpuprof.measure.attention_switch import attention_switch
 from gpuprof.measure.budget import PostRunBudget
 from gpuprof.measure.data_names import data_like_name
-from gpuprof.measure.experiments import Experiments
+from gpuprof.measure.experiments import Experiments, host_phases_hold
 from gpuprof.measure.hooks import TrainingHooks
 from gpuprof.measure.instruments import start_instruments
 from gpuprof.measure.precision import MatmulDtypeWatch, read_precision
@@ -174,7 +174,7 @@ class _Run:
                 or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1):
             return
         hooks.experiments = Experiments(self._experiment_switches, self.post_run_budget,
-                                        host_phases=str(self.device).startswith("cpu"))
+                                        host_phases=host_phases_hold(self.device))
 
     def _experiment_switches(self) -> list:
         primary = getattr(self.hooks, "_primary_opt", None)
