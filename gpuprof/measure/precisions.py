@@ -19,10 +19,13 @@ from __future__ import annotations
 import contextlib
 import time
 
-from gpuprof.hardware import TRAIN_DTYPES, torch_dtype
+from gpuprof.hardware import FULL_PRECISIONS, TRAIN_DTYPES, torch_dtype
 
 MAX_SHAPES = 3
 MIN_CELL_S = 0.02  # below this per (shape, dtype) a rate is mostly call overhead
+# A half precision is decided slower once the shapes timed so far take this many times the run's
+# dtype's time at all the shapes (a margin over 1 for the rates' noise).
+SLOWER_CUT = 1.5
 RUN_CALLS = 4  # time_steps_paired: each way's calls in a row per round, the first one untimed
 
 
@@ -82,13 +85,19 @@ def offered_dtypes(device: str) -> tuple[list[str], dict]:
 
 
 def measure_precisions(device: str, matmuls: dict, dtypes: list[str], seconds: float,
-                       clock=time.perf_counter) -> dict:
+                       clock=time.perf_counter, reference: str | None = None) -> dict:
     """FLOP-weighted matmul TFLOP/s per dtype at the model's shapes, within `seconds`.
 
     Each (shape, dtype) cell gets an equal slice of the budget; the product is timed at up to m
     rows, fewer when m rows would not fit the slice (rows start at 64 and double), which keeps
     the rate honest for compute-bound shapes. A dtype whose cells could not all be timed is left out,
-    with the reason in `skipped`."""
+    with the reason in `skipped`.
+
+    With `reference` (the run's dtype, timed first), a half precision whose shapes timed so far
+    already take SLOWER_CUT times the reference's time at all the shapes is decided slower: its
+    other shapes cannot make it faster (their time only adds), so they are not timed; `slower`
+    holds that lower bound on its time ÷ the reference's, and `skipped` says so. An emulated bf16
+    (a CPU without AVX512-BF16 or AMX: ~20x slower) spent its whole slices on every shape."""
     import torch
 
     from gpuprof.measure.cuda import cuda_device, is_cuda
@@ -102,19 +111,36 @@ def measure_precisions(device: str, matmuls: dict, dtypes: list[str], seconds: f
     rates: dict[str, float] = {}
     by_shape: dict[str, list] = {}
     skipped: dict[str, str] = {}
+    slower: dict[str, float] = {}
+    if reference in dtypes:
+        dtypes = [reference] + [d for d in dtypes if d != reference]
     for dt in dtypes:
         ctx = tf32_matmul(dt == "tf32") if on_cuda and dt in ("fp32", "tf32") else contextlib.nullcontext()
         cells = []
+        # the reference's time at all the shapes (∝ Σ share/rate): a bound to decide `dt` slower
+        ref_time = (sum(s["flops_share"] / c["tflops"] for s, c in zip(shapes, by_shape[reference]))
+                    if dt != reference and reference in rates and dt not in FULL_PRECISIONS else None)
         try:
             with ctx, torch.no_grad():
                 for s in shapes:
-                    cells.append(_time_shape(torch, dev, on_cuda, torch_dtype(dt), matmuls["m"], s["k"], s["n"],
-                                             cell, clock))
+                    c = _time_shape(torch, dev, on_cuda, torch_dtype(dt), matmuls["m"], s["k"], s["n"], cell, clock)
+                    cells.append(c)
+                    if c is None or ref_time is None or len(cells) == len(shapes):
+                        continue
+                    so_far = sum(sh["flops_share"] / x["tflops"] for sh, x in zip(shapes, cells))
+                    if so_far >= SLOWER_CUT * ref_time:
+                        slower[dt] = so_far / ref_time
+                        break
         except Exception as exc:  # noqa: BLE001 - e.g. a dtype this build cannot multiply
             skipped[dt] = f"{exc.__class__.__name__}: {exc}"
             continue
         if any(c is None for c in cells):
             skipped[dt] = f"one product did not fit its {cell:.2f} s slice even at 64 rows"
+            continue
+        if dt in slower:
+            by_shape[dt] = cells
+            skipped[dt] = (f"decided slower after {len(cells)} of {len(shapes)} shapes: these alone take "
+                           f"{slower[dt]:.1f}x the time {reference} takes at all of them (the rest not timed)")
             continue
         # FLOP-weighted over the shapes: the step's matmul time in this dtype ∝ Σ share/rate.
         weight = sum(s["flops_share"] for s in shapes)
@@ -124,7 +150,8 @@ def measure_precisions(device: str, matmuls: dict, dtypes: list[str], seconds: f
     return {"method": ("best of repeated products per model shape, FLOP-weighted over the shapes; "
                        + ("CUDA events" if on_cuda else "wall time")),
             "m": matmuls["m"], "shapes": shapes, "covered_share": matmuls["covered_share"],
-            "tflops": rates, "by_shape": by_shape, "skipped": skipped, "seconds": clock() - t0}
+            "tflops": rates, "by_shape": by_shape, "skipped": skipped, "slower": slower,
+            "reference": reference if reference in rates else None, "seconds": clock() - t0}
 
 
 class _class_forward:

@@ -250,7 +250,11 @@ class CeilingProbe:
         try:
             matmuls = model_matmuls(ctx.model, ctx.example_args, example_kwargs=ctx.example_kwargs)
             dtypes, not_probed = offered_dtypes(ctx.device)
-            res = measure_precisions(ctx.device, matmuls, dtypes, seconds)
+            try:  # the run's own dtype, timed first: a half precision slower than it is cut short
+                reference = normalize_dtype((getattr(ctx, "precision", None) or {}).get("compute_dtype") or "fp32")
+            except ValueError:
+                reference = None
+            res = measure_precisions(ctx.device, matmuls, dtypes, seconds, reference=reference)
             res["skipped"] = {**not_probed, **res["skipped"]}
             return res
         except Exception as exc:  # noqa: BLE001 - an odd model: the ceiling stands alone

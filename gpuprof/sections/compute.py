@@ -51,6 +51,10 @@ class Precisions(Section):
     tflops: dict[str, float] = field(default_factory=dict)  # dtype -> TFLOP/s (empty: not measured)
     shapes: tuple[MatmulShape, ...] = ()
     skipped: dict = field(default_factory=dict)
+    # a half precision decided slower than the run's dtype (`reference`) before all its shapes
+    # were timed: dtype -> at least this many times the reference's matmul time (no rate for it)
+    slower: dict = field(default_factory=dict)
+    reference: str | None = None
     switch: Switch = field(default_factory=Switch)
 
     @classmethod
