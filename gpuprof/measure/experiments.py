@@ -45,6 +45,19 @@ DECIDED_AFTER = ADVISED_ROUNDS  # 8
 # runs on within its share of the budget: fused AdamW decided at 8-23 pairs gave half-widths of
 # 3.3-6.6 points (docs/measurements/2026-12-07-loop-experiments.md).
 DECIDED_HALF = 0.04
+# A large saving needs no ±4 points: issue #41's bar for a claim is max(5 points, half of it), so a
+# fix whose interval is within a third of its own saving (and within ±DECIDED_HALF or wider) is
+# decided too. On the by-hand attention case (a ~17% saving) the ±4-point rule took 18-22 pairs,
+# ~3 s of a ~15 s diagnose; a third of the saving was reached at 8 (the wall time of a default
+# diagnose is bounded at 1.25x the one before the experiments).
+DECIDED_REL = 1 / 3
+
+
+def decided_width(iv) -> bool:
+    """Whether a ratio interval is narrow enough to promise from: its half-width at most
+    ±DECIDED_HALF of the step, or at most DECIDED_REL of the saving (or slowdown) it estimates."""
+    half = (iv.high - iv.low) / 2
+    return half <= max(DECIDED_HALF, DECIDED_REL * abs(1.0 - iv.estimate))
 
 
 @dataclass
@@ -220,9 +233,10 @@ class Experiments:
             self._queue = [q for q in self._queue if q[0] != i]  # this fix is decided: the next one
 
     def _decided(self, exp_id: str) -> bool:
-        """After a complete pair, from DECIDED_AFTER pairs on: the host times' ratio interval is at
-        most ±DECIDED_HALF of the step wide (whether it excludes no change or holds it: a fix shown
-        within ±4 points either way needs no more pairs). The profile's step times decide the
+        """After a complete pair, from DECIDED_AFTER pairs on: the host times' ratio interval is
+        narrow enough to promise from (`decided_width`: ±DECIDED_HALF of the step, or a third of the
+        saving it shows; whether it excludes no change or holds it: a fix shown within ±4 points
+        either way needs no more pairs). The profile's step times decide the
         result; these only end the timing early."""
         timed = [r for r in self.records if r["experiment"] == exp_id and r["timed"]]
         if len(timed) % 2 or len(timed) // 2 < DECIDED_AFTER:
@@ -233,8 +247,7 @@ class Experiments:
                             phases)[:2]
         if len(a) < DECIDED_AFTER:
             return False
-        iv = paired_ratio_interval(a, b)
-        return (iv.high - iv.low) / 2 <= DECIDED_HALF
+        return decided_width(paired_ratio_interval(a, b))
 
     def _cut(self, why: str) -> None:
         """Stop early, at a pair's end: the step that completes an open pair still runs, what

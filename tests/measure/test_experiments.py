@@ -151,6 +151,37 @@ def test_a_noisy_fix_runs_on_until_its_interval_is_within_the_promise_width():
     assert (early.high - early.low) / 2 > ex.DECIDED_HALF  # the old rule's stop: too wide to promise
 
 
+def test_a_large_saving_is_decided_once_its_interval_is_within_a_third_of_it():
+    """A 20% saving on steps that vary ±15%: the claim's bar is half of it, so ±4 points is more
+    than it needs; the fix stops at the first pair count whose interval is within a third of the
+    saving it shows (wider than ±4 points), not later."""
+    import random
+
+    rng = random.Random(5)
+    exps, _ = _experiments([_FakeSwitch("a")], seconds=40.0)
+    hooks = _FakeHooks()
+    while exps.next_step(hooks):
+        hooks.close((0.08 if exps._open[1] == "b" else 0.1) * rng.uniform(0.85, 1.15))
+    timed = [r for r in exps.records if r["timed"]]
+    a = [r["host_s"] for r in timed if r["way"] == "a"]
+    b = [r["host_s"] for r in timed if r["way"] == "b"]
+    pairs = len(a)
+    iv = ex.paired_ratio_interval(a, b)
+    assert ex.decided_width(iv) and (iv.high - iv.low) / 2 > ex.DECIDED_HALF  # decided by the third
+    assert (iv.high - iv.low) / 2 <= ex.DECIDED_REL * (1 - iv.estimate)
+    assert all(not ex.decided_width(ex.paired_ratio_interval(a[:n], b[:n])) for n in range(ex.DECIDED_AFTER, pairs))
+    assert 0.75 < iv.estimate < 0.85
+
+
+def test_decided_width_holds_a_small_effect_to_four_points_and_a_slowdown_to_a_third():
+    from types import SimpleNamespace as NS
+
+    assert ex.decided_width(NS(estimate=0.98, low=0.95, high=1.01))  # ±3 points
+    assert not ex.decided_width(NS(estimate=0.95, low=0.90, high=1.00))  # ±5 points of a 5% saving
+    assert ex.decided_width(NS(estimate=1.30, low=1.22, high=1.36))  # ±7 points of a 30% slowdown
+    assert not ex.decided_width(NS(estimate=1.12, low=1.05, high=1.20))  # ±7.5 points of 12%
+
+
 def test_when_the_time_runs_out_the_open_pair_completes_and_the_rest_is_said():
     clock = _Clock()
     log = []
