@@ -105,15 +105,14 @@ def schedule(pairs: int, warmup: int) -> list[tuple[str, bool]]:
     own way: where the step before it ran the other way, an untimed step of its way comes first
     (a lead), so (after the warm-up) the schedule runs b, a, a, b, b | b, a, a | a, b, b | ...
 
-    The first step after a switch runs cold: the allocator's cache holds the other way's blocks. On
-    the by-hand attention fixture (tests/fixtures/mingpt_train.py, one thread, this project's EPYC
-    VM), a by-hand step right after an SDPA one took 99.6 ms where the 2nd-8th took 89.5-105.2, an
-    SDPA step after a by-hand one 71.5 ms against 74.2-82.8 later; adjacent single steps ABBA gave
-    SDPA ÷ by-hand 0.776 and 0.787 in one process whose steps in runs (each way's first untimed)
-    gave 0.932 and 0.936, and in blocks of 15 0.915 and 0.987: a 15-point saving that the loop, whose
-    steps never switch, does not have. The fused optimizer's phase showed none (0.33/0.30 single,
-    0.33/0.34 in runs, 0.32/0.31 in blocks), but a lead costs one step per pair and holds for every
-    fix."""
+    The first step after a switch runs cold (the allocator holds the other way's blocks; why exactly
+    is not measured). On the by-hand attention fixture (tests/fixtures/mingpt_train.py, one thread,
+    this project's EPYC VM), adjacent single steps ABBA gave SDPA ÷ by-hand 0.776 and 0.787 in one
+    process whose steps in runs (each way's first untimed) gave 0.932 and 0.936, and in blocks of 15
+    0.915 and 0.987: a 15-point saving that the loop, whose steps never switch, does not have
+    (benchmarks/loop_alternation.py, another process: single 0.832/0.850, leads 0.937/0.892). The
+    fused optimizer's phase showed none (0.33/0.30 single, 0.33/0.34 in runs, 0.32/0.31 in blocks),
+    but a lead costs one step per pair and holds for every fix."""
     steps = [("b", False)] * warmup
     prev = "b" if warmup else None  # before the first: unknown (another fix's step, or the run's)
     for i in range(pairs):
