@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 
+from gpuprof.measure import experiment_plan as plan
 from gpuprof.measure import experiments as ex
 from gpuprof.measure.budget import PostRunBudget
 from gpuprof.measure.switches import AutocastSwitch, FusedAdamSwitch
@@ -18,26 +19,26 @@ from gpuprof.runners.script import run_script
 
 def test_the_schedule_warms_the_fix_up_then_pairs_in_abba_order_each_timed_step_after_its_own_way():
     F, T = False, True
-    assert ex.schedule(4, 1) == [("b", F),
+    assert plan.schedule(4, 1) == [("b", F),
                                  ("a", F), ("a", T), ("b", F), ("b", T),  # (a, b): each after a lead
                                  ("b", T), ("a", F), ("a", T),  # (b, a): b follows a b step already
                                  ("a", T), ("b", F), ("b", T),
                                  ("b", T), ("a", F), ("a", T)]
-    assert ex.schedule(4, 2)[:4] == [("b", F), ("b", F), ("a", F), ("a", T)]
-    assert ex.schedule(2, 0)[:2] == [("a", F), ("a", T)]  # before it: another fix's step, or the run's
+    assert plan.schedule(4, 2)[:4] == [("b", F), ("b", F), ("a", F), ("a", T)]
+    assert plan.schedule(2, 0)[:2] == [("a", F), ("a", T)]  # before it: another fix's step, or the run's
     for pairs, warmup in ((1, 0), (5, 1), (9, 2), (64, 1)):
-        steps = ex.schedule(pairs, warmup)
-        assert len(steps) == ex.steps_needed(pairs, warmup) and sum(t for _, t in steps) == 2 * pairs
+        steps = plan.schedule(pairs, warmup)
+        assert len(steps) == plan.steps_needed(pairs, warmup) and sum(t for _, t in steps) == 2 * pairs
         assert all(steps[i - 1][0] == w for i, (w, t) in enumerate(steps) if t)  # never timed after a switch
 
 
 def test_a_fix_gets_the_pairs_that_fit_and_is_skipped_with_why_when_four_do_not():
     sw = _FakeSwitch("x")
-    planned, why = ex.plan_one(sw, step_s=0.1, seconds=100.0)
-    assert planned.pairs == ex.MAX_PAIRS and why == ""
-    planned, _ = ex.plan_one(sw, step_s=0.1, seconds=3.0)  # 24 steps of 0.125 s: 1 warm-up + 1 + 3 per pair
-    assert planned.pairs == 7 and planned.steps == ex.schedule(7, 1)
-    planned, why = ex.plan_one(sw, step_s=0.1, seconds=1.6)  # (1 + 1 + 3·4)·0.125 s = 1.75 s needed
+    planned, why = plan.plan_one(sw, step_s=0.1, seconds=100.0)
+    assert planned.pairs == plan.MAX_PAIRS and why == ""
+    planned, _ = plan.plan_one(sw, step_s=0.1, seconds=3.0)  # 24 steps of 0.125 s: 1 warm-up + 1 + 3 per pair
+    assert planned.pairs == 7 and planned.steps == plan.schedule(7, 1)
+    planned, why = plan.plan_one(sw, step_s=0.1, seconds=1.6)  # (1 + 1 + 3·4)·0.125 s = 1.75 s needed
     assert planned is None and why == ("x: 4 pairs of ~0.10 s steps (each way once, each after a step of its "
                                        "own way) do not fit the 1.6 s left")
 
@@ -125,7 +126,7 @@ def test_each_step_runs_its_way_and_everything_is_restored_at_the_end():
         hooks.close(0.15 if big else 0.05)
     pa, pb = (p.pairs for p in exps.planned)
     assert pa == 26  # its part: half of the 20 s share (one fix after it): 80 steps of 0.125 s, (80 - 2) / 3
-    assert ways == [w for w, _ in ex.schedule(pa, 1)] + [w for w, _ in ex.schedule(pb, 1)]
+    assert ways == [w for w, _ in plan.schedule(pa, 1)] + [w for w, _ in plan.schedule(pb, 1)]
     # on for each run of b steps, off before each a step (never twice on)
     assert log[:4] == ["a on", "a off", "a on", "a off"] and log[-2:] == ["a restore", "b restore"]
     assert exps.not_applicable == {"n": "not here"} and hooks.counts == {"forward": 7}  # the run's counts
@@ -142,48 +143,44 @@ def test_a_fix_is_decided_early_once_its_pairs_give_a_narrow_interval():
     hooks = _FakeHooks()
     while exps.next_step(hooks):
         hooks.close(0.2 if exps._open[1] == "b" else 0.1)  # the fix doubles the step, every time
-    assert len([r for r in exps.records if r["timed"]]) == 2 * ex.DECIDED_AFTER
+    assert len([r for r in exps.records if r["timed"]]) == 2 * plan.DECIDED_AFTER
+
+
+def _noisy_pairs(b_s: float, seed: int) -> tuple[list, list]:
+    """One fix's experiment on steps of 0.1 s (a) and `b_s` (b), each ±15% at random: the timed
+    steps' seconds of each way, in pair order, until the experiments stop it."""
+    import random
+
+    rng = random.Random(seed)
+    exps, _ = _experiments([_FakeSwitch("a")], seconds=40.0)
+    hooks = _FakeHooks()
+    while exps.next_step(hooks):
+        hooks.close((b_s if exps._open[1] == "b" else 0.1) * rng.uniform(0.85, 1.15))
+    timed = [r for r in exps.records if r["timed"]]
+    return [r["host_s"] for r in timed if r["way"] == "a"], [r["host_s"] for r in timed if r["way"] == "b"]
 
 
 def test_a_noisy_fix_runs_on_until_its_interval_is_within_the_promise_width():
     """A 10% saving on steps that vary ±15%: excluding no change is not enough to stop (the
     promise must be within ±5 points of the step); it stops once ±DECIDED_HALF, or at its pairs."""
-    import random
-
-    rng = random.Random(3)
-    exps, _ = _experiments([_FakeSwitch("a")], seconds=40.0)
-    hooks = _FakeHooks()
-    while exps.next_step(hooks):
-        hooks.close((0.09 if exps._open[1] == "b" else 0.1) * rng.uniform(0.85, 1.15))
-    timed = [r for r in exps.records if r["timed"]]
-    pairs = len(timed) // 2
-    a = [r["host_s"] for r in timed if r["way"] == "a"]
-    b = [r["host_s"] for r in timed if r["way"] == "b"]
+    a, b = _noisy_pairs(0.09, seed=3)
+    pairs = len(a)
     iv = ex.paired_ratio_interval(a, b)
-    assert ex.DECIDED_AFTER < pairs < ex.MAX_PAIRS and (iv.high - iv.low) / 2 <= ex.DECIDED_HALF
-    early = ex.paired_ratio_interval(a[:ex.DECIDED_AFTER], b[:ex.DECIDED_AFTER])
-    assert (early.high - early.low) / 2 > ex.DECIDED_HALF  # the old rule's stop: too wide to promise
+    assert plan.DECIDED_AFTER < pairs < plan.MAX_PAIRS and (iv.high - iv.low) / 2 <= plan.DECIDED_HALF
+    early = ex.paired_ratio_interval(a[:plan.DECIDED_AFTER], b[:plan.DECIDED_AFTER])
+    assert (early.high - early.low) / 2 > plan.DECIDED_HALF  # the old rule's stop: too wide to promise
 
 
 def test_a_large_saving_is_decided_once_its_interval_is_within_a_third_of_it():
     """A 20% saving on steps that vary ±15%: the claim's bar is half of it, so ±4 points is more
     than it needs; the fix stops at the first pair count whose interval is within a third of the
     saving it shows (wider than ±4 points), not later."""
-    import random
-
-    rng = random.Random(5)
-    exps, _ = _experiments([_FakeSwitch("a")], seconds=40.0)
-    hooks = _FakeHooks()
-    while exps.next_step(hooks):
-        hooks.close((0.08 if exps._open[1] == "b" else 0.1) * rng.uniform(0.85, 1.15))
-    timed = [r for r in exps.records if r["timed"]]
-    a = [r["host_s"] for r in timed if r["way"] == "a"]
-    b = [r["host_s"] for r in timed if r["way"] == "b"]
+    a, b = _noisy_pairs(0.08, seed=5)
     pairs = len(a)
     iv = ex.paired_ratio_interval(a, b)
-    assert ex.decided_width(iv) and (iv.high - iv.low) / 2 > ex.DECIDED_HALF  # decided by the third
-    assert (iv.high - iv.low) / 2 <= ex.DECIDED_REL * (1 - iv.estimate)
-    assert all(not ex.decided_width(ex.paired_ratio_interval(a[:n], b[:n])) for n in range(ex.DECIDED_AFTER, pairs))
+    assert plan.decided_width(iv) and (iv.high - iv.low) / 2 > plan.DECIDED_HALF  # decided by the third
+    assert (iv.high - iv.low) / 2 <= plan.DECIDED_REL * (1 - iv.estimate)
+    assert all(not plan.decided_width(ex.paired_ratio_interval(a[:n], b[:n])) for n in range(plan.DECIDED_AFTER, pairs))
     assert 0.75 < iv.estimate < 0.85
 
 
@@ -192,12 +189,12 @@ def test_decided_width_holds_a_small_effect_to_four_points_and_a_slowdown_to_a_t
     saving must not stop unclaimed."""
     from types import SimpleNamespace as NS
 
-    assert ex.decided_width(NS(estimate=0.98, low=0.96, high=1.01))  # ±2.5 points, nothing of 5% left
-    assert not ex.decided_width(NS(estimate=0.98, low=0.941, high=1.014))  # ±3.6, but a 5.9% saving possible
-    assert ex.decided_width(NS(estimate=0.96, low=0.94, high=0.98))  # ±2 points, no change excluded
-    assert not ex.decided_width(NS(estimate=0.95, low=0.90, high=1.00))  # ±5 points of a 5% saving
-    assert ex.decided_width(NS(estimate=1.30, low=1.22, high=1.36))  # ±7 points of a 30% slowdown
-    assert not ex.decided_width(NS(estimate=1.12, low=1.05, high=1.20))  # ±7.5 points of 12%
+    assert plan.decided_width(NS(estimate=0.98, low=0.96, high=1.01))  # ±2.5 points, nothing of 5% left
+    assert not plan.decided_width(NS(estimate=0.98, low=0.941, high=1.014))  # ±3.6, but a 5.9% saving possible
+    assert plan.decided_width(NS(estimate=0.96, low=0.94, high=0.98))  # ±2 points, no change excluded
+    assert not plan.decided_width(NS(estimate=0.95, low=0.90, high=1.00))  # ±5 points of a 5% saving
+    assert plan.decided_width(NS(estimate=1.30, low=1.22, high=1.36))  # ±7 points of a 30% slowdown
+    assert not plan.decided_width(NS(estimate=1.12, low=1.05, high=1.20))  # ±7.5 points of 12%
 
 
 def test_when_the_time_runs_out_the_open_pair_completes_and_the_rest_is_said():
@@ -270,7 +267,7 @@ def test_the_measured_steps_and_the_counts_are_the_runs_alone(looped):
     assert not {s.index for s in p.steps} & {r["index"] for r in p.measurements["experiments"]["steps"]}
     assert run.counts["optimizer_step"] == 5  # the measured run's 5 steps, not the experiments'
     res = {r["id"]: r for r in p.measurements["experiments"]["results"]}
-    assert res["precision:fp32"]["pairs"] >= ex.MIN_PAIRS and res["precision:fp32"]["ratio"] > 0
+    assert res["precision:fp32"]["pairs"] >= plan.MIN_PAIRS and res["precision:fp32"]["ratio"] > 0
     assert p.measurements["post_run"]["parts"]["experiments"]["spent_s"] <= 15.5
 
 
@@ -344,7 +341,7 @@ def test_a_fix_that_changes_one_phase_is_decided_on_that_phase_not_on_the_others
         hooks.close_phases(ph)
         steps[hooks.timer.last_index()] = ph
     timed = [r for r in exps.records if r["timed"]]
-    assert len(timed) == 2 * ex.DECIDED_AFTER and all(r["host_phases"] == steps[r["index"]] for r in timed)
+    assert len(timed) == 2 * plan.DECIDED_AFTER and all(r["host_phases"] == steps[r["index"]] for r in timed)
     seconds = {i: sum(ph.values()) for i, ph in steps.items()}
     res = exps.section(seconds, steps)["results"][0]
     assert res["phases"] == ["optimizer"] and res["b_s"] == [seconds[r["index"]] for r in timed if r["way"] == "b"]
