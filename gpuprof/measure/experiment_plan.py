@@ -92,9 +92,9 @@ SLOWDOWN = 1.25  # a fix may make a step slower: each experiment is costed at th
 def plan_one(switch, step_s: float, seconds: float, slowdown: float = SLOWDOWN) -> tuple[_Planned | None, str]:
     """The experiment of `switch` within `seconds` (steps of ~step_s, each costed `slowdown` times
     that): as many pairs as fit, up to MAX_PAIRS; or None and why not."""
-    per_step = step_s * slowdown
-    pairs = (min(MAX_PAIRS, int((seconds / per_step - switch.warmup_steps - 1) / 3))
-             if step_s > 0 else 0)
+    pairs = MAX_PAIRS if step_s > 0 else 0
+    while pairs >= MIN_PAIRS and steps_needed(pairs, switch.warmup_steps) * step_s * slowdown > seconds:
+        pairs -= 1
     if pairs < MIN_PAIRS:
         return None, (f"{switch.id}: {MIN_PAIRS} pairs of ~{step_s:.2f} s steps (each way once, each after a "
                       f"step of its own way) do not fit the {max(seconds, 0):.1f} s left")
