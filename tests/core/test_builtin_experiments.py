@@ -55,8 +55,10 @@ class Recording(Switch):
 def test_a_per_forward_switch_is_entered_inside_the_loops_autocast(monkeypatch):
     sw = Recording()
     monkeypatch.setattr(builtin_experiments, "script_switches", lambda *a, **k: [sw])
-    # 16 s (its experiments' share 8 s): at 10 s a loaded suite's slower bf16 steps left 4 pairs no room
-    prof = run_builtin(LoopConfig(**dict(SMALL, dtype="bf16", grad_accum=1)), post_budget_s=16.0, experiments={})
+    # 16 s (its experiments' share 8 s) and 32 tokens a row: 4 pairs with their leads are 14 steps, and
+    # a loaded CI's emulated-bf16 steps at 64 tokens took ~0.48 s (8.4 s needed)
+    prof = run_builtin(LoopConfig(**dict(SMALL, dtype="bf16", grad_accum=1, block_size=32)), post_budget_s=16.0,
+                       experiments={})
     assert len(prof.measurements["experiments"]["results"]) == 1, prof.measurements["experiments"].get("skipped")
     (res,) = prof.measurements["experiments"]["results"]
     b_steps = sum(1 for s in prof.measurements["experiments"]["steps"] if s["way"] == "b")
