@@ -11,16 +11,25 @@ import contextlib
 import fcntl
 import os
 import tempfile
+import time
 
 ENV = "GPUPROF_TEST_PROCESS_LOCK"
+LOG_ENV = "GPUPROF_TEST_LOCK_LOG"  # a file: each holder appends its test, its wait and its hold
 
 
 @contextlib.contextmanager
 def many_processes():
     path = os.environ.get(ENV) or os.path.join(tempfile.gettempdir(), "gpuprof-tests-many-processes.lock")
+    t0 = time.monotonic()
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
+        t1 = time.monotonic()
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+            log = os.environ.get(LOG_ENV)
+            if log:  # test, seconds waited, seconds held: the serial path these tests make
+                with open(log, "a", encoding="utf-8") as g:
+                    g.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?')}\t{t1 - t0:.2f}\t"
+                            f"{time.monotonic() - t1:.2f}\n")

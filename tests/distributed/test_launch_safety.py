@@ -112,7 +112,9 @@ def test_stale_rank_folders_of_dead_gpuprofs_are_swept(tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_no_rank_outlives_gpuprof(tmp_path, data_dir, sig):
+def test_no_rank_outlives_gpuprof(tmp_path, data_dir, sig, one_many_process_test):
+    # one launch at a time (tests/cpu_lock.py): a torchrun started beside it by another test (attach's
+    # plain torchrun launcher) makes a torchelastic_* folder of its own that this test would count
     cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "2", "--steps", "500",
            "--warmup", "1", "--post-budget", "0", "--out", str(tmp_path / "p.json"), DDP_SCRIPT,
            f"--data_dir={data_dir}", "--max_iters=1000"]

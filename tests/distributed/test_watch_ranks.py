@@ -10,7 +10,7 @@ import pytest
 from gpuprof.watch.events import read_events
 from gpuprof.watch.ranks import add_straggler_causes
 
-from ddp_helpers import DDP_SCRIPT, free_port, gpuprof, load
+from ddp_helpers import DDP_SCRIPT, free_port, gpuprof, gpuprof_here, load
 
 
 def _free(port: int) -> bool:
@@ -55,8 +55,9 @@ def test_each_rank_writes_its_own_events_and_the_slow_rank_changes_in_data(watch
     # the split is located from the steps' wall times: a slow step just before the change (the
     # host's load) pulls it early; 2 steps early in one quiet run of this file alone (2026-12-07)
     assert abs(slow[0]["at_step"] - DELAY_FROM) <= 2
-    # two sleeps per step on rank 1
-    assert slow[0]["phase_after_s"] - slow[0]["phase_before_s"] == pytest.approx(2 * DELAY_S, rel=0.3)
+    # two sleeps per step on rank 1: the mechanism, with a margin that holds beside the suite's other
+    # worker (a loaded host stretches a sleep and the timing around it; the windows' medians move)
+    assert slow[0]["phase_after_s"] - slow[0]["phase_before_s"] == pytest.approx(2 * DELAY_S, rel=0.5)
     waited = [e for e in ev[0] if e["kind"] == "change"]
     assert len(waited) == 1 and waited[0]["phase"] != "data" and abs(waited[0]["at_step"] - DELAY_FROM) <= 2
 
@@ -127,7 +128,8 @@ def test_a_rank_port_in_use_is_one_line_before_the_launch():
         s.bind(("127.0.0.1", 0))
         s.listen()
         taken = s.getsockname()[1]
-        r = gpuprof("watch", "--nproc-per-node", "2", "--prometheus", taken - 1, DDP_SCRIPT)
+        # in this process: the refusal comes before torchrun or any rank starts
+        r = gpuprof_here("watch", "--nproc-per-node", "2", "--prometheus", taken - 1, DDP_SCRIPT)
     assert r.returncode == 2, r.stderr
     assert f"local rank 1 needs port {taken}" in r.stderr or f"local rank 0 needs port {taken - 1}" in r.stderr
     assert "Traceback" not in r.stderr
