@@ -23,17 +23,80 @@ def free_port() -> int:
 
 
 def gpuprof(*args, timeout=180, cwd=None, **popen) -> subprocess.CompletedProcess:
-    """gpuprof in a process of its own; a torchrun launch (--nproc-per-node) one at a time across
-    the test workers (tests/cpu_lock.py)."""
-    import contextlib
-
+    """gpuprof's exit code, stdout and stderr. A torchrun launch (--nproc-per-node) runs one at a
+    time across the test workers (tests/cpu_lock.py), its launching gpuprof in this process
+    (launch_here); anything else, or a launch from another directory, in a process of its own."""
     from cpu_lock import many_processes
 
+    args = [*map(str, args)]
+    if "--nproc-per-node" not in args:
+        return _own_process(args, timeout, cwd, popen)
+    with many_processes():
+        if cwd is None and not popen:
+            return launch_here(args, timeout)
+        return _own_process(args, timeout, cwd, popen)
+
+
+def _own_process(args, timeout, cwd, popen) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    lock = many_processes() if "--nproc-per-node" in map(str, args) else contextlib.nullcontext()
-    with lock:
-        return subprocess.run([sys.executable, "-m", "gpuprof", *map(str, args)], capture_output=True,
-                              text=True, timeout=timeout, cwd=cwd, env=env, **popen)
+    return subprocess.run([sys.executable, "-m", "gpuprof", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env, **popen)
+
+
+def launch_here(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`gpuprof ... --nproc-per-node N` with gpuprof's own process being this one, as torchrun's
+    agent is gpuprof's process in a user's launch (runners/launch.py runs torchrun in-process and
+    puts back the signal handlers and environment it changes). This process has torch imported: a
+    launch saves gpuprof's start-up (~4 s on this 2-core VM, torch's import most of it) and its exit
+    (~1.3 s), every second of it on the serial path of the launch lock. The ranks are processes of
+    their own and write to file descriptors 1 and 2, which they inherit: both point at one file
+    for stdout and one for stderr while the launch runs, as do sys.stdout and sys.stderr (one file
+    offset each: what gpuprof and its ranks write lands in the order it was written, as through a
+    pipe). A launch still running after `timeout` gets SIGTERM, as a user's kill: torchrun's agent
+    stops the ranks and gpuprof exits with what it has (the test then fails on it)."""
+    import contextlib
+    import signal
+    import tempfile
+    import threading
+
+    from gpuprof.cli import main
+
+    texts = []
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(tempfile.TemporaryFile()) for _ in (1, 2)]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+        env_before = os.environ.get("PYTHONUNBUFFERED")
+        os.environ["PYTHONUNBUFFERED"] = "1"  # the ranks' lines arrive as they print them
+        timer = threading.Timer(timeout, os.kill, (os.getpid(), signal.SIGTERM))
+        try:
+            os.dup2(files[0].fileno(), 1)
+            os.dup2(files[1].fileno(), 2)
+            py = [open(f.fileno(), "w", encoding="utf-8", buffering=1, closefd=False) for f in files]
+            timer.start()
+            with contextlib.redirect_stdout(py[0]), contextlib.redirect_stderr(py[1]):
+                try:
+                    main(args)
+                    code = 0
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            for f in py:
+                f.close()
+        finally:
+            timer.cancel()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            if env_before is None:
+                os.environ.pop("PYTHONUNBUFFERED", None)
+            else:
+                os.environ["PYTHONUNBUFFERED"] = env_before
+        for f in files:
+            f.seek(0)
+            texts.append(f.read().decode("utf-8", errors="replace"))
+    return subprocess.CompletedProcess(["gpuprof", *args], code, texts[0], texts[1])
 
 
 def gpuprof_here(*args) -> subprocess.CompletedProcess:

@@ -17,7 +17,8 @@ from gpuprof.analysis.pipeline import Analysis
 from gpuprof.merge import merge_entries
 from gpuprof.profile import Profile
 
-from ddp_helpers import DDP_SCRIPT, FAST, finding, free_port, gpuprof, gpuprof_here, load, rank_stats
+from cpu_lock import many_processes
+from ddp_helpers import DDP_SCRIPT, FAST, finding, free_port, gpuprof, gpuprof_here, launch_here, load, rank_stats
 
 DELAY_S = 0.05  # rank 1 sleeps this long in every get_batch: 2 per step (accum 4 over 2 ranks)
 
@@ -40,15 +41,23 @@ def two_nodes(tmp_path_factory, data_dir):
     that test_no_sync_toggling_not_flagged reads too (one run of 4 processes for both)."""
     tmp = tmp_path_factory.mktemp("two-nodes")
     port = free_port()
-    procs = []
-    for node in (0, 1):
-        cmd = [sys.executable, "-m", "gpuprof", "diagnose", "--nproc-per-node", "1", "--nnodes", "2",
-               "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port), *FAST,
-               "--out", str(tmp / f"node{node}.json"), DDP_SCRIPT, f"--data_dir={data_dir}"]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for p in procs:
-        _, err = p.communicate(timeout=180)
-        assert p.returncode == 0, err[-3000:]
+
+    def node(n):
+        return ["diagnose", "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", str(n), "--master-addr",
+                "127.0.0.1", "--master-port", str(port), *FAST, "--out", str(tmp / f"node{n}.json"), DDP_SCRIPT,
+                f"--data_dir={data_dir}"]
+
+    with many_processes():  # node 1's gpuprof a process of its own, node 0's this one (launch_here)
+        p = subprocess.Popen([sys.executable, "-m", "gpuprof", *node(1)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            r0 = launch_here(node(0), timeout=180)
+            _, err = p.communicate(timeout=180)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    assert r0.returncode == 0, r0.stderr[-3000:]
+    assert p.returncode == 0, err[-3000:]
     nodes = [load(tmp / f"node{n}.json") for n in (0, 1)]
     # merge runs nothing: in this process (the nodes above are the processes of their own)
     r = gpuprof_here("merge", tmp / "node1.json", tmp / "node0.json", "--out", tmp / "all.json")
