@@ -68,3 +68,28 @@ def pytest_configure(config):
     # (tests/strict_bounds.py; a test marked `adversarial` is exempt).
     if not config.pluginmanager.is_registered(strict_bounds):
         config.pluginmanager.register(strict_bounds, "gpuprof-strict-bounds")
+
+
+# The tests that take tests/cpu_lock.py's lock run one at a time whatever worker runs them; spread
+# over both workers they made one wait on the other (68 s of a 427-s run, 2026-12-07). With
+# pyproject's `--dist loadgroup --no-loadscope-reorder` they are one work unit, the first, run by
+# one worker in a row while the other worker runs the rest; every other test file is a unit of its
+# own, so that a module's fixtures run once (a torchrun launch set up on both workers cost 43 + 24 s).
+LAUNCH_FILES = {"test_torchrun.py", "test_fsdp.py", "test_watch_ranks.py", "test_torchrun_module.py"}  # ddp_helpers.gpuprof
+MANY = "many-processes"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks
+def pytest_collection_modifyitems(config, items):
+    many = []
+    for item in items:
+        path = item.path
+        if ("one_many_process_test" in getattr(item, "fixturenames", ())
+                or (path.parent.name == "distributed" and path.name in LAUNCH_FILES)):
+            item.add_marker(pytest.mark.xdist_group(MANY))
+            many.append(item)
+        else:
+            item.add_marker(pytest.mark.xdist_group(str(path.relative_to(config.rootpath))))
+    # the serial chain first: it is the longest unit and nothing can run beside it on its worker
+    first = set(many)
+    items[:] = many + [item for item in items if item not in first]

@@ -6,6 +6,7 @@ window (ratios from one run: the machine's speed does not matter)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gpuprof.analysis.bounds import violations
@@ -240,8 +242,17 @@ def test_a_torchrun_launchers_ranks_are_attached_and_merged(tmp_path, one_many_p
         code, _, stderr = _cli_out("attach", str(launcher.pid), "--duration", "3", "--rate", "500", "--out", str(out))
         r = subprocess.CompletedProcess([], code, "", stderr)
     finally:
+        # the ranks too, wherever they are: torchrun starts its workers in sessions of their own, so
+        # the launcher's group is not theirs; left alone, the two ranks (100,000 iterations) ran on
+        # with ~1.8 cores busy for minutes of the suite after this test (2026-12-07)
+        ranks = psutil.Process(launcher.pid).children(recursive=True) if launcher.poll() is None else []
         os.killpg(launcher.pid, signal.SIGKILL)
+        for rank in ranks:
+            with contextlib.suppress(psutil.Error):
+                rank.kill()
+        psutil.wait_procs(ranks, timeout=10)
         launcher.wait()
+        launcher.stdout.close()
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"process {launcher.pid} is a torchrun launcher: attaching to its 2 ranks" in r.stderr
     prof = _checked(out)
