@@ -22,6 +22,8 @@ from gpuprof.watch.events import read_events
 from gpuprof.watch.pid import check_every, nvml_of, watch_pid
 from gpuprof.watch.windows import Every
 
+from ddp_helpers import gpuprof_here
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TARGET = FIXTURES / "attach_target.py"
 
@@ -146,9 +148,10 @@ LINE = re.compile(r"^iter (\d+): time ([0-9.]+) ms, data ([0-9.]+) ms")
 
 
 def test_a_running_loop_whose_loader_slows_is_watched_from_outside(tmp_path, one_many_process_test):
-    # ~50 ms steps, then ~150 ms: the watch starts ~50 steps in (imports, py-spy); three windows of ~2 s (1.5 s of
-    # samples and py-spy starting) before the slowdown, four after it
-    slow_from = 180
+    # ~50 ms steps, then ~150 ms: the watch starts a few steps in (in this process: no start-up of its
+    # own; py-spy's); three windows of ~2 s (1.5 s of samples and py-spy starting) before the
+    # slowdown, four after it
+    slow_from = 120
     proc = subprocess.Popen([sys.executable, str(TARGET), "--data_s", "0.01", "--slow_from", str(slow_from),
                              "--slow_data_s", "0.05", "--iters", str(slow_from + 60), "--hidden", "512"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -170,9 +173,8 @@ def test_a_running_loop_whose_loader_slows_is_watched_from_outside(tmp_path, one
             assert proc.poll() is None and time.monotonic() < end, "the target did not start stepping"
             time.sleep(0.05)
         ev_path = tmp_path / "ev.jsonl"
-        r = subprocess.run([sys.executable, "-m", "gpuprof", "watch", "--pid", str(proc.pid), "--every", "1.5s",
-                            "--rate", "400", "--events", str(ev_path), "--json"],
-                           capture_output=True, text=True, timeout=180)
+        r = gpuprof_here("watch", "--pid", proc.pid, "--every", "1.5s", "--rate", "400", "--events", ev_path,
+                         "--json")
     finally:
         if proc.poll() is None:
             proc.kill()
