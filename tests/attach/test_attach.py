@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -98,9 +99,13 @@ def attached(tmp_path_factory):
     try:
         for t in targets.values():
             t.wait_steps(3)
+        # 5 s, or longer where the targets' steps are slow (a host loaded beyond the suite: beside a
+        # busy loop one target's steps took ~2 s and the window held 2, 2026-12-07): ~6 steps each
+        slowest = max(max(ms for _, ms, _ in t.lines[-2:]) for t in targets.values()) / 1000
+        duration = max(5, math.ceil(6 * slowest))
         out = tmp_path_factory.mktemp("attach") / "three.json"
         code, stdout, stderr = _cli_out("attach", *(str(t.proc.pid) for t in targets.values()),
-                                        "--duration", "5", "--rate", "300", "--out", str(out))
+                                        "--duration", str(duration), "--rate", "300", "--out", str(out))
         assert all(t.proc.poll() is None for t in targets.values())  # the targets kept running
         time.sleep(0.5)  # the last step's line arrives
     finally:

@@ -56,7 +56,8 @@ def test_each_rank_writes_its_own_events_and_the_slow_rank_changes_in_data(watch
     # host's load) pulls it early; 2 steps early in one quiet run of this file alone (2026-12-07)
     assert abs(slow[0]["at_step"] - DELAY_FROM) <= 2
     # two sleeps per step on rank 1: the mechanism, with a margin that holds beside the suite's other
-    # worker (a loaded host stretches a sleep and the timing around it; the windows' medians move)
+    # worker (a loaded host stretches a sleep and the timing around it; the windows' medians move);
+    # ±30% was asked before. How close it comes on a quiet machine: no benchmark times it yet
     assert slow[0]["phase_after_s"] - slow[0]["phase_before_s"] == pytest.approx(2 * DELAY_S, rel=0.5)
     waited = [e for e in ev[0] if e["kind"] == "change"]
     assert len(waited) == 1 and waited[0]["phase"] != "data" and abs(waited[0]["at_step"] - DELAY_FROM) <= 2
