@@ -160,18 +160,20 @@ def test_the_report_of_an_attached_run(attached):
 
 
 def test_a_target_that_ends_during_the_attach_is_reported(tmp_path):
-    target = Target("--iters", "30")  # ~0.15-0.2 s per step: it ends within the window
+    # ~0.15-0.2 s per step: it ends within the window (60 s: room for a host loaded beyond the
+    # suite, where this test took 34 s; the attach ends when the target does)
+    target = Target("--iters", "30")
     try:
         target.wait_steps(2)
         out = tmp_path / "ended.json"
-        r = _attach(target, out, duration=20)
+        r = _attach(target, out, duration=60)
     finally:
         target.stop()
     assert r.returncode == 0, r.stderr[-2000:]
     assert "ended during the attach" in r.stderr
     prof = _checked(out)
     ended = prof["measurements"]["attach"]["process"]["ended_at_s"]
-    assert prof["run"]["partial"] and prof["run"]["target_ended_at_s"] == ended < 20  # a figure, not a sentence
+    assert prof["run"]["partial"] and prof["run"]["target_ended_at_s"] == ended < 60  # a figure, not a sentence
     assert "note" not in prof["run"]
     assert "the target ended" in " ".join(r.stdout.replace("│", " ").split())  # the report words it
 
