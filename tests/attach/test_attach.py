@@ -251,7 +251,7 @@ def test_a_torchrun_launchers_ranks_are_attached_and_merged(tmp_path, one_many_p
     finally:
         # the ranks too, wherever they are: torchrun starts its workers in sessions of their own, so
         # the launcher's group is not theirs; left alone, the two ranks (100,000 iterations) ran on
-        # with ~1.8 cores busy for minutes of the suite after this test (2026-12-07)
+        # for minutes of the suite after this test, ~0.85 of a core between them (ps, 2026-12-07)
         ranks = psutil.Process(launcher.pid).children(recursive=True) if launcher.poll() is None else []
         os.killpg(launcher.pid, signal.SIGKILL)
         for rank in ranks:
