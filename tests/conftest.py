@@ -71,25 +71,48 @@ def pytest_configure(config):
 
 
 # The tests that take tests/cpu_lock.py's lock run one at a time whatever worker runs them; spread
-# over both workers they made one wait on the other (68 s of a 427-s run, 2026-12-07). With
-# pyproject's `--dist loadgroup --no-loadscope-reorder` they are one work unit, the first, run by
-# one worker in a row while the other worker runs the rest; every other test file is a unit of its
-# own, so that a module's fixtures run once (a torchrun launch set up on both workers cost 43 + 24 s).
-LAUNCH_FILES = {"test_torchrun.py", "test_fsdp.py", "test_watch_ranks.py", "test_torchrun_module.py"}  # ddp_helpers.gpuprof
+# over both workers they made one wait on the other (68 s of a 427-s run, 2026-12-07). Under
+# pytest-xdist (`-n 2`) this scheduler makes them one work unit, run first by one worker while the
+# other worker runs the rest; every other test file is a unit of its own, so that a module's
+# fixtures run once (a torchrun launch set up on both workers cost 43 + 24 s). A scheduler of our
+# own: xdist's `--dist loadgroup` renames node ids, which pytest 9.2 no longer lets it do.
+LAUNCH_FILES = {"tests/distributed/test_torchrun.py", "tests/distributed/test_fsdp.py",  # ddp_helpers.gpuprof
+                "tests/distributed/test_watch_ranks.py", "tests/distributed/test_torchrun_module.py"}
+LOCK_TESTS = {  # the tests that take the lock through the one_many_process_test fixture (checked below)
+    "tests/watch/test_watch_pid.py::test_a_running_loop_whose_loader_slows_is_watched_from_outside",
+    "tests/watch/test_watch_run.py::test_a_periodic_eval_is_no_change_and_is_named_periodic",
+    "tests/attach/test_attach.py::test_a_torchrun_launchers_ranks_are_attached_and_merged",
+    "tests/distributed/test_launch_safety.py::test_no_rank_outlives_gpuprof",
+}
 MANY = "many-processes"
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks
+def work_unit(nodeid: str) -> str:
+    """The unit a test is scheduled in: MANY, or its file."""
+    file = nodeid.split("::", 1)[0]
+    return MANY if file in LAUNCH_FILES or nodeid.split("[", 1)[0] in LOCK_TESTS else file
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduler(LoadScopeScheduling):
+        """xdist's scope scheduling with our units, in collection order (MANY first, see below)."""
+
+        def _split_scope(self, nodeid):
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # not by size: the serial chain is the longest unit
+    return Scheduler(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    many = []
+    many = [item for item in items if work_unit(item.nodeid) == MANY]
     for item in items:
-        path = item.path
-        if ("one_many_process_test" in getattr(item, "fixturenames", ())
-                or (path.parent.name == "distributed" and path.name in LAUNCH_FILES)):
-            item.add_marker(pytest.mark.xdist_group(MANY))
-            many.append(item)
-        else:
-            item.add_marker(pytest.mark.xdist_group(str(path.relative_to(config.rootpath))))
-    # the serial chain first: it is the longest unit and nothing can run beside it on its worker
+        if "one_many_process_test" in getattr(item, "fixturenames", ()) and item not in many:
+            raise pytest.UsageError(f"{item.nodeid} takes the many-process lock: list it in tests/conftest.py LOCK_TESTS")
+    # the serial chain first: nothing can run beside it on its worker, and it is the longest unit
     first = set(many)
     items[:] = many + [item for item in items if item not in first]
