@@ -59,8 +59,6 @@ def launch_here(args: list[str], timeout: float) -> subprocess.CompletedProcess:
     import tempfile
     import threading
 
-    from gpuprof.cli import main
-
     texts = []
     with contextlib.ExitStack() as stack:
         files = [stack.enter_context(tempfile.TemporaryFile()) for _ in (1, 2)]
@@ -76,11 +74,7 @@ def launch_here(args: list[str], timeout: float) -> subprocess.CompletedProcess:
             py = [open(f.fileno(), "w", encoding="utf-8", buffering=1, closefd=False) for f in files]
             timer.start()
             with contextlib.redirect_stdout(py[0]), contextlib.redirect_stderr(py[1]):
-                try:
-                    main(args)
-                    code = 0
-                except SystemExit as exc:
-                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                code = _main_exit_code(args)
             for f in py:
                 f.close()
         finally:
@@ -105,16 +99,21 @@ def gpuprof_here(*args) -> subprocess.CompletedProcess:
     import contextlib
     import io
 
-    from gpuprof.cli import main
-
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main([*map(str, args)])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        code = _main_exit_code([*map(str, args)])
     return subprocess.CompletedProcess(["gpuprof", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+def _main_exit_code(args: list[str]) -> int:
+    """gpuprof's entry point in this process; the exit code a process of its own would end with."""
+    from gpuprof.cli import main
+
+    try:
+        main(args)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
 
 
 def finding(profile: dict, fid: str) -> dict | None:

@@ -26,7 +26,7 @@ RUN = ["--steps", "4", "--warmup", "1", "--post-budget", "2"]  # post-run parts 
 @pytest.fixture(scope="module")
 def slow_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("fsdp") / "merged.json"
-    r = gpuprof("diagnose", "--nproc-per-node", "2", *RUN, "--out", out, FSDP, f"--slow_rank=1",
+    r = gpuprof("diagnose", "--nproc-per-node", "2", *RUN, "--out", out, FSDP, "--slow_rank=1",
                 f"--slow_s={SLOW_S}", "--max_iters=30", timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     return load(out), r
