@@ -31,6 +31,7 @@ def _one_torch_thread():
 # `fakes.cuda`); strict_bounds is the physical-bounds check every test passes.
 sys.path.insert(0, str(Path(__file__).parent))
 
+import leak_guard  # noqa: E402
 import strict_bounds  # noqa: E402
 
 
@@ -68,6 +69,11 @@ def pytest_configure(config):
     # (tests/strict_bounds.py; a test marked `adversarial` is exempt).
     if not config.pluginmanager.is_registered(strict_bounds):
         config.pluginmanager.register(strict_bounds, "gpuprof-strict-bounds")
+    # No test file leaves a process running (tests/leak_guard.py): each pytest process marks its
+    # environment before any test starts a process.
+    leak_guard.mark()
+    if not config.pluginmanager.is_registered(leak_guard):
+        config.pluginmanager.register(leak_guard, "gpuprof-leak-guard")
 
 
 # The tests that take tests/cpu_lock.py's lock run one at a time whatever worker runs them; spread
