@@ -99,14 +99,18 @@ def test_a_periodic_eval_is_no_change_and_is_named_periodic(script, tmp_path, on
     # once in a full suite this run's ~13 ms steps moved +11% for 24 steps and back (what ran beside
     # it was not recorded; the message below now says the changes' causes)
     # an eval of 8 batches (80 ms of sleep) every 7 steps of ~13 ms
-    result, recorder, events, _ = _watch(script, tmp_path, "--eval_every=7", "--eval_iters=8", "--delay=0.01",
+    delay = 0.01
+    result, recorder, events, _ = _watch(script, tmp_path, "--eval_every=7", "--eval_iters=8", f"--delay={delay}",
                                          "--max_iters=80")
     changes = [e for e in events if e["kind"] == "change"]
     assert not any(c["phase"] == "eval" for c in changes)
     # a change here can only be other processes' load on this shared machine: it says so, or it is
-    # a shift of the level under a tenth of the step (seen: +0.55 ms on an 11.5 ms step, the
-    # suite's other tests loading the VM)
-    assert all(any(k["kind"] == "contention" for k in c["causes"]) or abs(c["saving_s"]) < 0.1 * c["before_s"]
+    # a shift of the level by at most the step's own compute again plus a tenth of the step (samplers
+    # are off here, so contention cannot be named; a process beside it can take the core this ~2.5 ms
+    # of compute runs on: seen +0.55 ms on an 11.5 ms step, and +2.52 ms on a 12.5 ms one with the lock
+    # held, 2026-12-07). The eval folded into the level would be ~11 ms a step (80 ms every 7): far above.
+    assert all(any(k["kind"] == "contention" for k in c["causes"])
+               or abs(c["saving_s"]) < 0.1 * c["before_s"] + (c["before_s"] - delay)
                for c in changes), [(c["at_step"], c["before_s"], c["saving_s"], [k["kind"] for k in c["causes"]])
                                    for c in changes]
     periodic = [e for e in events if e["kind"] == "periodic"]
