@@ -13,15 +13,24 @@ Every profile and analysis a test makes is checked against the physical bounds
 """
 
 import os
+import signal
 import sys
 from pathlib import Path
 
 # Bytecode caches are written whatever PYTHONDONTWRITEBYTECODE says (this project's machines set
 # it): without them each pytest-xdist worker rewrote every test module's asserts at collection
-# (15 s a worker here, 7.5 s with the caches) and every process a test starts compiled gpuprof's
+# (collecting alone: 15 s here, 6-8 s with the caches) and every process a test starts compiled gpuprof's
 # ~36,000 lines again (0.4 s more to import it all). They go to __pycache__ folders, ignored by git.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+# The Ctrl-C tests send SIGINT to the processes they start. A suite started in the background by a
+# shell without job control (`python -m pytest ... &` in a script) inherits SIGINT ignored, and so
+# does every process it starts (Python installs its Ctrl-C handler only where SIGINT is not
+# ignored): four such tests failed for the way the suite was started (2026-12-07). The suite's
+# processes get Ctrl-C's default back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
