@@ -74,8 +74,10 @@ def test_a_script_with_one_1s_pause_among_eight_45ms_steps(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     saved = json.loads(out.read_text())
     steps, findings = saved["analysis"]["steps"], saved["analysis"]["findings"]
-    pause = [x for x in steps["irregular"] if x["phase"] == "other"]
-    assert len(pause) == 1 and 0.9 <= pause[0]["phase_extra_s"] <= 1.5  # the 1 s sleep, named
+    # the 1 s sleep, named; a step the suite's other worker slowed may be irregular too (seen: a 101-ms
+    # step, +36 ms in `other`, beside the 1-s pause in a full suite, 2026-12-07): it is, but not a pause
+    pause = [x for x in steps["irregular"] if x["phase"] == "other" and x["phase_extra_s"] >= 0.5]
+    assert len(pause) == 1 and 0.9 <= pause[0]["phase_extra_s"] <= 1.5
     assert 0.040 <= steps["step_s"] < 0.25  # the typical step: a 40 ms sleep and a tiny model, not the pause
     irr = next(f for f in findings if f["id"] == "irregular-steps")
     assert f"#{pause[0]['index']}" in irr["title"] and irr["evidence"]["cost_per_step_s"] > 0.09
