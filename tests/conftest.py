@@ -17,7 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
-# Bytecode caches are written whatever PYTHONDONTWRITEBYTECODE says (this project's machines set
+# Bytecode caches are written whatever PYTHONDONTWRITEBYTECODE says (the project's VM's shell sets
 # it): without them each pytest-xdist worker rewrote every test module's asserts at collection
 # (collecting alone: 15 s here, 6-8 s with the caches) and every process a test starts compiled gpuprof's
 # ~36,000 lines again (0.4 s more to import it all). They go to __pycache__ folders, ignored by git.
