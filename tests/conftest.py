@@ -133,9 +133,9 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     many = [item for item in items if work_unit(item.nodeid) == MANY]
+    first = set(many)
     for item in items:
-        if "one_many_process_test" in getattr(item, "fixturenames", ()) and item not in many:
+        if "one_many_process_test" in getattr(item, "fixturenames", ()) and item not in first:
             raise pytest.UsageError(f"{item.nodeid} takes the many-process lock: list it in tests/conftest.py LOCK_TESTS")
     # the serial chain first: nothing can run beside it on its worker, and it is the longest unit
-    first = set(many)
     items[:] = many + [item for item in items if item not in first]

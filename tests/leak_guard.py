@@ -13,6 +13,7 @@ forkserver) are not leaks.
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 
@@ -65,7 +66,7 @@ def leftovers(value: str, grace_s: float = GRACE_S) -> dict[int, str]:
         found = marked_processes(value)
     for pid in found:
         try:
-            os.kill(pid, 9)
+            os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
     return found

@@ -43,4 +43,5 @@ def test_a_process_that_ends_within_the_grace_is_no_leak_and_another_mark_is_not
         assert short.poll() is not None and other.poll() is None
     finally:
         other.kill()
-        short.wait(), other.wait()
+        for p in (short, other):
+            p.wait()

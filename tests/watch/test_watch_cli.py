@@ -86,7 +86,7 @@ def test_the_report_then_the_changes_and_the_metrics_scraped_over_loopback(scrip
     assert "gpuprof diagnosis:" in out and "What changed over the run (gpuprof watch)" in out
     changed = out[out.index("What changed over the run (gpuprof watch)"):]
     # the loader's slowdown at step 30, named with data; on a quiet machine the rule can also flag a
-    # ~1 ms shift of these steady ~13 ms steps before it (seen once in the full suite: a known gap,
+    # ~1 ms shift of these steady steps before it (seen once in the full suite: a known gap,
     # docs/watch.md), so the data change is looked for among the changes, not only first. One found at
     # step 22 (+1.6 ms of 12.7-ms steps, CI 2026-12-07) left too few windows to find the one at 30: the
     # sleeps are 20 ms and 80 ms (were 10 and 40), so the same host noise is half the share of a step
