@@ -103,10 +103,14 @@ def test_schedstat_counts_a_busy_threads_cpu():
         while not done.is_set():
             x += 1
 
-    a = cost.read(os.getpid())
     t = threading.Thread(target=spin)
     t.start()
     try:
+        # read once the spinner runs: rates() counts the threads in both readings, and a reading
+        # taken before it started left only this thread's own reads to count (3.7 s to reach 50 ms
+        # of CPU; under load it fell short in 200 tries, 2026-12-08)
+        a = cost.read(os.getpid())
+        assert t.native_id in a
         b = None
         for _ in range(200):  # until the spinner has run 50 ms of CPU (counted, not timed)
             b = cost.read(os.getpid())
