@@ -148,6 +148,13 @@ def group_findings(findings) -> Findings:
                     [v for v in views if v.kind not in ("verdict", "fix", "correction", "irregular")] + verdicts[1:])
 
 
+def _step_statistic(profile: Profile, stats) -> str:
+    """How the headline step was obtained; for an attached run whose steps were mostly inferred,
+    that it is an estimate (words.inferred_steps_note)."""
+    note = words.inferred_steps_note(profile)
+    return words.step_statistic(stats) + (f"; {note}" if note else "")
+
+
 def build_report(profile: Profile, analysis: Analysis) -> Report:
     title = "gpuprof diagnosis" + (" (partial)" if profile.run.get("partial") else "")
     stats = analysis.stats
@@ -168,7 +175,7 @@ def build_report(profile: Profile, analysis: Analysis) -> Report:
     basis = (f"the mean of {len(stats.typical)} typical steps" if stats.irregular
              else f"the mean of {stats.n_steps} measured steps")
     return Report(
-        has_steps=True, step=seconds(stats.step_s), step_statistic=words.step_statistic(stats),
+        has_steps=True, step=seconds(stats.step_s), step_statistic=_step_statistic(profile, stats),
         throughput=words.throughput_text(profile, stats), micro=words.micro_text(stats),
         typical_note=words.TYPICAL_NOTE if stats.irregular else None,
         script_log=words.script_log_line(profile, stats), noise=words.noise_line(profile, stats),

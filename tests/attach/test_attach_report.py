@@ -4,8 +4,11 @@ stored the sentences (measurements.attach.gpu_inference, h2d_note) still reads."
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from gpuprof.attach.phases import UNIT_SURE
 from gpuprof.profile import Profile, StepRecord
 from gpuprof.report import attach as ra
 from gpuprof.report.words import what_ran
@@ -47,3 +50,33 @@ def test_an_older_profiles_sentences_still_read():
     g = ra.gpu_inference(prof)
     assert g.text == old and g.reading is None  # what the older gpuprof judged, shown as it was
     assert dict(what_ran(prof, prof.stats))["GPU"] == old
+
+
+def _steps_found(steps: int, gaps: int, split: int, margin: float | None) -> dict:
+    return {"steps": steps, "gaps": gaps, "gaps_split": split, "boundaries": gaps + 1, "typical_micro_steps": 4,
+            "unit_margin": margin}
+
+
+@pytest.mark.parametrize("found, says", [
+    # 2026-12-08: 5 boundaries seen in ~78 steps, 10 of 11 steps from split gaps, the unit 3.3x likelier
+    # than the next: the step read 215 ms for the target's 129 ms
+    (_steps_found(11, 4, 3, math.log(3.3)), "an estimate: 10 of the 11 steps inferred from gaps between the 5 step "
+                                            "boundaries seen, by a micro-steps-per-step figure (4) that is uncertain"),
+    (_steps_found(40, 10, 8, None), "an estimate: 38 of the 40 steps inferred"),  # unit given: no "uncertain"
+    (_steps_found(40, 30, 5, math.log(400)), None),  # most steps between boundaries seen, the unit sure
+    (_steps_found(40, 30, 5, math.log(3.0)), "uncertain"),  # few inferred, but the unit that splits them unsure
+])
+def test_an_attached_step_mostly_inferred_says_it_is_an_estimate(found, says):
+    from gpuprof.analysis.pipeline import analyze
+    from gpuprof.report.model import build_report
+
+    prof = _attached({"available": False, "reason": "no NVML"}, steps=found)
+    line = build_report(prof, analyze(prof)).step_statistic
+    assert line.startswith("mean of 3 measured steps")
+    if says is None:
+        assert "estimate" not in line and "uncertain" not in line
+    else:
+        assert says in line
+        assert ("uncertain" in line) == (found["unit_margin"] is not None and found["unit_margin"] < UNIT_SURE)
+    assert build_report(_attached({"available": False, "reason": "no NVML"}), analyze(prof)).step_statistic \
+        == line.split("; an estimate")[0]  # a profile without the figures (an older one, or diagnose): as before
