@@ -138,7 +138,8 @@ def inferred_steps_note(profile: Profile) -> str | None:
     once-per-step code was sampled at few boundaries, so gaps holding several steps were split by
     the micro-steps per step, and where that unit is uncertain the step is too (a micro-step whose
     compute lasts about one sampling period goes unseen: 229 ms read for a 129-ms step,
-    docs/measurements/2026-12-08-attach-cost.md). None where the steps were seen or the unit given."""
+    docs/measurements/2026-12-08-attach-cost.md). None where most steps lay between boundaries seen
+    and the unit is given or sure."""
     from gpuprof.attach.phases import UNIT_SURE
 
     steps = (profile.measurements.get("attach") or {}).get("steps") or {}
@@ -150,8 +151,9 @@ def inferred_steps_note(profile: Profile) -> str | None:
     inferred = n - (gaps - split)  # the steps that came out of gaps split evenly
     if not uncertain and inferred * 2 <= n:
         return None
-    text = (f"an estimate: {inferred} of the {n} steps inferred from gaps between the "
-            f"{steps.get('boundaries', 0)} step boundaries seen")
+    seen = steps.get("boundaries", 0)
+    text = (f"an estimate: {inferred} of the {n} steps inferred from gaps between the {seen} step boundaries seen"
+            if inferred > 0 else f"an estimate: each gap between the {seen} step boundaries seen counted as one step")
     if uncertain:
         text += (f", by a micro-steps-per-step figure ({steps.get('typical_micro_steps')}) that is uncertain: "
                  "`--grad-accum N` sets it")

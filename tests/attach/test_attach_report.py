@@ -65,6 +65,8 @@ def _steps_found(steps: int, gaps: int, split: int, margin: float | None) -> dic
     (_steps_found(40, 10, 8, None), "an estimate: 38 of the 40 steps inferred"),  # unit given: no "uncertain"
     (_steps_found(40, 30, 5, math.log(400)), None),  # most steps between boundaries seen, the unit sure
     (_steps_found(40, 30, 5, math.log(3.0)), "uncertain"),  # few inferred, but the unit that splits them unsure
+    (_steps_found(30, 30, 0, math.log(2.0)), "an estimate: each gap between the 31 step boundaries seen counted as "
+                                             "one step, by a micro-steps-per-step figure (4) that is uncertain"),
 ])
 def test_an_attached_step_mostly_inferred_says_it_is_an_estimate(found, says):
     from gpuprof.analysis.pipeline import analyze
