@@ -22,7 +22,7 @@ The bar (the issue's): a claimed saving within max(5 points, half of it) of the 
 achieved saving of 5% or more never unclaimed; a fix achieving 5% or more slower reported as slower.
 
     python benchmarks/loop_experiments.py [--rounds 3] [--only precision,fused] [--with-compile]
-        [--post-budget 20] [--plain-pairs 4] [--json FILE]
+        [--post-budget 20] [--plain-pairs 4] [--json FILE] [--fixed-malloc]
     python benchmarks/loop_experiments.py --rounds 5 --only attention,attention-model,attention-layers
         # attention by hand → SDPA three ways: on the loop, the whole model after the run, one layer alone
 
@@ -67,6 +67,15 @@ CASES["attention-model"] = CASES["attention"][:3] + (None, ["--no-experiments"])
 CASES["attention-layers"] = CASES["attention"][:3] + (None, ["--no-experiments"])
 LAYERS_ONLY = {"attention-layers": {"GPUPROF_ATTENTION_LAYERS_ONLY": "1"}}
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+# --fixed-malloc: glibc's allocator told to keep freed memory (an mmap threshold of 32 MiB, its
+# maximum, and no trimming), so that no step page-faults its buffers back in. By default glibc
+# returns large freed blocks to the OS and faults them in again on the next step, and how many it
+# returns depends on the process's history (a dynamic threshold that rises as blocks are freed):
+# on 2026-12-08's VM this fixture's bf16 step took ~3,900 minor faults and 18-19 ms alone in its
+# process, ~2,000 and 15 ms in a process that also ran fp32 steps, none and 12 ms with the allocator
+# fixed (docs/measurements/2026-12-07-loop-experiments.md, series 19). The experiment steps alternate
+# both ways in one process; the plain runs each run one way from a fresh one.
+FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(2 ** 31)}
 
 
 def plain(args: list[str], steps: int = 16) -> float:
@@ -118,7 +127,11 @@ def main() -> int:
     # next on this VM (memory layout, the host), so a 5% fix needs many processes each way: with 2
     # pairs a round the fused optimizer's truth read -1.1% to +12.6% over seven series
     ap.add_argument("--plain-pairs", type=int, default=4, help="ABBA pairs of plain runs per round (each way 2× this)")
+    ap.add_argument("--fixed-malloc", action="store_true",
+                    help="every child with glibc's allocator keeping freed memory (no page faults per step; see FIXED_MALLOC)")
     a = ap.parse_args()
+    if a.fixed_malloc:
+        ENV.update(FIXED_MALLOC)
     names = [n for n in a.only.split(",") if n] + (["compile"] if a.with_compile else [])
     results, failed = [], False
     with tempfile.TemporaryDirectory() as tmp:

@@ -171,6 +171,9 @@ class Experiments:
                "way": way, "timed": timed, "host_s": walls[-1] if walls else None}
         if self.planned[i].switch.phases and self.host_phases:  # the decision's own figures: host phases
             rec["host_phases"] = hooks.timer.last_host_phases()
+        counts = getattr(hooks.timer, "last_counts", dict)()
+        if counts:  # the step's page faults and kernel time (the allocator's state differs by way)
+            rec.update(counts)
         self.records.append(rec)
         self._open = None
         if timed and self._decided(self.planned[i].switch.id):
@@ -310,6 +313,12 @@ class Experiments:
             res.update(phases=list(sw.phases), b_local_s=b)
         if getattr(sw, "compile_s", None) is not None:
             res["compile_wrapper_s"] = sw.compile_s
+        kernel = {w: [r["kernel_s"] for r in timed if r["way"] == w and isinstance(r.get("kernel_s"), (int, float))]
+                  for w in ("a", "b")}
+        if kernel["a"] and kernel["b"]:  # each way's kernel time per step (mean: tick-accounted) and faults
+            res["kernel_s"] = {w: sum(v) / len(v) for w, v in kernel.items()}
+            res["minor_faults"] = {w: median([r["minor_faults"] for r in timed if r["way"] == w
+                                              and isinstance(r.get("minor_faults"), int)]) for w in ("a", "b")}
         idle = getattr(sw, "ineffective", lambda: None)()  # the fix on changed nothing (said why)
         if idle:
             res["not_measured"] = idle

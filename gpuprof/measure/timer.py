@@ -26,12 +26,27 @@ finished on the GPU instead of hanging the rank.
 from __future__ import annotations
 
 import random
+import resource
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
 from gpuprof.profile import StepRecord
+
+def thread_rusage() -> tuple[int, float] | None:
+    """(minor page faults, seconds in the kernel) of the calling thread so far; None where the OS
+    has no per-thread usage (RUSAGE_THREAD is Linux's). One getrusage call, ~1 µs."""
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    if who is None:
+        return None
+    try:
+        r = resource.getrusage(who)
+    except (OSError, ValueError):
+        return None
+    return r.ru_minflt, r.ru_stime
+
 
 @dataclass
 class _Pending:
@@ -57,8 +72,13 @@ class PhaseTimer:
 
     def __init__(self, clock: Callable[[], int] = time.perf_counter_ns, events=None,
                  gpu_unavailable: str | None = None, keep_steps: int | None = None, keep_first: int = 0,
-                 seed: int = 0):
+                 seed: int = 0, rusage: Callable[[], tuple[int, float] | None] | None = thread_rusage):
         self._clock = clock
+        # The training thread's minor page faults and kernel time per step (StepRecord.extra
+        # `minor_faults`, `kernel_s`): what the step spent in the kernel, e.g. faulting in memory
+        # the allocator gave back to the OS (analysis.rules.host_memory). None: not read.
+        self._rusage = rusage
+        self._ru0: tuple | None = None
         self._events = events
         self._origin = clock()
         self._label = "other"
@@ -128,6 +148,7 @@ class PhaseTimer:
         now = self._clock()
         self._in_step = True
         self._step_start = now
+        self._ru0 = (threading.get_ident(), self._rusage()) if self._rusage is not None else None
         self._span0 = self._spans_base + len(self.spans)
         self._mark = now
         self._host: dict[str, int] = {}
@@ -170,10 +191,16 @@ class PhaseTimer:
         self._mark = now
         if self._events is not None:
             self._ev.append((self._events.record(), self._label))
+        extra = dict(extra or {})
+        if self._ru0 is not None and self._ru0[1] is not None and self._ru0[0] == threading.get_ident():
+            ru1 = self._rusage()
+            if ru1 is not None:  # the thread that opened the step closes it: its own counts
+                extra["minor_faults"] = ru1[0] - self._ru0[1][0]
+                extra["kernel_s"] = round(max(0.0, ru1[1] - self._ru0[1][1]), 6)
         # Only the slice is kept here; the spans are joined after the run (_resolve), not in the step.
         self._pending.append(
             _Pending(self._index, self._step_start, now - self._step_start, self._host, tokens,
-                     micro_steps, self._ev, dict(extra or {}), (self._span0, self._spans_base + len(self.spans)))
+                     micro_steps, self._ev, extra, (self._span0, self._spans_base + len(self.spans)))
         )
         self._index += 1
         self.steps_closed += 1
@@ -363,6 +390,11 @@ class PhaseTimer:
         """Host seconds per phase of the step closed last and not yet read by steps() (None before
         any): what the experiments decide on while the run goes on."""
         return {k: v / 1e9 for k, v in self._pending[-1].host.items()} if self._pending else None
+
+    def last_counts(self) -> dict:
+        """The step closed last's page faults and kernel time ({} before any, or where not read)."""
+        ex = self._pending[-1].extra if self._pending else {}
+        return {k: ex[k] for k in ("minor_faults", "kernel_s") if k in ex}
 
     def last_index(self) -> int | None:
         """The index of the step closed last (None before any)."""

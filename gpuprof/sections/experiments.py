@@ -36,6 +36,10 @@ class Experiment(Record):
     b_local_s: list = field(default_factory=list)
     step_ratio: float | None = None
     step_interval: dict | None = None
+    # Each way's kernel time per step (mean over its timed steps) and minor page faults (median):
+    # {"a": …, "b": …}; None in an older profile or where the OS has no per-thread counts.
+    kernel_s: dict | None = None
+    minor_faults: dict | None = None
 
     @property
     def measured(self) -> bool:

@@ -12,6 +12,7 @@ from gpuprof.analysis.rules.gpu import (
     optimizer_slow,
     sync_in_step,
 )
+from gpuprof.analysis.rules.host_memory import page_faults
 from gpuprof.analysis.rules.machine import cpu_saturated, gpu_throttled, mfu_misreported
 from gpuprof.analysis.rules.compile_breaks import graph_breaks, recompiles
 from gpuprof.analysis.rules.compute import (
@@ -51,6 +52,7 @@ RULES = [
     recompiles,
     launch_bound,
     sync_in_step,
+    page_faults,
     gpu_throttled,
     cpu_saturated,
     mfu_misreported,

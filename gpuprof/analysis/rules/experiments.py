@@ -40,7 +40,36 @@ def on_your_loop(exp: Experiment, total: float) -> TimedSaving:
         note = (f"measured on your loop: {seconds(ts.estimate)} per step ({words}; the step with and without "
                 f"the fix, in pairs of adjacent steps, ABBA; the sign-test interval of their ratio"
                 f"{compared(exp)})")
+    kernel = kernel_caveat(exp, total)
+    if kernel:
+        ev["kernel_s_by_way"] = dict(exp.kernel_s)
+        note += f"; {kernel}"
     return replace(ts, evidence=ev, note=note)
+
+
+KERNEL_DIFF_SHARE = 0.05  # of the step: the ways' kernel times this far apart are said
+
+
+def kernel_caveat(exp: Experiment, total: float) -> str | None:
+    """Where the two ways' kernel time per step differed by ≥ KERNEL_DIFF_SHARE of the step: page
+    faults, which depend on the allocator's state, and that state depends on what the process ran
+    before (glibc's mmap threshold rises as blocks are freed). The experiment's steps run both ways
+    in one process; a process that runs one way from its start can fault more or less. On
+    2026-12-08's VM a bf16 step took ~3,900 faults alone in its process and ~2,000 in one that also
+    ran fp32 steps (docs/measurements/2026-12-07-loop-experiments.md, series 19)."""
+    k = exp.kernel_s or {}
+    a, b = k.get("a"), k.get("b")
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or not total:
+        return None
+    if abs(a - b) < KERNEL_DIFF_SHARE * total:
+        return None
+    f = exp.minor_faults or {}
+    faults = (f" ({f['a']:,.0f} and {f['b']:,.0f} page faults)" if isinstance(f.get("a"), (int, float))
+              and isinstance(f.get("b"), (int, float)) else "")
+    return (f"the kernel's time per step differed between the two ways: {seconds(a)} without the fix, "
+            f"{seconds(b)} with it{faults}; page faults depend on the allocator's state, which a process "
+            "running one way from its start does not share with these steps: the saving in a fresh "
+            "process may differ")
 
 
 def compared(exp: Experiment) -> str:
@@ -62,7 +91,7 @@ def slower_finding(fid: str, what: str, exp: Experiment, ts: TimedSaving, total:
         because=(f"measured on your loop: {exp.pairs} paired steps with and without it, the step took "
                  f"{seconds(exp.b_median_s)} with it and {seconds(exp.a_median_s)} without (medians{compared(exp)}); "
                  f"{seconds(-ts.estimate)} per step more"),
-        note="not a fix on this device: leave it as it is",
+        note="not a fix on this device: leave it as it is" + (f"; {k}" if (k := kernel_caveat(exp, total)) else ""),
     )
 
 
