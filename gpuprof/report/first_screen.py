@@ -89,8 +89,7 @@ def saving_short(f: Finding) -> str:
     ev = f.evidence or {}
     if f.saving_s is None:
         ceiling = ev.get("ceiling_s")
-        how = "ranked by" if ev.get("ceiling_bound") is False else "at most"
-        text = f"not estimated; {how} {seconds(ceiling)} per step" if ceiling else "not estimated (--details says why)"
+        text = f"not estimated; at most {seconds(ceiling)} per step" if ceiling else "not estimated (--details says why)"
     elif f.saving_s <= 1e-9 and f.overlaps:
         text = f"nothing more: its time is already counted in {', '.join(f.overlaps)}"
     else:

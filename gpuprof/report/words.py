@@ -87,9 +87,8 @@ def saving_text(f: Finding) -> str | None:
     if f.kind != "fix":
         return None
     if f.saving_s is None:
-        if ev.get("ceiling_s"):  # what ranks it: the most its phases could give (or, not a bound, a measured part)
-            how = "ranked by" if ev.get("ceiling_bound") is False else "at most"
-            return f"{NOT_ESTIMATED}; {how} {seconds(ev['ceiling_s'])} per step ({ev.get('ceiling_what') or 'its ceiling'})"
+        if ev.get("ceiling_s"):  # what ranks it: the most its phases could give
+            return f"{NOT_ESTIMATED}; at most {seconds(ev['ceiling_s'])} per step ({ev.get('ceiling_what') or 'its ceiling'})"
         return NOT_ESTIMATED
     if f.saving_s <= 1e-9 and f.overlaps:  # its whole interval is another fix's saving
         return f"nothing more: its time is already counted in {', '.join(f.overlaps)}"

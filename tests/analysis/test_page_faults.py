@@ -31,20 +31,18 @@ def _with_counts(profile_factory, faults: int, kernel: list[float], device: str 
     return p
 
 
-def test_many_faults_and_a_real_share_in_the_kernel_name_it_with_its_ceiling(profile_factory):
+def test_many_faults_and_a_real_share_in_the_kernel_are_named(profile_factory):
     p = _with_counts(profile_factory, 3900, [0.004, 0.008, 0.004, 0.004, 0.008, 0.004])
     (f,) = host_memory.page_faults(Context(profile=p, stats=p.stats))
     k = (0.004 * 4 + 0.008 * 2) / 6
-    assert f.id == "page-faults" and f.kind == "fix" and f.saving_s is None and f.confidence == "low"
-    assert f.evidence["ceiling_s"] == pytest.approx(k) and f.evidence["minor_faults_per_step"] == 3900
+    # information: what removes the faults depends on the allocations' sizes (glibc's thresholds stop
+    # at 32 MiB: the compute-bound scenario's ~33,000 faults a step stayed with them)
+    assert f.id == "page-faults" and f.kind == "info" and f.saving_s is None and f.confidence == "low"
+    assert f.evidence["kernel_s_per_step"] == pytest.approx(k) and f.evidence["minor_faults_per_step"] == 3900
     assert f.evidence["kernel_share"] == pytest.approx(k / p.stats.step_s)
     assert "3,900 page faults" in f.title and "MALLOC_MMAP_THRESHOLD_=33554432" in f.fix and "jemalloc" in f.fix
-    assert "saves not measured" in f.note and "not a bound" in f.note and f.evidence["ceiling_bound"] is False
-    from gpuprof.report.first_screen import saving_short
-    from gpuprof.report.words import saving_text
-    assert saving_short(f).startswith("not estimated; ranked by 5.3 ms per step")  # not "at most"
-    assert "ranked by 5.3 ms per step (the kernel time it measured, not a bound)" in saving_text(f)
-    # ranked by its ceiling among the unmeasured, and within the physical bounds (strict_bounds checks)
+    assert "saves not measured" in f.note and "does not bound it" in f.note
+    # within the physical bounds (strict_bounds checks the analysis)
     a = analyze(p)
     assert "page-faults" in [x.id for x in a.findings]
 

@@ -122,7 +122,9 @@ def test_no_grad_forward_is_eval_until_the_next_training_event():
         hooks.remove()
     (step,) = hooks.timer.steps()
     assert step.phases["eval"] > 0
-    assert {k: v for k, v in step.extra.items() if k != "spans"} == {"forwards": 2, "backwards": 2, "eval_forwards": 2}
+    # (the thread's page faults and kernel time, where the OS counts them per thread, are the timer's)
+    assert ({k: v for k, v in step.extra.items() if k not in ("spans", "minor_faults", "kernel_s")}
+            == {"forwards": 2, "backwards": 2, "eval_forwards": 2})
     # one eval span, between the first backward and the next training forward, as it ran
     labels = [s[0] for s in step.extra["spans"]]
     assert labels.count("eval") == 1 and labels.index("backward") < labels.index("eval")

@@ -9,10 +9,17 @@ each step can spend a third of its time there: on this project's 2-core VM (2026
 GPT's bf16 step took ~3,900 faults and 5.2 ms of kernel time of ~19 ms, and 12.2 ms with the
 allocator told to keep its memory (docs/measurements/2026-12-07-loop-experiments.md, series 19).
 
-The kernel time is measured; what the fix saves is not (the fix is an environment setting the
-process reads at its start: it cannot be switched on between two steps), so the finding claims no
-saving and is ranked by the kernel time, which is not a bound: a fresh page's first touch also
-costs the step outside the kernel (there the bf16 step lost ~6 ms to 5.2 ms of kernel time). CPU runs only: on a CUDA run the
+Information, not a ranked fix: what removes the faults depends on the allocations' sizes, which
+are not read. glibc's thresholds (the environment variables below) cover blocks up to 32 MiB;
+larger ones are mapped afresh whatever they say: the built-in loop's `compute-bound` scenario
+(batch 16 × 256) took ~33,000 faults and 26-31% of its step in the kernel with and without them
+(2026-12-08). A caching allocator preloaded (jemalloc, tcmalloc) keeps large blocks too; not
+measured here (neither is installed on the project's machine).
+
+The kernel time is measured; what a fix saves is not (an environment setting the process reads at
+its start cannot be switched on between two steps), and the kernel time does not bound it: a fresh
+page's first touch also costs the step outside the kernel (the bf16 step above lost ~6 ms to 5.2 ms
+of kernel time). CPU runs only: on a CUDA run the
 training thread's kernel time is also the driver's (its ioctls, a synchronize's waits), which
 page faults would not explain.
 """
@@ -27,10 +34,10 @@ from gpuprof.units import pct, seconds
 KERNEL_SHARE_MIN = 0.05  # of the typical step
 FAULTS_MIN = 256  # minor faults per step (1 MiB of 4-KiB pages)
 STEPS_MIN = 3
-FIX = ("keep freed memory in the process: start it with MALLOC_MMAP_THRESHOLD_=33554432 "
-       "MALLOC_TRIM_THRESHOLD_=2147483648 in the environment (glibc's allocator then reuses its blocks "
+FIX = ("keep freed memory in the process (not measured here): start it with MALLOC_MMAP_THRESHOLD_=33554432 "
+       "MALLOC_TRIM_THRESHOLD_=2147483648 in the environment (glibc then reuses its blocks up to 32 MiB "
        "instead of returning them to the OS), or with a caching allocator preloaded "
-       "(LD_PRELOAD=libjemalloc.so.2 or libtcmalloc.so)")
+       "(LD_PRELOAD=libjemalloc.so.2 or libtcmalloc.so), which also keeps larger ones")
 
 
 def page_faults(ctx: Context) -> list[Finding]:
@@ -55,16 +62,15 @@ def page_faults(ctx: Context) -> list[Finding]:
     if k < KERNEL_SHARE_MIN * step or f < FAULTS_MIN:
         return []
     ev = {"kernel_s_per_step": k, "kernel_share": k / step, "minor_faults_per_step": f, "steps": len(kernel),
-          "ceiling_s": k, "ceiling_bound": False, "ceiling_what": "the kernel time it measured, not a bound",
           "source": "getrusage(RUSAGE_THREAD) of the training thread around each step"}
     return [Finding(
         id="page-faults",
         title=f"the step spends {seconds(k)} ({pct(k / step)}) in the kernel, taking {f:,.0f} page faults",
-        saving_s=None, evidence=ev, confidence="low", kind="fix", fix=FIX,
+        saving_s=None, evidence=ev, confidence="low", kind="info", fix=FIX,
         because=(f"the training thread took {f:,.0f} minor page faults per step (median) and {seconds(k)} of "
                  f"kernel time per step (mean over {len(kernel)} typical steps), {pct(k / step)} of the step"),
-        note=(f"saves not measured: ranked by the kernel time, {seconds(k)} per step, which is not a bound (a fresh "
-              "page's first touch also costs the step outside the kernel); the allocator returns freed memory to "
-              "the OS and the next step faults it in again, and an environment setting read at the process's "
-              "start cannot be tried between two of its steps"),
+        note=("saves not measured, and the kernel time does not bound it (a fresh page's first touch also costs "
+              "the step outside the kernel): the allocator returns freed memory to the OS and the next step "
+              "faults it in again; which setting keeps it depends on the blocks' sizes, not read here, and a "
+              "setting read at the process's start cannot be tried between two of its steps"),
     )]
