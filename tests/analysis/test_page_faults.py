@@ -40,7 +40,7 @@ def test_many_faults_and_a_real_share_in_the_kernel_are_named(profile_factory):
     assert f.id == "page-faults" and f.kind == "info" and f.saving_s is None and f.confidence == "low"
     assert f.evidence["kernel_s_per_step"] == pytest.approx(k) and f.evidence["minor_faults_per_step"] == 3900
     assert f.evidence["kernel_share"] == pytest.approx(k / p.stats.step_s)
-    assert "3,900 page faults" in f.title and "MALLOC_MMAP_THRESHOLD_=33554432" in f.fix and "jemalloc" in f.fix
+    assert "3,900 page faults" in f.title and "MALLOC_MMAP_THRESHOLD_=33554432" in f.fix and "libtcmalloc_minimal.so.4" in f.fix
     assert "saves not measured" in f.note and "does not bound it" in f.note
     # within the physical bounds (strict_bounds checks the analysis)
     a = analyze(p)

@@ -10,11 +10,13 @@ GPT's bf16 step took ~3,900 faults and 5.2 ms of kernel time of ~19 ms, and 12.2
 allocator told to keep its memory (docs/measurements/2026-12-07-loop-experiments.md, series 19).
 
 Information, not a ranked fix: what removes the faults depends on the allocations' sizes, which
-are not read. glibc's thresholds (the environment variables below) cover blocks up to 32 MiB;
-larger ones are mapped afresh whatever they say: the built-in loop's `compute-bound` scenario
-(batch 16 × 256) took ~33,000 faults and 26-31% of its step in the kernel with and without them
-(2026-12-08). A caching allocator preloaded (jemalloc, tcmalloc) keeps large blocks too; not
-measured here (neither is installed on the project's machine).
+are not read, and a setting read at the process's start cannot be tried between two steps. Measured
+on the project's VM (2026-12-08, plain runs, docs/measurements/2026-12-07-loop-experiments.md series
+19): tcmalloc preloaded (Debian's libtcmalloc-minimal4) took the built-in loop's `compute-bound`
+scenario (batch 16 × 256) from ~35,000 faults and 232-236 ms a step to ~17 and 170 ms, and the small
+GPT's bf16 step from 19.0 to 10.5 ms (fp32 14.0 → 12.5 ms); glibc's thresholds (the environment
+variables below) cover blocks up to 32 MiB only: they removed the small GPT's faults (bf16 → 12.2
+ms) and none of the scenario's; jemalloc with its defaults faulted more (~45,000, 247-250 ms).
 
 The kernel time is measured; what a fix saves is not (an environment setting the process reads at
 its start cannot be switched on between two steps), and the kernel time does not bound it: a fresh
@@ -34,10 +36,11 @@ from gpuprof.units import pct, seconds
 KERNEL_SHARE_MIN = 0.05  # of the typical step
 FAULTS_MIN = 256  # minor faults per step (1 MiB of 4-KiB pages)
 STEPS_MIN = 3
-FIX = ("keep freed memory in the process (not measured here): start it with MALLOC_MMAP_THRESHOLD_=33554432 "
-       "MALLOC_TRIM_THRESHOLD_=2147483648 in the environment (glibc then reuses its blocks up to 32 MiB "
-       "instead of returning them to the OS), or with a caching allocator preloaded "
-       "(LD_PRELOAD=libjemalloc.so.2 or libtcmalloc.so), which also keeps larger ones")
+FIX = ("keep freed memory in the process: start it with tcmalloc preloaded "
+       "(LD_PRELOAD=libtcmalloc_minimal.so.4, Debian/Ubuntu package libtcmalloc-minimal4), which keeps blocks "
+       "of any size, or with MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=2147483648 in the "
+       "environment (glibc then reuses its blocks, up to 32 MiB); then compare the two runs "
+       "(`gpuprof compare`)")
 
 
 def page_faults(ctx: Context) -> list[Finding]:
