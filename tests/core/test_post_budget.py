@@ -217,7 +217,10 @@ def test_the_budget_holds_on_a_slow_step():
     post = prof.measurements["post_run"]
     assert post["budget_s"] == 3.0 and post["source"] == "--post-budget"
     parts = post["parts"]
-    assert list(parts) == ["probe", "flops", "kernels", "microbatch"]  # every part reported, in order
+    # every part reported, in order; `settle` after them where the precision switch and the larger
+    # micro-batch both supported a saving and tied (measure/settle.py): it did on 2026-12-08's VM
+    # (native bf16) beside a busy loop, and the list read [..., "microbatch", "settle"]
+    assert list(parts)[:4] == ["probe", "flops", "kernels", "microbatch"] and list(parts)[4:] in ([], ["settle"])
     assert all(n in prof.measurements for n in parts)
     spent_before = 0.0
     for name, p in parts.items():
