@@ -26,27 +26,14 @@ finished on the GPU instead of hanging the rank.
 from __future__ import annotations
 
 import random
-import resource
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
+from gpuprof.measure.os_counters import counts_between, thread_rusage
 from gpuprof.profile import StepRecord
-
-def thread_rusage() -> tuple[int, float] | None:
-    """(minor page faults, seconds in the kernel) of the calling thread so far; None where the OS
-    has no per-thread usage (RUSAGE_THREAD is Linux's). One getrusage call, ~1 µs."""
-    who = getattr(resource, "RUSAGE_THREAD", None)
-    if who is None:
-        return None
-    try:
-        r = resource.getrusage(who)
-    except (OSError, ValueError):
-        return None
-    return r.ru_minflt, r.ru_stime
-
 
 @dataclass
 class _Pending:
@@ -74,11 +61,9 @@ class PhaseTimer:
                  gpu_unavailable: str | None = None, keep_steps: int | None = None, keep_first: int = 0,
                  seed: int = 0, rusage: Callable[[], tuple[int, float] | None] | None = thread_rusage):
         self._clock = clock
-        # The training thread's minor page faults and kernel time per step (StepRecord.extra
-        # `minor_faults`, `kernel_s`): what the step spent in the kernel, e.g. faulting in memory
-        # the allocator gave back to the OS (analysis.rules.host_memory). None: not read.
-        self._rusage = rusage
-        self._ru0: tuple | None = None
+        # The training thread's page faults and kernel time per step (StepRecord.extra `minor_faults`,
+        # `kernel_s`: analysis.rules.host_memory); rusage None: not read.
+        self._rusage, self._ru0 = rusage, None
         self._events = events
         self._origin = clock()
         self._label = "other"
@@ -191,12 +176,9 @@ class PhaseTimer:
         self._mark = now
         if self._events is not None:
             self._ev.append((self._events.record(), self._label))
-        extra = dict(extra or {})
-        if self._ru0 is not None and self._ru0[1] is not None and self._ru0[0] == threading.get_ident():
-            ru1 = self._rusage()
-            if ru1 is not None:  # the thread that opened the step closes it: its own counts
-                extra["minor_faults"] = ru1[0] - self._ru0[1][0]
-                extra["kernel_s"] = round(max(0.0, ru1[1] - self._ru0[1][1]), 6)
+        ru0 = self._ru0  # counted where the thread that opened the step closes it: its own counts
+        mine = ru0 is not None and ru0[0] == threading.get_ident()
+        extra = dict(extra or {}, **(counts_between(ru0[1], self._rusage()) if mine else {}))
         # Only the slice is kept here; the spans are joined after the run (_resolve), not in the step.
         self._pending.append(
             _Pending(self._index, self._step_start, now - self._step_start, self._host, tokens,

@@ -19,6 +19,7 @@ from gpuprof.analysis.pipeline import Analysis
 from gpuprof.analysis.rules.sharded import collectives_line, collectives_owner
 from gpuprof.profile import Profile
 from gpuprof.report import words
+from gpuprof.report.attach import inferred_steps_note
 from gpuprof.report.timeline import TimelineView, build_timeline
 from gpuprof.stats import HOST_ONLY_PHASES, PHASES
 from gpuprof.units import EMPTY, NM, bytes_per_s, nbytes, pct, seconds
@@ -150,8 +151,8 @@ def group_findings(findings) -> Findings:
 
 def _step_statistic(profile: Profile, stats) -> str:
     """How the headline step was obtained; for an attached run whose steps were mostly inferred,
-    that it is an estimate (words.inferred_steps_note)."""
-    note = words.inferred_steps_note(profile)
+    that it is an estimate (report.attach.inferred_steps_note)."""
+    note = inferred_steps_note(profile)
     return words.step_statistic(stats) + (f"; {note}" if note else "")
 
 

@@ -133,33 +133,6 @@ def step_statistic(stats: StepStats) -> str:
     return f"mean of {n} measured step{'s' if n != 1 else ''}, {timeline_name(stats)}; {spread}"
 
 
-def inferred_steps_note(profile: Profile) -> str | None:
-    """An attached run's steps where most of them were not seen but inferred: the step loop's
-    once-per-step code was sampled at few boundaries, so gaps holding several steps were split by
-    the micro-steps per step, and where that unit is uncertain the step is too (a micro-step whose
-    compute lasts about one sampling period goes unseen: 229 ms read for a 129-ms step,
-    docs/measurements/2026-12-08-attach-cost.md). None where most steps lay between boundaries seen
-    and the unit is given or sure."""
-    from gpuprof.attach.phases import UNIT_SURE
-
-    steps = (profile.measurements.get("attach") or {}).get("steps") or {}
-    n, gaps, split = steps.get("steps"), steps.get("gaps"), steps.get("gaps_split") or 0
-    if not isinstance(n, int) or not isinstance(gaps, int) or n <= 0:
-        return None
-    margin = steps.get("unit_margin")
-    uncertain = isinstance(margin, (int, float)) and margin < UNIT_SURE
-    inferred = n - (gaps - split)  # the steps that came out of gaps split evenly
-    if not uncertain and inferred * 2 <= n:
-        return None
-    seen = steps.get("boundaries", 0)
-    text = (f"an estimate: {inferred} of the {n} steps inferred from gaps between the {seen} step boundaries seen"
-            if inferred > 0 else f"an estimate: each gap between the {seen} step boundaries seen counted as one step")
-    if uncertain:
-        text += (f", by a micro-steps-per-step figure ({steps.get('typical_micro_steps')}) that is uncertain: "
-                 "`--grad-accum N` sets it")
-    return text
-
-
 def noise_line(profile: Profile, stats: StepStats) -> str:
     """The run's own noise (issue #29): how much its steps varied, and what else used the machine
     while they ran, so a reader knows how small a difference this run can tell from noise."""

@@ -15,7 +15,8 @@ import pytest
 from gpuprof.analysis.engine import Context
 from gpuprof.analysis.pipeline import analyze
 from gpuprof.analysis.rules import host_memory
-from gpuprof.measure.timer import PhaseTimer, thread_rusage
+from gpuprof.measure.os_counters import thread_rusage
+from gpuprof.measure.timer import PhaseTimer
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RUSAGE_THREAD is Linux's")
 
@@ -99,7 +100,7 @@ def test_a_step_that_maps_fresh_memory_counts_its_faults():
 
 SNIPPET = """
 import numpy as np
-from gpuprof.measure.timer import thread_rusage
+from gpuprof.measure.os_counters import thread_rusage
 counts = []
 for step in range(6):
     f0 = thread_rusage()[0]

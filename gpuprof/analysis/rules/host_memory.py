@@ -1,7 +1,7 @@
 """The step's time in the kernel, paging memory in: `page-faults`.
 
 The timer reads the training thread's minor page faults and kernel time around each step
-(measure/timer.py `thread_rusage`: getrusage RUSAGE_THREAD, StepRecord.extra `minor_faults`,
+(measure/os_counters.py `thread_rusage`: getrusage RUSAGE_THREAD, StepRecord.extra `minor_faults`,
 `kernel_s`). glibc's allocator hands freed blocks above its mmap threshold back to the OS and
 trims the top of its heap; the next step's tensors of that size are mapped again and every page
 is faulted in and zeroed by the kernel. A CPU training step that allocates its activations anew
