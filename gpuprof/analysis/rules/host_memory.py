@@ -10,7 +10,7 @@ GPT's bf16 step took ~3,900 faults and 5.2 ms of kernel time of ~19 ms, and 12.2
 allocator told to keep its memory (docs/measurements/2026-12-07-loop-experiments.md, series 19).
 
 Information, not a ranked fix: what removes the faults depends on the allocations' sizes, which
-are not read, and a setting read at the process's start cannot be tried between two steps. Measured
+are not read. Measured
 on the project's VM (2026-12-08, plain runs, docs/measurements/2026-12-07-loop-experiments.md series
 19): tcmalloc preloaded (Debian's libtcmalloc-minimal4) took the built-in loop's `compute-bound`
 scenario (batch 16 × 256) from ~35,000 faults and 232-236 ms a step to ~17 and 170 ms, and the small
@@ -21,9 +21,8 @@ ms) and none of the scenario's; jemalloc with its defaults faulted more (~45,000
 The kernel time is measured; what a fix saves is not (an environment setting the process reads at
 its start cannot be switched on between two steps), and the kernel time does not bound it: a fresh
 page's first touch also costs the step outside the kernel (the bf16 step above lost ~6 ms to 5.2 ms
-of kernel time). CPU runs only: on a CUDA run the
-training thread's kernel time is also the driver's (its ioctls, a synchronize's waits), which
-page faults would not explain.
+of kernel time). CPU runs only: on a CUDA run the training thread's kernel time is also the
+driver's (its ioctls, a synchronize's waits), which page faults would not explain.
 """
 
 from __future__ import annotations
