@@ -1,8 +1,8 @@
 """`page-faults`: the training thread's kernel time per step, read by the timer around each step
-(getrusage of the thread), named where it is a real share of the step and the step takes many
-page faults; its ceiling is that time, no saving is claimed (an allocator setting read at the
-process's start cannot be tried between two steps). The timer's readings, and that the fix it
-names (glibc's thresholds) removes the faults, are tested on this machine's own allocator."""
+(getrusage of the thread), named as information where it is a real share of the step and the step
+takes many page faults; no saving is claimed (an allocator setting read at the process's start
+cannot be tried between two steps). The timer's readings, and that glibc's thresholds (one of the
+settings it names) remove the faults of blocks under 32 MiB, are tested on this machine's allocator."""
 
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ from gpuprof.measure.timer import PhaseTimer
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RUSAGE_THREAD is Linux's")
 
-# 2026-12-08's VM, a small GPT's bf16 step: ~3,900 faults, the kernel's tick-accounted time 0 or 4 ms
-# a step (mean ~5.2 ms of ~19 ms)
+# 2026-12-08's VM, a small GPT's bf16 step: ~3,900 faults, kernel time ~5.2 ms (mean) of ~19 ms
 BF16_STEP = {"forward": 0.0048, "backward": 0.0130, "optimizer": 0.0012}
 
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from gpuprof.analysis.findings import Context, Finding
 from gpuprof.analysis.rules.common import step_s
+from gpuprof.analysis.rules.host_memory import FAULTS_MIN
 from gpuprof.analysis.rules.intervals import TimedSaving, says_slower, timed_saving, under_share
 from gpuprof.sections.experiments import Experiment
 from gpuprof.units import interval_text, pct, seconds, times
@@ -48,7 +49,6 @@ def on_your_loop(exp: Experiment, total: float) -> TimedSaving:
 
 
 KERNEL_DIFF_SHARE = 0.05  # of the step: the ways' kernel times this far apart are said
-FAULTS_DIFF_MIN = 256  # and their page faults per step this far apart (1 MiB of 4-KiB pages)
 
 
 def kernel_caveat(exp: Experiment, total: float) -> str | None:
@@ -66,12 +66,12 @@ def kernel_caveat(exp: Experiment, total: float) -> str | None:
     fa, fb = f.get("a"), f.get("b")
     # the faults must differ too: a thread's kernel time is also a GPU driver's (its ioctls, waits)
     if (abs(a - b) < KERNEL_DIFF_SHARE * total or not isinstance(fa, (int, float)) or not isinstance(fb, (int, float))
-            or abs(fa - fb) < FAULTS_DIFF_MIN):
+            or abs(fa - fb) < FAULTS_MIN):  # their faults this far apart too
         return None
     return (f"the kernel's time per step differed between the two ways: {seconds(a)} without the fix, "
-            f"{seconds(b)} with it ({fa:,.0f} and {fb:,.0f} page faults); page faults depend on the allocator's state, which a process "
-            "running one way from its start does not share with these steps: the saving in a fresh "
-            "process may differ")
+            f"{seconds(b)} with it ({fa:,.0f} and {fb:,.0f} page faults); page faults depend on the allocator's "
+            "state, which a process running one way from its start does not share with these steps: the saving "
+            "in a fresh process may differ")
 
 
 def compared(exp: Experiment) -> str:
